@@ -1,0 +1,65 @@
+// nexar — configuration.
+//
+// Every setting lives in Config, with its default below and its NEXAR_* environment
+// variable documented in docs/CONFIG.md. Config::from_env() starts from the defaults and
+// applies the environment; a malformed or out-of-range value throws
+// nexar::Error(Errc::invalid_argument) naming the variable and the value.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace nexar {
+
+/// Log verbosity, NEXAR_DEBUG = off|error|warn|info|debug|trace.
+enum class LogLevel { off, error, warn, info, debug, trace };
+
+struct Config {
+  /// Deadline of every blocking call that does not take its own (NEXAR_TIMEOUT_MS).
+  std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};
+  /// Deadline of connection set-up, handshake included (NEXAR_CONNECT_TIMEOUT_MS).
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(20)};
+  /// QUIC idle timeout: a peer silent this long is declared failed (NEXAR_IDLE_TIMEOUT_MS).
+  /// Keep-alive PINGs are sent at a third of it, so only a dead peer goes silent.
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(15)};
+  /// Default deadline of an RPC call (NEXAR_RPC_TIMEOUT_MS).
+  std::chrono::milliseconds rpc_timeout{std::chrono::seconds(30)};
+
+  /// Largest payload one frame may claim; larger claims are a protocol error
+  /// (NEXAR_MAX_FRAME_BYTES). Messages larger than this are refused at send().
+  std::uint64_t max_frame_bytes = std::uint64_t{1} << 31;
+  /// Messages up to this size are sent eagerly; larger ones wait for the receiver
+  /// to post a matching receive and then land straight in its buffer
+  /// (NEXAR_EAGER_LIMIT_BYTES).
+  std::uint64_t eager_limit = 64 * 1024;
+  /// Bytes of unexpected (not yet received) eager messages buffered per peer before the
+  /// receiver stops extending flow-control credit to that peer's lane
+  /// (NEXAR_UNEXPECTED_LIMIT_BYTES).
+  std::uint64_t unexpected_limit = 64ull * 1024 * 1024;
+  /// QUIC per-stream receive window (NEXAR_STREAM_WINDOW_BYTES).
+  std::uint64_t stream_window = 16ull * 1024 * 1024;
+  /// Largest UDP payload sent; 0 picks 8952 on loopback and 1452 elsewhere
+  /// (NEXAR_UDP_PAYLOAD_BYTES). Range 1200..65527.
+  std::uint32_t udp_payload = 0;
+  /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
+  bool udp_gso = true;
+  /// How long a waiting thread (user or engine) spins before sleeping, while transfers
+  /// are active (NEXAR_SPIN_US). Waking a sleeping thread costs 50-100 us on small hosts.
+  std::chrono::microseconds spin{std::chrono::microseconds(100)};
+
+  /// Log level (NEXAR_DEBUG).
+  LogLevel log_level = LogLevel::warn;
+
+  /// Returns the defaults overridden by NEXAR_* environment variables.
+  /// Throws nexar::Error(Errc::invalid_argument) on a malformed value.
+  static Config from_env();
+
+  /// Throws nexar::Error(Errc::invalid_argument) if a value is out of range.
+  void validate() const;
+
+  /// One line per setting, "name = value", for logs.
+  std::string describe() const;
+};
+
+}  // namespace nexar

@@ -1,0 +1,7 @@
+// nexar — umbrella header.
+#pragma once
+
+#include <nexar/communicator.hpp>
+#include <nexar/config.hpp>
+#include <nexar/error.hpp>
+#include <nexar/request.hpp>

@@ -1,0 +1,101 @@
+#include "cluster/local.hpp"
+
+#include <gnutls/crypto.h>
+#include <unistd.h>
+
+#include <exception>
+#include <future>
+#include <thread>
+
+#include "core/log.hpp"
+#include "quic/udp_socket.hpp"
+#include "transport/node.hpp"
+
+namespace nexar::cluster {
+
+std::vector<NodePlan> plan_local(int n, const Config& config) {
+  if (n < 1) throw Error(Errc::invalid_argument, "bootstrap_local: world size " + std::to_string(n) + " must be >= 1");
+  config.validate();
+  std::vector<NodePlan> plans(static_cast<std::size_t>(n));
+  // A fresh random cluster name keeps two local clusters on one host from ever trusting
+  // each other's certificates.
+  unsigned char rnd[8];
+  gnutls_rnd(GNUTLS_RND_NONCE, rnd, sizeof rnd);
+  std::string cluster = "local-";
+  for (unsigned char c : rnd) cluster += "0123456789abcdef"[c >> 4], cluster += "0123456789abcdef"[c & 15];
+  auto ca = tls::ClusterCa::create(cluster);
+  std::vector<std::string> addrs;
+  try {
+    for (int r = 0; r < n; ++r) {
+      auto& p = plans[static_cast<std::size_t>(r)];
+      p.rank = r;
+      p.world = n;
+      p.creds = tls::issue_local(ca, "rank-" + std::to_string(r));
+      p.udp_fd = quic::UdpSocket::open_bound(quic::Address::parse("127.0.0.1:0"));
+      quic::Address a;
+      a.len = sizeof a.storage;
+      ::getsockname(p.udp_fd, a.sa(), &a.len);
+      addrs.push_back(a.to_string());
+    }
+  } catch (...) {
+    for (auto& p : plans)
+      if (p.udp_fd >= 0) ::close(p.udp_fd);
+    throw;
+  }
+  for (auto& p : plans) p.addrs = addrs;
+  return plans;
+}
+
+void discard(std::vector<NodePlan>& plans, int keep_rank) {
+  for (auto& p : plans) {
+    if (p.rank != keep_rank && p.udp_fd >= 0) {
+      ::close(p.udp_fd);
+      p.udp_fd = -1;
+    }
+  }
+}
+
+Communicator start_node(NodePlan plan, const Config& config) {
+  log::set_level(config.log_level);
+  detail::NodeOptions o;
+  o.rank = plan.rank;
+  o.world = plan.world;
+  for (int r = 0; r < plan.world; ++r) o.names.push_back("rank-" + std::to_string(r));
+  for (auto& a : plan.addrs) o.addrs.push_back(quic::Address::parse(a));
+  o.creds = std::move(plan.creds);
+  o.udp_fd = plan.udp_fd;
+  auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
+  if (plan.rank == 0) log::info("effective config:\n{}", config.describe());
+  impl->start();
+  return Communicator(std::move(impl));
+}
+
+}  // namespace nexar::cluster
+
+namespace nexar {
+
+std::vector<Communicator> bootstrap_local(int n, const Config& config) {
+  auto plans = cluster::plan_local(n, config);
+  std::vector<std::future<Communicator>> started;
+  for (auto& p : plans) {
+    started.push_back(std::async(std::launch::async, [&config, plan = std::move(p)]() mutable {
+      return cluster::start_node(std::move(plan), config);
+    }));
+  }
+  std::vector<Communicator> comms;
+  std::exception_ptr first;
+  for (auto& f : started) {
+    try {
+      comms.push_back(f.get());
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) {
+    for (auto& c : comms) c.close();
+    std::rethrow_exception(first);
+  }
+  return comms;
+}
+
+}  // namespace nexar

@@ -1,0 +1,38 @@
+// Clusters formed without a seed: every rank's credentials and address are known up front.
+// Used by bootstrap_local (threads of one process) and by tools that fork() one process
+// per rank after planning (nexar-bench p2p).
+#pragma once
+
+#include <nexar/communicator.hpp>
+#include <nexar/config.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tls/credentials.hpp"
+
+namespace nexar::cluster {
+
+/// Everything one rank needs to start.
+struct NodePlan {
+  int rank = 0;
+  int world = 1;
+  tls::NodeCredentials creds;
+  int udp_fd = -1;                 ///< bound, non-blocking UDP socket; start_node owns it
+  std::vector<std::string> addrs;  ///< "ip:port" of every rank, indexed by rank
+};
+
+/// Binds `n` UDP sockets on 127.0.0.1 (ephemeral ports) and issues each rank credentials
+/// from a fresh in-memory cluster CA. Starts no thread, so the caller may fork() afterwards.
+/// Throws nexar::Error (invalid_argument for n < 1, io, tls).
+std::vector<NodePlan> plan_local(int n, const Config& config);
+
+/// Starts rank `plan.rank`: creates its progress engine, connects to every peer (ranks
+/// below it dial in, it dials the ranks above it), and returns once every connection is
+/// established and authenticated. Throws nexar::Error (timeout, tls, io).
+Communicator start_node(NodePlan plan, const Config& config);
+
+/// Closes the sockets of plans a process will not start (after fork()).
+void discard(std::vector<NodePlan>& plans, int keep_rank);
+
+}  // namespace nexar::cluster

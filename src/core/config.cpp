@@ -1,0 +1,262 @@
+// Config::from_env(), validate() and describe(). The variables and ranges are documented
+// in docs/CONFIG.md; keep the two in step.
+#include <nexar/config.hpp>
+#include <nexar/error.hpp>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <string_view>
+
+#include "core/log.hpp"
+
+namespace nexar {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+constexpr std::uint64_t KiB = 1024;
+constexpr std::uint64_t MiB = KiB * 1024;
+constexpr std::uint64_t GiB = MiB * 1024;
+constexpr std::uint64_t TiB = GiB * 1024;
+
+// Upper bound of every timeout. Not a user-facing limit so much as a guard: deadlines are
+// computed as steady_clock::now() + timeout in nanoseconds, which overflows int64 for
+// timeouts of a few hundred years.
+constexpr milliseconds kMaxTimeout = std::chrono::hours(24 * 365);
+constexpr microseconds kMaxSpin = std::chrono::seconds(10);
+constexpr std::uint64_t kMinFrame = 64 * KiB;
+constexpr std::uint64_t kMaxFrame = TiB;
+constexpr std::uint64_t kMinWindow = 64 * KiB;
+constexpr std::uint64_t kMaxWindow = GiB;
+constexpr std::uint32_t kMinUdp = 1200;   // QUIC's minimum datagram size (RFC 9000)
+constexpr std::uint32_t kMaxUdp = 65527;  // largest UDP payload over IPv6
+
+// ---- parsing -----------------------------------------------------------------------------
+
+[[noreturn]] void malformed(const char* var, std::string_view value, std::string_view what) {
+  throw Error(Errc::invalid_argument, fmt::format("{}='{}': {}", var, value, what));
+}
+
+// Strict unsigned decimal: digits only, no sign, no spaces, no empty string.
+std::optional<std::uint64_t> parse_u64(std::string_view s, bool& overflow) {
+  overflow = false;
+  if (s.empty()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    const auto d = static_cast<std::uint64_t>(c - '0');
+    if (v > (std::numeric_limits<std::uint64_t>::max() - d) / 10) {
+      overflow = true;
+      return std::nullopt;
+    }
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+std::uint64_t parse_bytes(const char* var, std::string_view s) {
+  constexpr std::string_view kHint = "not a byte size (examples: 65536, 64K, 16M)";
+  std::uint64_t mult = 1;
+  std::string_view digits = s;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': mult = KiB; break;
+      case 'M': case 'm': mult = MiB; break;
+      case 'G': case 'g': mult = GiB; break;
+      default: break;
+    }
+    if (mult != 1) digits.remove_suffix(1);
+  }
+  bool overflow = false;
+  const auto v = parse_u64(digits, overflow);
+  if (overflow || (v && *v > std::numeric_limits<std::uint64_t>::max() / mult)) {
+    malformed(var, s, "byte size too large");
+  }
+  if (!v) malformed(var, s, kHint);
+  return *v * mult;
+}
+
+// Whole number of `Dur` units that fits Dur's signed representation.
+template <class Dur>
+Dur parse_duration(const char* var, std::string_view s, std::string_view hint) {
+  bool overflow = false;
+  const auto v = parse_u64(s, overflow);
+  if (overflow ||
+      (v && *v > static_cast<std::uint64_t>(std::numeric_limits<typename Dur::rep>::max()))) {
+    malformed(var, s, "duration too large");
+  }
+  if (!v) malformed(var, s, hint);
+  return Dur(static_cast<typename Dur::rep>(*v));
+}
+
+bool iequals(std::string_view a, std::string_view lower) {
+  if (a.size() != lower.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    char c = a[i];
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+bool parse_bool(const char* var, std::string_view s) {
+  if (s == "1" || iequals(s, "true") || iequals(s, "on")) return true;
+  if (s == "0" || iequals(s, "false") || iequals(s, "off")) return false;
+  malformed(var, s, "not a boolean (0, 1, true, false, on, off)");
+}
+
+// Set variables only; unset ones leave the default. A set but empty variable is an
+// error like any other malformed value: it is usually a broken script, not intent.
+std::optional<std::string_view> env(const char* var) {
+  const char* v = std::getenv(var);
+  if (v == nullptr) return std::nullopt;
+  return std::string_view(v);
+}
+
+void env_ms(const char* var, milliseconds& out) {
+  if (auto s = env(var)) {
+    out = parse_duration<milliseconds>(var, *s,
+                                       "not a duration in milliseconds (examples: 500, 15000)");
+  }
+}
+
+void env_bytes(const char* var, std::uint64_t& out) {
+  if (auto s = env(var)) out = parse_bytes(var, *s);
+}
+
+// ---- formatting --------------------------------------------------------------------------
+
+// Exact, human-readable: the largest binary unit that divides the value, else bytes.
+std::string format_bytes(std::uint64_t v) {
+  if (v != 0) {
+    if (v % TiB == 0) return fmt::format("{} TiB", v / TiB);
+    if (v % GiB == 0) return fmt::format("{} GiB", v / GiB);
+    if (v % MiB == 0) return fmt::format("{} MiB", v / MiB);
+    if (v % KiB == 0) return fmt::format("{} KiB", v / KiB);
+  }
+  return fmt::format("{} bytes", v);
+}
+
+[[noreturn]] void out_of_range(std::string_view setting, const char* var, std::string_view value,
+                               std::string_view allowed) {
+  throw Error(Errc::invalid_argument,
+              fmt::format("Config::{} = {} ({}) is out of range: allowed {}", setting, value,
+                          var, allowed));
+}
+
+void check_timeout(std::string_view setting, const char* var, milliseconds v) {
+  if (v.count() <= 0 || v > kMaxTimeout) {
+    out_of_range(setting, var, fmt::format("{} ms", v.count()),
+                 fmt::format("1 ms .. {} ms (365 days)", kMaxTimeout.count()));
+  }
+}
+
+}  // namespace
+
+Config Config::from_env() {
+  Config c;
+  env_ms("NEXAR_TIMEOUT_MS", c.op_timeout);
+  env_ms("NEXAR_CONNECT_TIMEOUT_MS", c.connect_timeout);
+  env_ms("NEXAR_IDLE_TIMEOUT_MS", c.idle_timeout);
+  env_ms("NEXAR_RPC_TIMEOUT_MS", c.rpc_timeout);
+  env_bytes("NEXAR_MAX_FRAME_BYTES", c.max_frame_bytes);
+  env_bytes("NEXAR_EAGER_LIMIT_BYTES", c.eager_limit);
+  env_bytes("NEXAR_UNEXPECTED_LIMIT_BYTES", c.unexpected_limit);
+  env_bytes("NEXAR_STREAM_WINDOW_BYTES", c.stream_window);
+  if (auto s = env("NEXAR_UDP_PAYLOAD_BYTES")) {
+    const std::uint64_t v = parse_bytes("NEXAR_UDP_PAYLOAD_BYTES", *s);
+    // Values that do not even fit the field are refused here; the rest by validate().
+    if (v > std::numeric_limits<std::uint32_t>::max()) {
+      malformed("NEXAR_UDP_PAYLOAD_BYTES", *s,
+                fmt::format("out of range (0 or {}..{})", kMinUdp, kMaxUdp));
+    }
+    c.udp_payload = static_cast<std::uint32_t>(v);
+  }
+  if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
+  if (auto s = env("NEXAR_SPIN_US")) {
+    c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
+                                          "not a duration in microseconds (examples: 0, 100)");
+  }
+  if (auto s = env("NEXAR_DEBUG")) {
+    const auto lvl = log::parse_level(*s);
+    if (!lvl) {
+      malformed("NEXAR_DEBUG", *s, "not a log level (off, error, warn, info, debug, trace or 0-5)");
+    }
+    c.log_level = *lvl;
+  }
+  c.validate();
+  return c;
+}
+
+void Config::validate() const {
+  check_timeout("op_timeout", "NEXAR_TIMEOUT_MS", op_timeout);
+  check_timeout("connect_timeout", "NEXAR_CONNECT_TIMEOUT_MS", connect_timeout);
+  check_timeout("idle_timeout", "NEXAR_IDLE_TIMEOUT_MS", idle_timeout);
+  check_timeout("rpc_timeout", "NEXAR_RPC_TIMEOUT_MS", rpc_timeout);
+
+  if (max_frame_bytes < kMinFrame || max_frame_bytes > kMaxFrame) {
+    out_of_range("max_frame_bytes", "NEXAR_MAX_FRAME_BYTES", format_bytes(max_frame_bytes),
+                 fmt::format("{} .. {}", format_bytes(kMinFrame), format_bytes(kMaxFrame)));
+  }
+  if (stream_window < kMinWindow || stream_window > kMaxWindow) {
+    out_of_range("stream_window", "NEXAR_STREAM_WINDOW_BYTES", format_bytes(stream_window),
+                 fmt::format("{} .. {}", format_bytes(kMinWindow), format_bytes(kMaxWindow)));
+  }
+  // An eager message is sent before the receiver asked for it, so it has to fit one frame
+  // and one stream window; otherwise it could stall behind flow control forever.
+  if (eager_limit > max_frame_bytes || eager_limit > stream_window) {
+    out_of_range("eager_limit", "NEXAR_EAGER_LIMIT_BYTES", format_bytes(eager_limit),
+                 fmt::format("0 .. min(max_frame_bytes, stream_window) = {}",
+                             format_bytes(std::min(max_frame_bytes, stream_window))));
+  }
+  // The unexpected-message buffer must hold at least one eager message, or a single early
+  // send could never be accepted.
+  if (unexpected_limit < eager_limit) {
+    out_of_range("unexpected_limit", "NEXAR_UNEXPECTED_LIMIT_BYTES",
+                 format_bytes(unexpected_limit),
+                 fmt::format(">= eager_limit ({})", format_bytes(eager_limit)));
+  }
+  if (udp_payload != 0 && (udp_payload < kMinUdp || udp_payload > kMaxUdp)) {
+    out_of_range("udp_payload", "NEXAR_UDP_PAYLOAD_BYTES", fmt::format("{}", udp_payload),
+                 fmt::format("0 (automatic) or {} .. {}", kMinUdp, kMaxUdp));
+  }
+  if (spin.count() < 0 || spin > kMaxSpin) {
+    out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
+                 fmt::format("0 .. {} us", kMaxSpin.count()));
+  }
+  const int lvl = static_cast<int>(log_level);
+  if (lvl < static_cast<int>(LogLevel::off) || lvl > static_cast<int>(LogLevel::trace)) {
+    out_of_range("log_level", "NEXAR_DEBUG", fmt::format("{}", lvl),
+                 "off, error, warn, info, debug, trace (0 .. 5)");
+  }
+}
+
+std::string Config::describe() const {
+  std::string out;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "op_timeout = {} ms\n", op_timeout.count());
+  fmt::format_to(it, "connect_timeout = {} ms\n", connect_timeout.count());
+  fmt::format_to(it, "idle_timeout = {} ms\n", idle_timeout.count());
+  fmt::format_to(it, "rpc_timeout = {} ms\n", rpc_timeout.count());
+  fmt::format_to(it, "max_frame_bytes = {}\n", format_bytes(max_frame_bytes));
+  fmt::format_to(it, "eager_limit = {}\n", format_bytes(eager_limit));
+  fmt::format_to(it, "unexpected_limit = {}\n", format_bytes(unexpected_limit));
+  fmt::format_to(it, "stream_window = {}\n", format_bytes(stream_window));
+  if (udp_payload == 0) {
+    out += "udp_payload = auto (8952 bytes on loopback, 1452 bytes elsewhere)\n";
+  } else {
+    fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
+  }
+  fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
+  fmt::format_to(it, "spin = {} us\n", spin.count());
+  fmt::format_to(it, "log_level = {}", log::to_string(log_level));
+  return out;
+}
+
+}  // namespace nexar

@@ -1,0 +1,33 @@
+#include "engine/engine.hpp"
+
+namespace nexar::detail {
+
+Engine::Engine(std::chrono::microseconds spin)
+    : io_(1), guard_(asio::make_work_guard(io_)), spin_(spin) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Engine::stop() {
+  if (!thread_.joinable()) return;
+  post([this] { stopping_.store(true, std::memory_order_relaxed); });
+  thread_.join();
+}
+
+void Engine::run() {
+  thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    if (spin_.count() > 0 && std::chrono::steady_clock::now() < busy_until_) {
+      io_.poll();
+    } else {
+      io_.run_one();
+    }
+  }
+  // Let handlers already queued (completions, close notifications) run once more.
+  io_.poll();
+}
+
+}  // namespace nexar::detail

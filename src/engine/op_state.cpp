@@ -1,0 +1,77 @@
+#include "engine/op_state.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+#include <thread>
+
+#include "core/error_format.hpp"
+
+namespace nexar::detail {
+
+namespace {
+
+// std::atomic::wait has no timeout, and every nexar wait has a deadline: use the futex
+// directly. The word is a 32-bit atomic, as the futex requires.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected,
+                std::chrono::nanoseconds timeout) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(timeout.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts,
+          nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<std::uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX,
+          nullptr, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+bool OpState::complete(Errc code, std::string message, Status status) {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  code_ = code;
+  message_ = std::move(message);
+  status_ = status;
+  if (state_.exchange(done_state, std::memory_order_acq_rel) == pending_waiters) {
+    futex_wake_all(state_);
+  }
+  return true;
+}
+
+bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for) {
+  if (done()) return true;
+  auto spin_end = Clock::now() + spin_for;
+  unsigned n = 0;
+  while (Clock::now() < spin_end) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (++n % 16 == 0) std::this_thread::yield();
+  }
+  for (;;) {
+    std::uint32_t s = state_.load(std::memory_order_acquire);
+    if (s == done_state) return true;
+    auto now = Clock::now();
+    if (now >= until) return false;
+    if (s == pending &&
+        !state_.compare_exchange_weak(s, pending_waiters, std::memory_order_acq_rel)) {
+      continue;
+    }
+    auto left = until - now;
+    futex_wait(state_, pending_waiters, std::min<std::chrono::nanoseconds>(left, std::chrono::seconds(1)));
+  }
+}
+
+}  // namespace nexar::detail

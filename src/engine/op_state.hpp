@@ -1,0 +1,57 @@
+// Completion state shared between the progress engine (which finishes operations) and user
+// threads (which test or wait on them through nexar::Request).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nexar/error.hpp>
+#include <nexar/request.hpp>
+
+namespace nexar::detail {
+
+class OpState {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  OpState(const char* op, Clock::time_point deadline) : op_(op), start_(Clock::now()), deadline_(deadline) {}
+
+  /// Finishes the operation; the first call wins, later ones are ignored. Any thread.
+  /// Returns true if this call finished it.
+  bool complete(Errc code, std::string message = {}, Status status = {});
+  bool succeed(Status status = {}) { return complete(Errc::ok, {}, status); }
+
+  bool done() const noexcept { return state_.load(std::memory_order_acquire) == done_state; }
+
+  /// Waits until done or `until`; spins for `spin` first. Returns done().
+  bool wait_until(Clock::time_point until, std::chrono::microseconds spin);
+
+  Errc code() const noexcept { return code_; }
+  const std::string& message() const noexcept { return message_; }
+  const Status& status() const noexcept { return status_; }
+  const char* op() const noexcept { return op_; }
+  Clock::time_point start() const noexcept { return start_; }
+  Clock::time_point deadline() const noexcept { return deadline_; }
+
+  /// Installed by whoever started the operation: asks the engine to cancel it with `code`
+  /// (Errc::cancelled or Errc::timeout). Must be callable from any thread.
+  std::function<void(Errc)> canceller;
+  /// Spin budget for waiters (from the communicator's Config).
+  std::chrono::microseconds spin{0};
+
+ private:
+  static constexpr std::uint32_t pending = 0, pending_waiters = 1, done_state = 2;
+  std::atomic<std::uint32_t> state_{pending};
+  std::atomic<bool> claimed_{false};
+  const char* op_;
+  Clock::time_point start_;
+  Clock::time_point deadline_;
+  Errc code_ = Errc::ok;
+  std::string message_;
+  Status status_;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,91 @@
+#include "quic/address.hpp"
+
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include <nexar/error.hpp>
+
+namespace nexar::quic {
+
+std::uint16_t Address::port() const noexcept {
+  if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  if (family() == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  return 0;
+}
+
+bool Address::is_loopback() const noexcept {
+  if (family() == AF_INET) {
+    auto a = ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr);
+    return (a >> 24) == 127;
+  }
+  if (family() == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  }
+  return false;
+}
+
+std::string Address::to_string() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
+    return std::string(buf) + ":" + std::to_string(port());
+  }
+  if (family() == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
+    return "[" + std::string(buf) + "]:" + std::to_string(port());
+  }
+  return "?";
+}
+
+Address Address::parse(std::string_view text) {
+  auto fail = [&](const char* why) {
+    return Error(Errc::invalid_argument,
+                 "address '" + std::string(text) + "': " + why + " (expected ip:port or [ip6]:port)");
+  };
+  std::string host;
+  std::string_view port_text;
+  if (!text.empty() && text.front() == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
+      throw fail("unbalanced brackets");
+    host = std::string(text.substr(1, close - 1));
+    port_text = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) throw fail("missing port");
+    host = std::string(text.substr(0, colon));
+    port_text = text.substr(colon + 1);
+  }
+  if (port_text.empty() || port_text.size() > 5) throw fail("bad port");
+  unsigned port = 0;
+  for (char c : port_text) {
+    if (c < '0' || c > '9') throw fail("bad port");
+    port = port * 10 + unsigned(c - '0');
+  }
+  if (port > 65535) throw fail("port out of range");
+
+  Address a;
+  auto* in = reinterpret_cast<sockaddr_in*>(&a.storage);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.storage);
+  if (inet_pton(AF_INET, host.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<std::uint16_t>(port));
+    a.len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<std::uint16_t>(port));
+    a.len = sizeof(sockaddr_in6);
+  } else {
+    throw fail("not a numeric IPv4 or IPv6 address");
+  }
+  return a;
+}
+
+bool operator==(const Address& a, const Address& b) noexcept {
+  return a.len == b.len && std::memcmp(&a.storage, &b.storage, a.len) == 0;
+}
+
+}  // namespace nexar::quic

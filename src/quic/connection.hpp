@@ -1,0 +1,156 @@
+// One QUIC connection (ngtcp2 + GnuTLS) to one peer. Sans-I/O in spirit: it never touches
+// the socket or the clock itself; the Endpoint hands it packets and timestamps and sends
+// what it writes. Engine thread only.
+#pragma once
+
+#include <ngtcp2/ngtcp2.h>
+#include <ngtcp2/ngtcp2_crypto.h>
+#include <gnutls/gnutls.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nexar/error.hpp>
+
+#include "engine/buffer_pool.hpp"
+#include "engine/op_state.hpp"
+#include "quic/address.hpp"
+
+namespace nexar::tls {
+class TlsContext;
+}
+
+namespace nexar::quic {
+
+class Connection;
+class Endpoint;
+
+/// Bytes queued on a stream. They must stay valid until the peer acknowledges them
+/// (ngtcp2 retransmits from them); then `owned` returns to its pool and `done` succeeds.
+struct Chunk {
+  const std::uint8_t* data = nullptr;
+  std::size_t len = 0;
+  detail::PooledBuffer owned;
+  std::shared_ptr<detail::OpState> done;
+};
+
+/// Events of a connection, delivered on the engine thread.
+class ConnectionHandler {
+ public:
+  virtual ~ConnectionHandler() = default;
+  /// The peer's certificate verified and names `node`; return an empty string to accept
+  /// or the reason to reject the handshake.
+  virtual std::string on_peer_identity(Connection& c, const std::string& node) = 0;
+  virtual void on_established(Connection& c) = 0;
+  /// Bytes of a stream the peer opened, in order. Call Connection::consumed() once the
+  /// bytes may be replaced by new ones (this extends the peer's flow-control credit).
+  virtual void on_stream_data(Connection& c, std::int64_t stream, const std::uint8_t* data,
+                              std::size_t len) = 0;
+  /// The connection is gone; `why` explains. Called exactly once.
+  virtual void on_closed(Connection& c, Errc code, const std::string& why) = 0;
+};
+
+struct ConnectionSettings {
+  std::size_t udp_payload = 1452;
+  std::uint64_t stream_window = 16u << 20;
+  std::uint64_t conn_window = 64u << 20;
+  std::uint64_t idle_timeout_ns = 15'000'000'000ull;
+  std::uint64_t handshake_timeout_ns = 20'000'000'000ull;
+};
+
+class Connection {
+ public:
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  bool is_server() const noexcept { return server_; }
+  bool established() const noexcept { return established_; }
+  bool closed() const noexcept { return closed_; }
+  const Address& remote() const noexcept { return remote_; }
+  const std::string& peer_node() const noexcept { return peer_node_; }
+
+  void set_handler(ConnectionHandler* h) noexcept { handler_ = h; }
+  /// Opaque slot for the owner (the transport stores its peer here).
+  void* user = nullptr;
+
+  /// Opens a unidirectional stream; lower `priority` values are written first.
+  std::int64_t open_stream(int priority);
+  /// Queues bytes on a stream opened with open_stream; they go out at the next flush.
+  void push(std::int64_t stream, Chunk chunk);
+  /// Bytes queued on `stream` and not yet acknowledged.
+  std::uint64_t unacked(std::int64_t stream) const;
+  /// Returns `n` bytes of flow-control credit to the peer on `stream`.
+  void consumed(std::int64_t stream, std::uint64_t n);
+
+  /// Closes with an application error code; the peer sees `reason`. Idempotent.
+  void close(std::uint64_t app_code, const std::string& reason);
+
+ private:
+  friend class Endpoint;
+  struct SendStream {
+    std::int64_t id = -1;
+    int priority = 0;
+    std::deque<Chunk> q;
+    std::uint64_t base = 0;    // stream offset of q.front()
+    std::size_t send_idx = 0;  // first chunk with unsent bytes
+    std::size_t send_off = 0;  // unsent position inside it
+    std::uint64_t queued = 0;  // stream offset of the end of queued data
+    std::uint64_t sent = 0;    // stream offset handed to ngtcp2
+    bool blocked = false;
+  };
+
+  Connection(Endpoint& ep, bool server, const Address& remote);
+  void init_tls(const tls::TlsContext& tls, const std::string& alpn);
+  static ngtcp2_callbacks callbacks(bool server);
+
+  int read(const ngtcp2_path& path, const std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
+  /// Writes everything sendable into packets handed to the endpoint.
+  void flush(std::uint64_t ts);
+  void handle_expiry(std::uint64_t ts);
+  /// Fails everything queued and notifies the handler once.
+  void finish(Errc code, const std::string& why);
+  void check_liberr(int rv, const char* where);
+
+  SendStream* stream(std::int64_t id);
+  SendStream* next_writable();
+  void acked(std::int64_t stream, std::uint64_t offset, std::uint64_t len);
+
+  // ngtcp2 / GnuTLS callbacks
+  static int cb_recv_stream_data(ngtcp2_conn*, std::uint32_t, std::int64_t, std::uint64_t,
+                                 const std::uint8_t*, std::size_t, void*, void*);
+  static int cb_acked(ngtcp2_conn*, std::int64_t, std::uint64_t, std::uint64_t, void*, void*);
+  static int cb_handshake_completed(ngtcp2_conn*, void*);
+  static int cb_new_cid(ngtcp2_conn*, ngtcp2_cid*, std::uint8_t*, std::size_t, void*);
+  static int cb_remove_cid(ngtcp2_conn*, const ngtcp2_cid*, void*);
+  static int cb_extend_stream(ngtcp2_conn*, std::int64_t, std::uint64_t, void*, void*);
+  static int cb_stream_close(ngtcp2_conn*, std::uint32_t, std::int64_t, std::uint64_t, void*,
+                             void*);
+  static void cb_rand(std::uint8_t*, std::size_t, const ngtcp2_rand_ctx*);
+  static ngtcp2_conn* cb_get_conn(ngtcp2_crypto_conn_ref*);
+  static int cb_verify(gnutls_session_t);
+
+  Endpoint& ep_;
+  bool server_;
+  Address remote_;
+  ngtcp2_conn* conn_ = nullptr;
+  gnutls_session_t session_ = nullptr;
+  ngtcp2_crypto_conn_ref conn_ref_{};
+  ngtcp2_path_storage path_{};
+  ConnectionHandler* handler_ = nullptr;
+  std::string expected_node_;  // client: the node we dialled
+  std::string peer_node_;
+  std::string verify_error_;
+  std::vector<std::unique_ptr<SendStream>> streams_;  // sorted by priority
+  std::vector<ngtcp2_cid> cids_;     // our source CIDs, registered at the endpoint
+  bool established_ = false;
+  bool closed_ = false;
+  bool flush_pending_ = false;
+  std::uint64_t timer_at_ = 0;
+  std::uint64_t id_ = 0;
+};
+
+}  // namespace nexar::quic

@@ -1,0 +1,291 @@
+#include "quic/endpoint.hpp"
+
+#include <gnutls/crypto.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "core/log.hpp"
+#include "tls/credentials.hpp"
+
+namespace nexar::quic {
+
+namespace {
+std::string cid_key(const std::uint8_t* data, std::size_t len) {
+  return std::string(reinterpret_cast<const char*>(data), len);
+}
+
+void random_cid(ngtcp2_cid& cid, std::size_t len) {
+  cid.datalen = len;
+  gnutls_rnd(GNUTLS_RND_RANDOM, cid.data, len);
+}
+}  // namespace
+
+std::uint64_t Endpoint::now() noexcept {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+Endpoint::Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
+                   ConnectionSettings settings, bool try_gso)
+    : engine_(engine),
+      tls_(tls),
+      settings_(settings),
+      sock_(fd, try_gso),
+      wait_fd_(engine.io()),
+      timer_(engine.io()),
+      rxbuf_(65536),
+      txbuf_(65536) {}
+
+Endpoint::~Endpoint() {
+  // The descriptor belongs to sock_; keep asio from closing it twice.
+  if (wait_fd_.is_open()) {
+    asio::error_code ec;
+    wait_fd_.cancel(ec);
+    wait_fd_.release();
+  }
+}
+
+void Endpoint::start(AcceptFn accept) {
+  accept_ = std::move(accept);
+  wait_fd_.assign(sock_.fd());
+  wait_readable();
+}
+
+void Endpoint::wait_readable() {
+  if (stopped_) return;
+  wait_fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
+    if (ec || stopped_) return;
+    on_readable();
+    wait_readable();
+  });
+}
+
+void Endpoint::on_readable() {
+  // Bounded batch so timers and submitted work are not starved under a flood.
+  for (int i = 0; i < 256; ++i) {
+    Address from;
+    std::size_t seg = 0;
+    ssize_t n = sock_.recv(rxbuf_.data(), rxbuf_.size(), from, seg);
+    if (n < 0) {
+      if (n != -EAGAIN && n != -EWOULDBLOCK) log::debug("udp recv: {}", std::strerror(static_cast<int>(-n)));
+      break;
+    }
+    std::uint64_t ts = now();
+    auto len = static_cast<std::size_t>(n);
+    if (seg == 0) seg = len;
+    for (std::size_t off = 0; off < len; off += seg) {
+      ++stats_.datagrams_in;
+      dispatch(from, rxbuf_.data() + off, std::min(seg, len - off), ts);
+    }
+  }
+  engine_.note_activity();
+  flush_dirty();
+}
+
+void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts) {
+  ngtcp2_version_cid vc;
+  int rv = ngtcp2_pkt_decode_version_cid(&vc, pkt, len, scid_len);
+  if (rv != 0) {
+    ++stats_.datagrams_dropped;
+    return;
+  }
+  Connection* c = nullptr;
+  if (auto it = cids_.find(cid_key(vc.dcid, vc.dcidlen)); it != cids_.end()) {
+    c = it->second;
+  } else {
+    c = accept(from, pkt, len, ts);
+    if (!c) {
+      ++stats_.datagrams_dropped;
+      return;
+    }
+  }
+  if (c->closed()) return;
+  ngtcp2_path path = c->path_.path;
+  path.remote.addr = const_cast<sockaddr*>(from.sa());
+  path.remote.addrlen = from.len;
+  if (c->read(path, pkt, len, ts) == 0) schedule_flush(*c);
+}
+
+Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t len,
+                             std::uint64_t ts) {
+  if (stopped_ || !accept_) return nullptr;
+  ngtcp2_pkt_hd hd;
+  if (ngtcp2_accept(&hd, pkt, len) != 0) return nullptr;
+  auto c = std::unique_ptr<Connection>(new Connection(*this, true, from));
+  c->id_ = next_id_++;
+
+  ngtcp2_settings st;
+  ngtcp2_settings_default(&st);
+  st.initial_ts = ts;
+  st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  st.max_tx_udp_payload_size = settings_.udp_payload;
+  st.no_tx_udp_payload_size_shaping = 1;
+  st.no_pmtud = 1;
+  st.handshake_timeout = settings_.handshake_timeout_ns;
+  ngtcp2_transport_params params;
+  ngtcp2_transport_params_default(&params);
+  params.initial_max_streams_uni = 16;
+  params.initial_max_stream_data_uni = settings_.stream_window;
+  params.initial_max_data = settings_.conn_window;
+  params.max_idle_timeout = settings_.idle_timeout_ns;
+  params.original_dcid = hd.dcid;
+  params.original_dcid_present = 1;
+
+  ngtcp2_cid scid;
+  random_cid(scid, scid_len);
+  ngtcp2_callbacks cb = Connection::callbacks(true);
+  int rv = ngtcp2_conn_server_new(&c->conn_, &hd.scid, &scid, &c->path_.path, hd.version, &cb,
+                                  &st, &params, nullptr, c.get());
+  if (rv != 0) {
+    log::warn("quic: cannot accept from {}: {}", from.to_string(), ngtcp2_strerror(rv));
+    return nullptr;
+  }
+  try {
+    c->init_tls(tls_, alpn);
+  } catch (const std::exception& e) {
+    log::warn("quic: cannot accept from {}: {}", from.to_string(), e.what());
+    return nullptr;
+  }
+  ngtcp2_conn_set_keep_alive_timeout(c->conn_, settings_.idle_timeout_ns / 3);
+  ConnectionHandler* h = accept_(*c);
+  if (!h) return nullptr;
+  c->set_handler(h);
+  Connection* raw = c.get();
+  add_cid(scid, raw);
+  raw->cids_.push_back(scid);
+  // The client keeps addressing us by the DCID it picked until it learns ours.
+  add_cid(hd.dcid, raw);
+  raw->cids_.push_back(hd.dcid);
+  conns_.push_back(std::move(c));
+  log::debug("quic: accepted connection from {}", from.to_string());
+  return raw;
+}
+
+Connection& Endpoint::connect(const Address& to, const std::string& node, ConnectionHandler* h) {
+  auto c = std::unique_ptr<Connection>(new Connection(*this, false, to));
+  c->id_ = next_id_++;
+  c->expected_node_ = node;
+  c->set_handler(h);
+  ngtcp2_settings st;
+  ngtcp2_settings_default(&st);
+  st.initial_ts = now();
+  st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  st.max_tx_udp_payload_size = settings_.udp_payload;
+  st.no_tx_udp_payload_size_shaping = 1;
+  st.no_pmtud = 1;
+  st.handshake_timeout = settings_.handshake_timeout_ns;
+  ngtcp2_transport_params params;
+  ngtcp2_transport_params_default(&params);
+  params.initial_max_streams_uni = 16;
+  params.initial_max_stream_data_uni = settings_.stream_window;
+  params.initial_max_data = settings_.conn_window;
+  params.max_idle_timeout = settings_.idle_timeout_ns;
+  ngtcp2_cid dcid, scid;
+  random_cid(dcid, 18);
+  random_cid(scid, scid_len);
+  ngtcp2_callbacks cb = Connection::callbacks(false);
+  int rv = ngtcp2_conn_client_new(&c->conn_, &dcid, &scid, &c->path_.path, NGTCP2_PROTO_VER_V1,
+                                  &cb, &st, &params, nullptr, c.get());
+  if (rv != 0) throw Error(Errc::protocol, std::string("ngtcp2_conn_client_new: ") + ngtcp2_strerror(rv));
+  c->init_tls(tls_, alpn);
+  ngtcp2_conn_set_keep_alive_timeout(c->conn_, settings_.idle_timeout_ns / 3);
+  Connection& ref = *c;
+  add_cid(scid, &ref);
+  ref.cids_.push_back(scid);
+  conns_.push_back(std::move(c));
+  schedule_flush(ref);
+  return ref;
+}
+
+void Endpoint::add_cid(const ngtcp2_cid& cid, Connection* c) { cids_[cid_key(cid.data, cid.datalen)] = c; }
+
+void Endpoint::remove_cid(const ngtcp2_cid& cid) { cids_.erase(cid_key(cid.data, cid.datalen)); }
+
+void Endpoint::schedule_flush(Connection& c) {
+  if (!c.flush_pending_) {
+    c.flush_pending_ = true;
+    dirty_.push_back(&c);
+  }
+  if (!flush_posted_) {
+    flush_posted_ = true;
+    engine_.post([this] { flush_dirty(); });
+  }
+}
+
+void Endpoint::flush_dirty() {
+  flush_posted_ = false;
+  std::uint64_t ts = now();
+  // flush() may close a connection, and closing may schedule more work: iterate a copy.
+  std::vector<Connection*> todo;
+  todo.swap(dirty_);
+  for (Connection* c : todo) {
+    c->flush_pending_ = false;
+    if (!c->closed()) c->flush(ts);
+  }
+  rearm_timer();
+}
+
+void Endpoint::rearm_timer() {
+  std::uint64_t next = UINT64_MAX;
+  for (auto& c : conns_)
+    if (!c->closed()) next = std::min<std::uint64_t>(next, ngtcp2_conn_get_expiry(c->conn_));
+  if (next == UINT64_MAX || stopped_) {
+    if (timer_at_) timer_.cancel();
+    timer_at_ = 0;
+    return;
+  }
+  if (next == timer_at_) return;
+  timer_at_ = next;
+  std::uint64_t t = now();
+  auto delay = std::chrono::nanoseconds(next > t ? next - t : 0);
+  timer_.expires_after(delay);
+  timer_.async_wait([this](asio::error_code ec) {
+    if (ec) return;
+    timer_at_ = 0;
+    on_timer();
+  });
+}
+
+void Endpoint::on_timer() {
+  std::uint64_t ts = now();
+  std::vector<Connection*> due;
+  for (auto& c : conns_)
+    if (!c->closed() && ngtcp2_conn_get_expiry(c->conn_) <= ts) due.push_back(c.get());
+  for (Connection* c : due) c->handle_expiry(ts);
+  rearm_timer();
+}
+
+void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment) {
+  int rc = sock_.send(c.remote(), data, len, segment);
+  if (rc != 0) {
+    log::debug("udp send to {}: {}", c.remote().to_string(), std::strerror(-rc));
+    return;  // QUIC treats it as loss and retransmits.
+  }
+  ++stats_.batches_out;
+  stats_.packets_out += (len + segment - 1) / segment;
+}
+
+void Endpoint::retire(Connection& c) {
+  for (auto& cid : c.cids_) remove_cid(cid);
+  c.cids_.clear();
+  // Free it after the current call chain unwinds; it may be deep inside its own callbacks.
+  Connection* p = &c;
+  engine_.post([this, p] {
+    std::erase_if(dirty_, [p](Connection* x) { return x == p; });
+    std::erase_if(conns_, [p](const std::unique_ptr<Connection>& x) { return x.get() == p; });
+  });
+}
+
+void Endpoint::shutdown(const std::string& reason) {
+  if (stopped_) return;
+  for (auto& c : conns_)
+    if (!c->closed()) c->close(0, reason);
+  stopped_ = true;
+  asio::error_code ec;
+  timer_.cancel();
+  wait_fd_.cancel(ec);
+}
+
+}  // namespace nexar::quic

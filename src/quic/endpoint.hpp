@@ -1,0 +1,91 @@
+// A node's QUIC endpoint: one UDP socket for all its incoming and outgoing connections.
+// It reads datagrams (GRO), routes them to connections by destination connection ID,
+// accepts new connections, sends what connections write (GSO batches), and runs the
+// one timer that drives every connection's ngtcp2 expiry. Engine thread only.
+#pragma once
+
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "quic/connection.hpp"
+#include "quic/udp_socket.hpp"
+
+namespace nexar::quic {
+
+inline constexpr const char* alpn = "nexar/1";
+inline constexpr std::size_t scid_len = 16;
+
+class Endpoint {
+ public:
+  /// Chooses the handler of a connection a peer opened; nullptr refuses it.
+  using AcceptFn = std::function<ConnectionHandler*(Connection&)>;
+
+  /// Takes ownership of the bound socket `fd`.
+  Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
+           ConnectionSettings settings, bool try_gso);
+  ~Endpoint();
+  Endpoint(const Endpoint&) = delete;
+  Endpoint& operator=(const Endpoint&) = delete;
+
+  /// Starts reading; incoming connections go to `accept`.
+  void start(AcceptFn accept);
+  /// Dials `to`, expecting its certificate to name `node`.
+  Connection& connect(const Address& to, const std::string& node, ConnectionHandler* h);
+  /// Flushes `c` once the current batch of events is handled.
+  void schedule_flush(Connection& c);
+  /// Closes every connection with `reason` and stops reading.
+  void shutdown(const std::string& reason);
+
+  const Address& local() const noexcept { return sock_.local(); }
+  const ConnectionSettings& settings() const noexcept { return settings_; }
+  const tls::TlsContext& tls() const noexcept { return tls_; }
+  detail::Engine& engine() noexcept { return engine_; }
+  static std::uint64_t now() noexcept;
+
+  /// Counters, for tests and logs.
+  struct Stats {
+    std::uint64_t datagrams_in = 0, datagrams_dropped = 0, packets_out = 0, batches_out = 0;
+  };
+  const Stats& stats() const noexcept { return stats_; }
+
+ private:
+  friend class Connection;
+  void wait_readable();
+  void on_readable();
+  void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
+  Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
+  void flush_dirty();
+  void rearm_timer();
+  void on_timer();
+  void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);
+  void add_cid(const ngtcp2_cid& cid, Connection* c);
+  void remove_cid(const ngtcp2_cid& cid);
+  void retire(Connection& c);
+
+  detail::Engine& engine_;
+  const tls::TlsContext& tls_;
+  ConnectionSettings settings_;
+  UdpSocket sock_;
+  asio::posix::stream_descriptor wait_fd_;
+  asio::steady_timer timer_;
+  std::uint64_t timer_at_ = 0;
+  AcceptFn accept_;
+  std::map<std::string, Connection*> cids_;
+  std::vector<std::unique_ptr<Connection>> conns_;
+  std::vector<Connection*> dirty_;
+  bool flush_posted_ = false;
+  bool stopped_ = false;
+  std::vector<std::uint8_t> rxbuf_;
+  std::vector<std::uint8_t> txbuf_;
+  std::uint64_t next_id_ = 1;
+  Stats stats_;
+};
+
+}  // namespace nexar::quic

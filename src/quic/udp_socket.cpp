@@ -1,0 +1,156 @@
+#include "quic/udp_socket.hpp"
+
+#include <fcntl.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <nexar/error.hpp>
+
+#include "core/log.hpp"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
+
+namespace nexar::quic {
+
+int UdpSocket::open_bound(const Address& addr) {
+  int fd = ::socket(addr.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    throw Error(Errc::io, "udp socket for " + addr.to_string() + ": " + std::strerror(errno));
+  }
+  // Deep kernel buffers absorb bursts of a whole congestion window; FORCE works as root.
+  int sz = 16 * 1024 * 1024;
+  for (int opt : {SO_RCVBUF, SO_SNDBUF}) {
+    int force = opt == SO_RCVBUF ? SO_RCVBUFFORCE : SO_SNDBUFFORCE;
+    if (::setsockopt(fd, SOL_SOCKET, force, &sz, sizeof sz) != 0) {
+      ::setsockopt(fd, SOL_SOCKET, opt, &sz, sizeof sz);
+    }
+  }
+  if (addr.family() == AF_INET6) {
+    int on = 1;
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof on);
+  }
+  if (::bind(fd, addr.sa(), addr.len) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Error(Errc::io, "bind udp " + addr.to_string() + ": " + std::strerror(e));
+  }
+  return fd;
+}
+
+UdpSocket::UdpSocket(int fd, bool try_gso) : fd_(fd) {
+  local_.len = sizeof(local_.storage);
+  ::getsockname(fd_, local_.sa(), &local_.len);
+  int fl = ::fcntl(fd_, F_GETFL);
+  ::fcntl(fd_, F_SETFL, fl | O_NONBLOCK);
+  if (try_gso) {
+    int seg = 1200;
+    // Probe GSO support by setting it once on the socket, then clear it: per-send cmsgs
+    // carry the real segment size.
+    if (::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0) {
+      seg = 0;
+      ::setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg);
+      gso_ = true;
+    }
+    int on = 1;
+    gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
+  }
+  log::debug("udp socket {} bound to {} (gso {}, gro {})", fd_, local_.to_string(), gso_, gro_);
+}
+
+UdpSocket::~UdpSocket() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+static bool wait_writable(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, 50) > 0;
+}
+
+int UdpSocket::send_one(const Address& to, const std::uint8_t* data, std::size_t len,
+                        std::size_t segment) {
+  iovec iov{const_cast<std::uint8_t*>(data), len};
+  msghdr msg{};
+  msg.msg_name = const_cast<sockaddr*>(to.sa());
+  msg.msg_namelen = to.len;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(std::uint16_t))] = {};
+  if (segment > 0 && len > segment) {
+    msg.msg_control = ctrl;
+    msg.msg_controllen = sizeof ctrl;
+    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(std::uint16_t));
+    auto s = static_cast<std::uint16_t>(segment);
+    std::memcpy(CMSG_DATA(cm), &s, sizeof s);
+  }
+  for (int tries = 0; tries < 200; ++tries) {
+    ssize_t n = ::sendmsg(fd_, &msg, 0);
+    if (n >= 0) return 0;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == ENOBUFS) {
+      wait_writable(fd_);
+      continue;
+    }
+    return -errno;
+  }
+  return -EAGAIN;
+}
+
+int UdpSocket::send(const Address& to, const std::uint8_t* data, std::size_t len,
+                    std::size_t segment) {
+  if (gso_ && len > segment) {
+    int rc = send_one(to, data, len, segment);
+    if (rc != -EIO && rc != -EINVAL) return rc;
+    // The route's device cannot segment (e.g. some tunnels): fall back for good.
+    log::info("udp: GSO rejected ({}), falling back to one packet per send", std::strerror(-rc));
+    gso_ = false;
+  }
+  for (std::size_t off = 0; off < len; off += segment) {
+    std::size_t n = std::min(segment, len - off);
+    int rc = send_one(to, data + off, n, 0);
+    if (rc != 0) return rc;
+  }
+  return 0;
+}
+
+ssize_t UdpSocket::recv(std::uint8_t* buf, std::size_t cap, Address& from, std::size_t& segment) {
+  iovec iov{buf, cap};
+  msghdr msg{};
+  from.len = sizeof(from.storage);
+  msg.msg_name = from.sa();
+  msg.msg_namelen = from.len;
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msg.msg_control = ctrl;
+  msg.msg_controllen = sizeof ctrl;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd_, &msg, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return -errno;
+  from.len = msg.msg_namelen;
+  segment = static_cast<std::size_t>(n);
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+      int s = 0;
+      std::memcpy(&s, CMSG_DATA(cm), sizeof s);
+      if (s > 0) segment = static_cast<std::size_t>(s);
+    }
+  }
+  return n;
+}
+
+}  // namespace nexar::quic

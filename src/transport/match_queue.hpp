@@ -1,0 +1,72 @@
+// MPI-style message matching for one lane domain (data or bulk) of a node: receives posted
+// before their message arrived, and messages (or rendezvous announcements) that arrived
+// before their receive was posted. Both lists keep arrival/post order, so the first match
+// is always the oldest one: this is what makes (comm, source, tag) delivery non-overtaking.
+// Engine thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include <nexar/request.hpp>
+
+#include "engine/op_state.hpp"
+
+namespace nexar::detail {
+
+/// A receive posted by the application.
+struct RecvOp {
+  std::shared_ptr<OpState> op;
+  std::uint64_t comm = 0;
+  int source = any_source;  // or any_source
+  int tag = any_tag;        // or any_tag
+  std::byte* buf = nullptr;
+  std::size_t cap = 0;
+
+  bool matches(std::uint64_t c, int src, int t) const noexcept {
+    return comm == c && (source == any_source || source == src) && (tag == any_tag || tag == t);
+  }
+};
+
+/// A message that arrived with no receive posted for it.
+struct Unexpected {
+  std::uint64_t comm = 0;
+  int source = 0;
+  int tag = 0;
+  bool rendezvous = false;      // only announced (rts); the data waits for a cts
+  std::uint64_t seq = 0;        // rendezvous id
+  std::uint64_t size = 0;       // message size
+  std::vector<std::byte> data;  // eager payload, filled as it arrives
+  bool complete = false;        // eager payload fully arrived
+  std::shared_ptr<RecvOp> waiter;  // receive matched while the payload was still arriving
+};
+
+class MatchQueue {
+ public:
+  /// Removes and returns the oldest posted receive matching an arrived message.
+  std::shared_ptr<RecvOp> take_posted(std::uint64_t comm, int source, int tag);
+  /// Finds the oldest unexpected message matching a new receive (not removed).
+  std::list<std::shared_ptr<Unexpected>>::iterator find_unexpected(const RecvOp& r);
+
+  void post(std::shared_ptr<RecvOp> r) { posted_.push_back(std::move(r)); }
+  /// Removes a posted receive (cancellation); false if it was matched already.
+  bool remove_posted(const OpState* op);
+
+  std::shared_ptr<Unexpected> add_unexpected(Unexpected u);
+  void erase(std::list<std::shared_ptr<Unexpected>>::iterator it) { unexpected_.erase(it); }
+  /// Removes an unexpected entry by identity.
+  void erase(const Unexpected* u);
+  std::list<std::shared_ptr<Unexpected>>::iterator end() { return unexpected_.end(); }
+
+  std::list<std::shared_ptr<RecvOp>>& posted() noexcept { return posted_; }
+  std::list<std::shared_ptr<Unexpected>>& unexpected() noexcept { return unexpected_; }
+
+ private:
+  std::list<std::shared_ptr<RecvOp>> posted_;
+  std::list<std::shared_ptr<Unexpected>> unexpected_;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,552 @@
+#include "transport/node.hpp"
+
+#include <asio/steady_timer.hpp>
+
+#include <cstring>
+#include <future>
+#include <unistd.h>
+
+#include "core/log.hpp"
+
+namespace nexar::detail {
+
+using wire::FrameHeader;
+using wire::FrameType;
+using wire::Lane;
+
+namespace {
+quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic::Address>& addrs) {
+  quic::ConnectionSettings s;
+  bool loopback = true;
+  for (auto& a : addrs) loopback = loopback && a.is_loopback();
+  // Loopback has a 64 KiB MTU: big packets cut per-packet crypto and syscall costs.
+  s.udp_payload = cfg.udp_payload ? cfg.udp_payload : (loopback ? 8952u : 1452u);
+  s.stream_window = cfg.stream_window;
+  s.conn_window = cfg.stream_window * (wire::lane_count + 1);
+  s.idle_timeout_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.idle_timeout).count());
+  s.handshake_timeout_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
+  return s;
+}
+}  // namespace
+
+namespace {
+// Handles a connection a peer opened until its certificate says who it is, then hands it
+// to that rank's Peer.
+class AcceptRouter final : public quic::ConnectionHandler {
+ public:
+  explicit AcceptRouter(CommImpl& n) : n_(n) {}
+  std::string on_peer_identity(quic::Connection& conn, const std::string& node) override {
+    int r = n_.rank_of_node(node);
+    if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
+    // Lower ranks dial higher ones; a higher rank dialling us breaks that rule.
+    if (r > n_.rank()) return "node '" + node + "' has a higher rank: it is dialled, not accepted";
+    Peer* p = n_.peer(r);
+    std::string why = p->on_peer_identity(conn, node);
+    if (why.empty()) p->attach(conn);
+    return why;
+  }
+  void on_established(quic::Connection&) override {}
+  void on_stream_data(quic::Connection&, std::int64_t, const std::uint8_t*, std::size_t) override {}
+  void on_closed(quic::Connection&, Errc, const std::string&) override {}
+
+ private:
+  CommImpl& n_;
+};
+}  // namespace
+
+CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
+    : cfg_(cfg),
+      rank_(opts.rank),
+      world_(opts.world),
+      names_(std::move(opts.names)),
+      addrs_(std::move(opts.addrs)),
+      tls_(std::make_unique<tls::TlsContext>(opts.creds)),
+      engine_(cfg.spin),
+      udp_fd_(opts.udp_fd) {
+  router_ = std::make_unique<AcceptRouter>(*this);
+  peers_.resize(static_cast<std::size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_) continue;
+    peers_[static_cast<std::size_t>(r)] =
+        std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
+  }
+  rpc_ = std::make_unique<RpcService>(
+      rank_, [this](int caller, std::uint64_t call, wire::RpcStatus st, std::vector<std::byte> out) {
+        if (caller == rank_) {
+          // A call to ourselves: complete it on the engine, like a reply from a peer.
+          engine_.post([this, call, st, out = std::move(out)]() mutable {
+            finish_call(call, st, std::move(out));
+          });
+          return;
+        }
+        send_rpc_response(caller, call, st, out);
+      });
+}
+
+CommImpl::~CommImpl() { close(); }
+
+int CommImpl::rank_of_node(const std::string& node) const {
+  for (std::size_t r = 0; r < names_.size(); ++r)
+    if (names_[r] == node) return static_cast<int>(r);
+  return -1;
+}
+
+void CommImpl::start() {
+  ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_, addrs_),
+                                          cfg_.udp_gso);
+  udp_fd_ = -1;
+  engine_.start();
+  // Lower ranks dial higher ones: exactly one connection per pair.
+  std::promise<void> started;
+  engine_.post([this, &started] {
+    ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
+    for (int r = rank_ + 1; r < world_; ++r) {
+      Peer* p = peer(r);
+      quic::Connection& c = ep_->connect(addrs_[static_cast<std::size_t>(r)], p->name(), p);
+      p->attach(c);
+    }
+    started.set_value();
+  });
+  started.get_future().wait();
+
+  // Wait until every peer is up and has greeted us.
+  auto deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+  for (;;) {
+    std::promise<std::pair<int, std::string>> probe;
+    engine_.post([this, &probe] {
+      for (int r = 0; r < world_; ++r) {
+        if (r == rank_) continue;
+        Peer* p = peer(r);
+        if (p->gone()) {
+          probe.set_value({r, p->gone_why()});
+          return;
+        }
+        if (!p->up() || !p->hello_seen()) {
+          probe.set_value({r, {}});
+          return;
+        }
+      }
+      probe.set_value({-1, {}});
+    });
+    auto [missing, why] = probe.get_future().get();
+    if (missing < 0) break;
+    Peer* p = peer(missing);
+    if (!why.empty()) {
+      ErrorContext ctx{"connect", rank_, missing, p->addr_text(), {}};
+      Errc code = p->gone_code();
+      close();
+      throw make_error(code, ctx, why);
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ErrorContext ctx{"connect", rank_, missing, p->addr_text(), {}};
+      close();
+      throw make_error(Errc::timeout, ctx,
+                       "peer not connected within " + std::to_string(cfg_.connect_timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  log::info("rank {}: connected to {} peers on {}", rank_, world_ - 1, ep_->local().to_string());
+}
+
+// ---- shutdown ----------------------------------------------------------------------------
+
+void CommImpl::drain_then_shutdown(std::chrono::steady_clock::time_point until,
+                                   const std::shared_ptr<OpState>& done) {
+  std::uint64_t pending = 0;
+  for (auto& p : peers_)
+    if (p) pending += p->unacked();
+  if (pending > 0 && std::chrono::steady_clock::now() < until) {
+    // Bytes we promised (completed eager sends) are still unacknowledged: linger.
+    auto t = std::make_shared<asio::steady_timer>(engine_.io(), std::chrono::milliseconds(1));
+    t->async_wait([this, t, until, done](asio::error_code) { drain_then_shutdown(until, done); });
+    return;
+  }
+  for (auto& p : peers_)
+    if (p) p->say_goodbye();
+  ep_->shutdown("communicator closed");
+  // Receives that only a peer could have satisfied failed with it; fail the rest.
+  for (auto& q : match_) {
+    for (auto& r : q.posted()) fail(r->op, Errc::closed, -1, "communicator closed");
+    q.posted().clear();
+    q.unexpected().clear();
+  }
+  for (auto& [id, c] : calls_) fail(c.op, Errc::closed, c.dest, "communicator closed");
+  calls_.clear();
+  done->succeed();
+}
+
+void CommImpl::close() {
+  if (closed_.exchange(true)) return;
+  if (rpc_) rpc_->stop();
+  if (ep_) {
+    auto done = std::make_shared<OpState>("close", std::chrono::steady_clock::time_point::max());
+    auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
+                                                         cfg_.op_timeout, std::chrono::seconds(5));
+    engine_.post([this, until, done] { drain_then_shutdown(until, done); });
+    done->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10), {});
+  }
+  engine_.stop();
+  ep_.reset();
+  peers_.clear();
+  if (udp_fd_ >= 0) {
+    ::close(udp_fd_);
+    udp_fd_ = -1;
+  }
+}
+
+// ---- errors ------------------------------------------------------------------------------
+
+std::string CommImpl::format(Errc code, const OpState& op, int peer_rank, std::string_view why) const {
+  std::string addr;
+  if (peer_rank >= 0 && peer_rank < world_ && peer_rank != rank_)
+    addr = addrs_[static_cast<std::size_t>(peer_rank)].to_string();
+  ErrorContext ctx{op.op(), rank_, peer_rank, addr, op.start()};
+  return format_error(code, ctx, why);
+}
+
+void CommImpl::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, std::string_view why) {
+  if (!op || op->done()) return;
+  op->complete(code, format(code, *op, peer_rank, why));
+}
+
+void CommImpl::on_peer_closed(Peer& p) {
+  // Receives naming this peer can never complete now. Any-source receives stay posted.
+  for (auto& q : match_) {
+    auto& posted = q.posted();
+    for (auto it = posted.begin(); it != posted.end();) {
+      if ((*it)->source == p.rank()) {
+        fail((*it)->op, p.gone_code(), p.rank(), p.gone_why());
+        it = posted.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto it = calls_.begin(); it != calls_.end();) {
+    if (it->second.dest == p.rank()) {
+      fail(it->second.op, p.gone_code(), p.rank(), p.gone_why());
+      it = calls_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// ---- validation ----------------------------------------------------------------------------
+
+void CommImpl::check_open(const char* op, int peer_rank) const {
+  if (!is_open()) {
+    ErrorContext ctx{op, rank_, peer_rank, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+}
+
+void CommImpl::check_rank(const char* op, int r, bool allow_any) const {
+  if (allow_any && r == any_source) return;
+  if (r < 0 || r >= world_) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "rank " + std::to_string(r) + " out of range [0, " + std::to_string(world_) + ")");
+  }
+  if (r == rank_) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "peer " + std::to_string(r) + " is this rank; point-to-point needs another rank");
+  }
+}
+
+void CommImpl::check_tag(const char* op, int tag, bool allow_any) const {
+  if (allow_any && tag == any_tag) return;
+  if (tag < 0 || tag > max_tag) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "tag " + std::to_string(tag) + " out of range [0, " + std::to_string(max_tag) + "]");
+  }
+}
+
+std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseconds timeout) {
+  auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
+  s->spin = cfg_.spin;
+  return s;
+}
+
+// ---- point-to-point --------------------------------------------------------------------
+
+Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts) {
+  check_open(op, dest);
+  check_rank(op, dest, false);
+  check_tag(op, tag, false);
+  std::uint64_t size = 0;
+  for (auto& p : parts) {
+    if (p.bytes && !p.data) {
+      ErrorContext ctx{op, rank_, dest, {}, {}};
+      throw make_error(Errc::invalid_argument, ctx, "null buffer with " + std::to_string(p.bytes) + " bytes");
+    }
+    size += p.bytes;
+  }
+  if (size > cfg_.max_frame_bytes) {
+    ErrorContext ctx{op, rank_, dest, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "message of " + std::to_string(size) + " bytes exceeds max_frame_bytes " +
+                         std::to_string(cfg_.max_frame_bytes));
+  }
+  auto st = new_op(op, cfg_.op_timeout);
+  Peer* p = peer(dest);
+  if (p->gone()) {
+    fail(st, p->gone_code(), dest, p->gone_why());
+    return Request(st);
+  }
+  const Lane lane = d == Domain::bulk ? Lane::bulk : Lane::data;
+  if (size <= cfg_.eager_limit) {
+    // Small: copy once into a pooled buffer behind the header; the caller's buffer is free
+    // as soon as we return.
+    PooledBuffer b = pool_.acquire(wire::header_size + size);
+    FrameHeader h;
+    h.type = FrameType::eager;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.comm = 0;
+    h.tag = static_cast<std::uint64_t>(tag);
+    h.length = size;
+    wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+    std::byte* out = b.data() + wire::header_size;
+    for (auto& part : parts) {
+      if (part.bytes) std::memcpy(out, part.data, part.bytes);
+      out += part.bytes;
+    }
+    std::size_t len = wire::header_size + size;
+    engine_.post([this, dest, lane, b = std::move(b), len]() mutable {
+      peer(dest)->send_frame(lane, std::move(b), len);
+    });
+    st->succeed(Status{dest, tag, static_cast<std::size_t>(size)});
+    return Request(st);
+  }
+  std::vector<ConstBuffer> copy(parts.begin(), parts.end());
+  std::weak_ptr<CommImpl> weak = weak_from_this();
+  OpState* raw = st.get();
+  st->canceller = [weak, raw, dest, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->engine_.post([self, raw, dest, code, st_weak] {
+      auto s = st_weak.lock();
+      if (!s || s->done()) return;
+      if (self->peer(dest)->cancel_rendezvous(raw)) {
+        self->fail(s, code, dest,
+                   code == Errc::timeout ? "receiver did not post a matching receive in time"
+                                         : "send cancelled");
+      }
+    });
+  };
+  engine_.post([this, dest, d, tag, copy = std::move(copy), size, st]() mutable {
+    peer(dest)->start_rendezvous(d, 0, tag, std::move(copy), size, st);
+  });
+  return Request(st);
+}
+
+void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
+                                  std::list<std::shared_ptr<Unexpected>>::iterator it) {
+  auto u = *it;
+  Peer* p = peer(u->source);
+  if (u->rendezvous) {
+    queue(d).erase(it);
+    if (p->gone()) {
+      fail(r->op, p->gone_code(), u->source, p->gone_why());
+      return;
+    }
+    p->accept_rendezvous(d, u->seq, r, u->size);
+    return;
+  }
+  if (!u->complete) {
+    // Still arriving: the rest goes straight to the receive buffer.
+    if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
+    p->release_unexpected(u->data.size());
+    u->data.clear();
+    u->data.shrink_to_fit();
+    u->waiter = r;
+    return;
+  }
+  queue(d).erase(it);
+  if (u->size > r->cap) {
+    fail(r->op, Errc::truncated, u->source,
+         "message of " + std::to_string(u->size) + " bytes (tag " + std::to_string(u->tag) +
+             ") does not fit the receive buffer of " + std::to_string(r->cap) + " bytes");
+  } else {
+    if (u->waiter == nullptr && !u->data.empty()) std::memcpy(r->buf, u->data.data(), u->data.size());
+    r->op->succeed(Status{u->source, u->tag, static_cast<std::size_t>(u->size)});
+  }
+  if (p && !u->data.empty()) p->release_unexpected(u->data.size());
+}
+
+Request CommImpl::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
+  check_open(op, source);
+  check_rank(op, source, true);
+  check_tag(op, tag, true);
+  if (cap && !data) {
+    ErrorContext ctx{op, rank_, source, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx, "null buffer with capacity " + std::to_string(cap));
+  }
+  auto st = new_op(op, cfg_.op_timeout);
+  auto r = std::make_shared<RecvOp>();
+  r->op = st;
+  r->comm = 0;
+  r->source = source;
+  r->tag = tag;
+  r->buf = static_cast<std::byte*>(data);
+  r->cap = cap;
+  std::weak_ptr<CommImpl> weak = weak_from_this();
+  OpState* raw = st.get();
+  st->canceller = [weak, raw, d, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->engine_.post([self, raw, d, code, st_weak] {
+      auto s = st_weak.lock();
+      if (!s || s->done()) return;
+      if (self->queue(d).remove_posted(raw)) {
+        self->fail(s, code, -1, code == Errc::timeout ? "no matching message arrived in time"
+                                                      : "receive cancelled");
+      }
+    });
+  };
+  engine_.post([this, d, r] {
+    if (r->source != any_source) {
+      Peer* p = peer(r->source);
+      auto& q = queue(d);
+      auto it = q.find_unexpected(*r);
+      if (it != q.end()) {
+        deliver_unexpected(d, r, it);
+        return;
+      }
+      if (p->gone()) {
+        fail(r->op, p->gone_code(), r->source, p->gone_why());
+        return;
+      }
+      q.post(r);
+      return;
+    }
+    auto& q = queue(d);
+    auto it = q.find_unexpected(*r);
+    if (it != q.end()) {
+      deliver_unexpected(d, r, it);
+      return;
+    }
+    if (!is_open()) {
+      fail(r->op, Errc::closed, -1, "communicator closed");
+      return;
+    }
+    q.post(r);
+  });
+  return Request(st);
+}
+
+// ---- RPC ---------------------------------------------------------------------------------
+
+CommImpl::PendingCall* CommImpl::pending_call(std::uint64_t id) {
+  auto it = calls_.find(id);
+  return it == calls_.end() ? nullptr : &it->second;
+}
+
+void CommImpl::finish_call(std::uint64_t call, wire::RpcStatus status, std::vector<std::byte> payload) {
+  auto it = calls_.find(call);
+  if (it == calls_.end()) return;  // timed out or cancelled meanwhile
+  PendingCall c = std::move(it->second);
+  calls_.erase(it);
+  std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
+  switch (status) {
+    case wire::RpcStatus::ok: {
+      std::size_t n = payload.size();
+      if (c.reply) *c.reply = std::move(payload);
+      c.op->succeed(Status{c.dest, -1, n});
+      break;
+    }
+    case wire::RpcStatus::unknown_id:
+      fail(c.op, Errc::unknown_rpc, c.dest, text);
+      break;
+    case wire::RpcStatus::handler_failed:
+      fail(c.op, Errc::rpc_failed, c.dest, text);
+      break;
+  }
+}
+
+void CommImpl::send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus st,
+                                 std::span<const std::byte> payload) {
+  PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
+  FrameHeader h;
+  h.type = FrameType::rpc_response;
+  h.flags = static_cast<std::uint8_t>(st);
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.seq = call;
+  h.length = payload.size();
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
+  std::size_t len = wire::header_size + payload.size();
+  engine_.post([this, dest, b = std::move(b), len]() mutable {
+    peer(dest)->send_frame(Lane::rpc_response, std::move(b), len);
+  });
+}
+
+Request CommImpl::rpc_call(int dest, RpcId id, std::span<const std::byte> args,
+                           std::vector<std::byte>* reply, std::chrono::milliseconds timeout) {
+  const char* op = "rpc";
+  check_open(op, dest);
+  if (dest < 0 || dest >= world_) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "rank " + std::to_string(dest) + " out of range [0, " + std::to_string(world_) + ")");
+  }
+  if (args.size() > cfg_.max_frame_bytes) {
+    ErrorContext ctx{op, rank_, dest, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "arguments of " + std::to_string(args.size()) + " bytes exceed max_frame_bytes");
+  }
+  auto st = new_op(op, timeout);
+  std::uint64_t call = next_call_.fetch_add(1);
+  std::weak_ptr<CommImpl> weak = weak_from_this();
+  st->canceller = [weak, call, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
+    auto self = weak.lock();
+    if (!self) return;
+    self->engine_.post([self, call, code, st_weak] {
+      auto it = self->calls_.find(call);
+      if (it == self->calls_.end()) return;
+      auto s = st_weak.lock();
+      int dest_rank = it->second.dest;
+      self->calls_.erase(it);
+      if (s) self->fail(s, code, dest_rank, code == Errc::timeout ? "no reply in time" : "call cancelled");
+    });
+  };
+  if (dest == rank_) {
+    std::vector<std::byte> copy(args.begin(), args.end());
+    engine_.post([this, st, reply, call, id, copy = std::move(copy)]() mutable {
+      calls_[call] = PendingCall{st, reply, rank_};
+      rpc_->submit(rank_, id, call, std::move(copy));
+    });
+    return Request(st);
+  }
+  Peer* p = peer(dest);
+  if (p->gone()) {
+    fail(st, p->gone_code(), dest, p->gone_why());
+    return Request(st);
+  }
+  PooledBuffer b = pool_.acquire(wire::header_size + args.size());
+  FrameHeader h;
+  h.type = FrameType::rpc_request;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.tag = id;
+  h.seq = call;
+  h.length = args.size();
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  if (!args.empty()) std::memcpy(b.data() + wire::header_size, args.data(), args.size());
+  std::size_t len = wire::header_size + args.size();
+  engine_.post([this, st, reply, call, dest, b = std::move(b), len]() mutable {
+    Peer* pp = peer(dest);
+    if (pp->gone()) {
+      fail(st, pp->gone_code(), dest, pp->gone_why());
+      return;
+    }
+    calls_[call] = PendingCall{st, reply, dest};
+    pp->send_frame(Lane::rpc_request, std::move(b), len);
+  });
+  return Request(st);
+}
+
+}  // namespace nexar::detail

@@ -1,0 +1,116 @@
+// A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
+// Peer per other rank, the matching queues of the data and bulk lanes, and the RPC service.
+// The public Communicator is a handle to it (detail::CommImpl is this class).
+//
+// Threads: user threads validate arguments, copy eager payloads into pooled buffers and
+// post work to the engine; everything below runs on the engine thread, except RpcService's
+// handler thread.
+#pragma once
+
+#include <nexar/communicator.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error_format.hpp"
+#include "engine/buffer_pool.hpp"
+#include "engine/engine.hpp"
+#include "engine/op_state.hpp"
+#include "quic/endpoint.hpp"
+#include "rpc/rpc_service.hpp"
+#include "tls/credentials.hpp"
+#include "transport/match_queue.hpp"
+#include "transport/peer.hpp"
+
+namespace nexar::detail {
+
+/// Which matching space a point-to-point operation uses.
+enum class Domain { data = 0, bulk = 1 };
+
+struct NodeOptions {
+  int rank = 0;
+  int world = 1;
+  std::vector<std::string> names;           // node name of every rank
+  std::vector<quic::Address> addrs;         // address of every rank
+  tls::NodeCredentials creds;
+  int udp_fd = -1;
+};
+
+class CommImpl : public std::enable_shared_from_this<CommImpl> {
+ public:
+  CommImpl(NodeOptions opts, const Config& cfg);
+  ~CommImpl();
+
+  /// Starts the engine and connects the mesh; returns when every peer is up.
+  void start();
+  void close();
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return world_; }
+  const Config& config() const noexcept { return cfg_; }
+  bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
+
+  Request isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts);
+  Request irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap);
+  Request rpc_call(int dest, RpcId id, std::span<const std::byte> args, std::vector<std::byte>* reply,
+                   std::chrono::milliseconds timeout);
+  RpcService& rpc() noexcept { return *rpc_; }
+
+  // ---- engine-thread internals used by Peer and RpcService ---------------------------
+  Engine& engine() noexcept { return engine_; }
+  BufferPool& pool() noexcept { return pool_; }
+  MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
+  Peer* peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)].get(); }
+  int rank_of_node(const std::string& node) const;
+  /// A receive was matched with an unexpected message (or a peer's data): deliver.
+  void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
+                          std::list<std::shared_ptr<Unexpected>>::iterator it);
+  /// Completes `op` with an error formatted with this node's context.
+  void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why);
+  std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
+  /// A peer went away: fail receives that can only be satisfied by it.
+  void on_peer_closed(Peer& p);
+  /// A reply (or local result) for RPC call `call` arrived.
+  void finish_call(std::uint64_t call, wire::RpcStatus st, std::vector<std::byte> payload);
+  struct PendingCall {
+    std::shared_ptr<OpState> op;
+    std::vector<std::byte>* reply = nullptr;
+    int dest = -1;
+  };
+  PendingCall* pending_call(std::uint64_t id);
+  void send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus st,
+                         std::span<const std::byte> payload);
+
+ private:
+  std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
+  void check_open(const char* op, int peer) const;
+  void check_rank(const char* op, int r, bool allow_any) const;
+  void check_tag(const char* op, int tag, bool allow_any) const;
+  void drain_then_shutdown(std::chrono::steady_clock::time_point until,
+                           const std::shared_ptr<OpState>& done);
+
+  Config cfg_;
+  int rank_;
+  int world_;
+  std::vector<std::string> names_;
+  std::vector<quic::Address> addrs_;
+  std::unique_ptr<tls::TlsContext> tls_;
+  BufferPool pool_;
+  Engine engine_;
+  std::unique_ptr<quic::Endpoint> ep_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  MatchQueue match_[2];
+  std::unique_ptr<quic::ConnectionHandler> router_;
+  std::unique_ptr<RpcService> rpc_;
+  std::map<std::uint64_t, PendingCall> calls_;
+  std::atomic<std::uint64_t> next_call_{1};
+  std::atomic<bool> closed_{false};
+  int udp_fd_;
+  friend class Peer;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,430 @@
+#include "transport/peer.hpp"
+
+#include <cstring>
+
+#include "core/log.hpp"
+#include "transport/node.hpp"
+
+namespace nexar::detail {
+
+using wire::FrameHeader;
+using wire::FrameType;
+using wire::Lane;
+
+namespace {
+// Write priority of the outgoing streams: control and RPC before data, bulk last, so a
+// long bulk transfer never sits in front of a barrier or an RPC.
+constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3};
+}  // namespace
+
+Peer::Peer(CommImpl& node, int rank, std::string name, quic::Address addr)
+    : node_(node), rank_(rank), name_(std::move(name)), addr_(addr), addr_text_(addr.to_string()) {}
+
+Domain Peer::domain_of(Lane lane) { return lane == Lane::bulk ? Domain::bulk : Domain::data; }
+Lane Peer::lane_of(Domain d) { return d == Domain::bulk ? Lane::bulk : Lane::data; }
+
+void Peer::attach(quic::Connection& c) {
+  conn_ = &c;
+  c.set_handler(this);
+  c.user = this;
+}
+
+std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node) {
+  if (node != name_) return "certificate names '" + node + "', expected '" + name_ + "'";
+  if (conn_ && conn_ != &c && !conn_->closed()) return "node '" + node + "' is already connected";
+  return {};
+}
+
+void Peer::on_established(quic::Connection& c) {
+  attach(c);
+  for (int l = 0; l < wire::lane_count; ++l) {
+    out_[l] = c.open_stream(lane_priority[l]);
+    PooledBuffer b = node_.pool().acquire(wire::preamble_size);
+    wire::encode_preamble(static_cast<Lane>(l),
+                          std::span<std::byte, wire::preamble_size>(b.data(), wire::preamble_size));
+    const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
+    c.push(out_[l], quic::Chunk{p, wire::preamble_size, std::move(b), nullptr});
+  }
+  const std::string& my_name = node_.names_[static_cast<std::size_t>(node_.rank())];
+  FrameHeader h;
+  h.type = FrameType::hello;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.tag = static_cast<std::uint64_t>(node_.size());
+  h.length = my_name.size();
+  PooledBuffer b = node_.pool().acquire(wire::header_size + my_name.size());
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
+  send_frame(Lane::control, std::move(b), wire::header_size + my_name.size());
+  state_.store(State::up, std::memory_order_release);
+  log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
+}
+
+void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done) {
+  if (!conn_ || gone()) {
+    if (done) node_.fail(done, gone_code_ == Errc::ok ? Errc::peer_failed : gone_code_, rank_, gone_why_);
+    return;
+  }
+  const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
+  conn_->push(out_[static_cast<int>(lane)], quic::Chunk{p, len, std::move(buf), std::move(done)});
+}
+
+void Peer::send_header(Lane lane, const FrameHeader& h) {
+  PooledBuffer b = node_.pool().acquire(wire::header_size);
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  send_frame(lane, std::move(b), wire::header_size);
+}
+
+void Peer::start_rendezvous(Domain d, std::uint64_t comm, int tag, std::vector<ConstBuffer> parts,
+                            std::uint64_t size, std::shared_ptr<OpState> op) {
+  if (gone()) {
+    node_.fail(op, gone_code_, rank_, gone_why_);
+    return;
+  }
+  std::uint64_t seq = next_seq_++;
+  FrameHeader h;
+  h.type = FrameType::rts;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.comm = comm;
+  h.tag = static_cast<std::uint64_t>(tag);
+  h.seq = seq;
+  h.length = size;
+  rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
+  send_header(lane_of(d), h);
+}
+
+bool Peer::cancel_rendezvous(const OpState* op) {
+  for (auto& [seq, r] : rdv_out_) {
+    if (r.op.get() == op && !r.cancelled) {
+      // The announcement is out; the peer will still answer it. Remember to send an empty,
+      // cancelled data frame then, so its receive fails instead of waiting forever.
+      r.cancelled = true;
+      r.parts.clear();
+      return true;
+    }
+  }
+  return false;
+}
+
+void Peer::accept_rendezvous(Domain d, std::uint64_t seq, std::shared_ptr<RecvOp> r, std::uint64_t) {
+  FrameHeader h;
+  h.type = FrameType::cts;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.comm = r->comm;
+  h.seq = seq;
+  rdv_in_[static_cast<int>(d)][seq] = std::move(r);
+  send_header(lane_of(d), h);
+}
+
+void Peer::release_unexpected(std::uint64_t bytes) {
+  unexpected_bytes_ -= std::min(unexpected_bytes_, bytes);
+  if (unexpected_bytes_ >= node_.config().unexpected_limit || !conn_) return;
+  for (auto& [id, s] : in_) {
+    if (s->deferred) {
+      conn_->consumed(id, s->deferred);
+      s->deferred = 0;
+    }
+  }
+}
+
+std::uint64_t Peer::unacked() const {
+  if (!conn_ || gone()) return 0;
+  std::uint64_t n = 0;
+  for (auto id : out_)
+    if (id >= 0) n += conn_->unacked(id);
+  return n;
+}
+
+void Peer::say_goodbye() {
+  if (!up()) return;
+  FrameHeader h;
+  h.type = FrameType::goodbye;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  send_header(Lane::control, h);
+}
+
+// ---- inbound ---------------------------------------------------------------------------
+
+struct Peer::Reader {
+  Peer& p;
+  InStream& s;
+  bool on_preamble(Lane lane) {
+    for (auto& [id, other] : p.in_) {
+      if (other.get() != &s && other->reader.lane() == lane && id != s.id) {
+        p.protocol_error("second stream for lane " + std::to_string(static_cast<int>(lane)));
+        return false;
+      }
+    }
+    return true;
+  }
+  bool on_header(const FrameHeader& h) { return p.on_header(s, h); }
+  void on_payload(std::span<const std::byte> chunk) { p.on_payload(s, chunk); }
+  bool on_frame_end(const FrameHeader& h) { return p.on_frame_end(s, h); }
+};
+
+void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
+                          std::size_t len) {
+  auto& slot = in_[stream];
+  if (!slot) {
+    slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
+    slot->id = stream;
+  }
+  InStream& s = *slot;
+  s.consumed = 0;
+  Reader r{*this, s};
+  auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
+  std::uint64_t before_deferred = s.deferred;
+  if (auto err = s.reader.feed(in, r)) {
+    if (!gone()) protocol_error("stream " + std::to_string(stream) + ": " + err.error);
+    return;
+  }
+  // Everything not parked as over-budget unexpected data is credited back at once.
+  std::uint64_t newly_deferred = s.deferred - before_deferred;
+  if (!c.closed()) c.consumed(stream, len - newly_deferred);
+  node_.engine().note_activity();
+}
+
+void Peer::protocol_error(const std::string& why) {
+  log::warn("rank {}: protocol error from peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
+  if (conn_ && !conn_->closed()) {
+    conn_->close(1, "protocol error: " + why);
+  }
+}
+
+bool Peer::on_header(InStream& s, const FrameHeader& h) {
+  if (h.src != static_cast<std::uint32_t>(rank_)) {
+    protocol_error("frame claims source rank " + std::to_string(h.src));
+    return false;
+  }
+  s.sink = Sink{};
+  const Lane lane = s.reader.lane();
+  switch (h.type) {
+    case FrameType::hello:
+      s.sink.kind = Sink::hello;
+      return true;
+    case FrameType::goodbye:
+      return true;
+    case FrameType::eager: {
+      Domain d = domain_of(lane);
+      int tag = static_cast<int>(h.tag);
+      if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
+        s.sink.kind = Sink::user;
+        s.sink.truncated = h.length > r->cap;
+        s.sink.recv = std::move(r);
+      } else {
+        Unexpected u;
+        u.comm = h.comm;
+        u.source = rank_;
+        u.tag = tag;
+        u.size = h.length;
+        u.data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
+        u.complete = h.length == 0;
+        s.sink.kind = Sink::unexpected;
+        s.sink.unexp = node_.queue(d).add_unexpected(std::move(u));
+      }
+      return true;
+    }
+    case FrameType::rts: {
+      Domain d = domain_of(lane);
+      int tag = static_cast<int>(h.tag);
+      if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
+        accept_rendezvous(d, h.seq, std::move(r), h.length);
+      } else {
+        Unexpected u;
+        u.comm = h.comm;
+        u.source = rank_;
+        u.tag = tag;
+        u.rendezvous = true;
+        u.seq = h.seq;
+        u.size = h.length;
+        node_.queue(d).add_unexpected(std::move(u));
+      }
+      return true;
+    }
+    case FrameType::cts: {
+      auto it = rdv_out_.find(h.seq);
+      if (it == rdv_out_.end()) {
+        protocol_error("cts for unknown message " + std::to_string(h.seq));
+        return false;
+      }
+      RdvOut r = std::move(it->second);
+      rdv_out_.erase(it);
+      FrameHeader d;
+      d.type = FrameType::rdata;
+      d.src = static_cast<std::uint32_t>(node_.rank());
+      d.comm = r.comm;
+      d.tag = static_cast<std::uint64_t>(r.tag);
+      d.seq = h.seq;
+      Lane out_lane = lane_of(r.domain);
+      if (r.cancelled) {
+        d.flags = wire::flag_cancelled;
+        send_header(out_lane, d);
+        return true;
+      }
+      d.length = r.size;
+      send_header(out_lane, d);
+      // The payload goes straight from the caller's memory; the send completes when the
+      // peer has acknowledged its last byte.
+      for (std::size_t i = 0; i < r.parts.size(); ++i) {
+        bool last = i + 1 == r.parts.size();
+        quic::Chunk c{static_cast<const std::uint8_t*>(r.parts[i].data), r.parts[i].bytes, {},
+                      last ? r.op : nullptr};
+        conn_->push(out_[static_cast<int>(out_lane)], std::move(c));
+      }
+      if (r.parts.empty()) r.op->succeed();
+      return true;
+    }
+    case FrameType::rdata: {
+      Domain d = domain_of(lane);
+      auto& m = rdv_in_[static_cast<int>(d)];
+      auto it = m.find(h.seq);
+      if (it == m.end()) {
+        protocol_error("data for unrequested message " + std::to_string(h.seq));
+        return false;
+      }
+      auto r = std::move(it->second);
+      m.erase(it);
+      if (h.flags & wire::flag_cancelled) {
+        node_.fail(r->op, Errc::cancelled, rank_, "the sender cancelled the message");
+        return true;
+      }
+      s.sink.kind = Sink::user;
+      s.sink.truncated = h.length > r->cap;
+      s.sink.recv = std::move(r);
+      return true;
+    }
+    case FrameType::rpc_request:
+      s.sink.kind = Sink::rpc_request;
+      s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
+      return true;
+    case FrameType::rpc_response:
+      s.sink.kind = node_.pending_call(h.seq) ? Sink::rpc_response : Sink::discard;
+      if (s.sink.kind == Sink::rpc_response)
+        s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
+      return true;
+  }
+  protocol_error("unexpected frame type");
+  return false;
+}
+
+void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
+  Sink& k = s.sink;
+  switch (k.kind) {
+    case Sink::user:
+      if (!k.truncated) std::memcpy(k.recv->buf + k.got, chunk.data(), chunk.size());
+      break;
+    case Sink::unexpected:
+      if (k.unexp->waiter && !k.unexp->waiter->op->done()) {
+        // Matched while arriving: the rest lands directly in the receive buffer.
+        auto& w = *k.unexp->waiter;
+        if (k.unexp->size <= w.cap) std::memcpy(w.buf + k.got, chunk.data(), chunk.size());
+      } else {
+        k.unexp->data.insert(k.unexp->data.end(), chunk.begin(), chunk.end());
+        unexpected_bytes_ += chunk.size();
+        if (unexpected_bytes_ > node_.config().unexpected_limit) s.deferred += chunk.size();
+      }
+      break;
+    case Sink::rpc_request:
+    case Sink::rpc_response:
+    case Sink::hello:
+      k.bytes.insert(k.bytes.end(), chunk.begin(), chunk.end());
+      break;
+    case Sink::none:
+    case Sink::discard:
+      break;
+  }
+  k.got += chunk.size();
+}
+
+bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
+  Sink& k = s.sink;
+  switch (h.type) {
+    case FrameType::hello: {
+      std::string name(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
+      if (name != name_ || h.tag != static_cast<std::uint64_t>(node_.size())) {
+        protocol_error("hello from '" + name + "' with world " + std::to_string(h.tag) +
+                       ", expected '" + name_ + "' with world " + std::to_string(node_.size()));
+        return false;
+      }
+      hello_seen_ = true;
+      break;
+    }
+    case FrameType::goodbye:
+      log::debug("rank {}: peer {} said goodbye", node_.rank(), rank_);
+      if (conn_) {
+        // Mark it now so new operations fail fast; the connection close follows.
+        gone_code_ = Errc::peer_closed;
+        gone_why_ = "peer closed its communicator";
+        state_.store(State::gone, std::memory_order_release);
+        node_.on_peer_closed(*this);
+      }
+      break;
+    case FrameType::eager:
+    case FrameType::rdata:
+      if (k.kind == Sink::user) {
+        auto& r = *k.recv;
+        Status st{rank_, static_cast<int>(h.tag), static_cast<std::size_t>(h.length)};
+        if (k.truncated) {
+          node_.fail(r.op, Errc::truncated, rank_,
+                     "message of " + std::to_string(h.length) + " bytes (tag " +
+                         std::to_string(h.tag) + ") does not fit the receive buffer of " +
+                         std::to_string(r.cap) + " bytes");
+        } else {
+          r.op->succeed(st);
+        }
+      } else if (k.kind == Sink::unexpected) {
+        auto u = k.unexp;
+        u->complete = true;
+        if (u->waiter) {
+          Domain d = domain_of(s.reader.lane());
+          auto& q = node_.queue(d);
+          for (auto it = q.unexpected().begin(); it != q.unexpected().end(); ++it) {
+            if (it->get() == u.get()) {
+              node_.deliver_unexpected(d, u->waiter, it);
+              break;
+            }
+          }
+        }
+      }
+      break;
+    case FrameType::rpc_request:
+      node_.rpc().submit(rank_, static_cast<RpcId>(h.tag), h.seq, std::move(k.bytes));
+      break;
+    case FrameType::rpc_response:
+      if (k.kind == Sink::rpc_response) {
+        node_.finish_call(h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
+      }
+      break;
+    default:
+      break;
+  }
+  k = Sink{};
+  return true;
+}
+
+void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
+  if (&c != conn_ && conn_) return;  // a duplicate connection we refused
+  if (!gone()) {
+    gone_code_ = code == Errc::closed ? Errc::closed : code;
+    gone_why_ = why;
+    state_.store(State::gone, std::memory_order_release);
+  }
+  conn_ = nullptr;
+  Errc fail_code = gone_code_;
+  // Everything in flight with this peer fails now, naming it.
+  for (auto& [seq, r] : rdv_out_)
+    if (!r.cancelled) node_.fail(r.op, fail_code, rank_, gone_why_);
+  rdv_out_.clear();
+  for (auto& m : rdv_in_) {
+    for (auto& [seq, r] : m) node_.fail(r->op, fail_code, rank_, gone_why_);
+    m.clear();
+  }
+  for (auto& [id, s] : in_) {
+    if (s->sink.kind == Sink::user) node_.fail(s->sink.recv->op, fail_code, rank_, gone_why_);
+    if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter)
+      node_.fail(s->sink.unexp->waiter->op, fail_code, rank_, gone_why_);
+  }
+  in_.clear();
+  node_.on_peer_closed(*this);
+}
+
+}  // namespace nexar::detail

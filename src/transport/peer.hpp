@@ -1,0 +1,129 @@
+// One remote rank as seen from a node: its QUIC connection, one outgoing stream per lane,
+// the incoming streams it opened (each with its own frame reader), and the rendezvous
+// transfers in flight with it. Engine thread only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nexar/communicator.hpp>
+
+#include "engine/buffer_pool.hpp"
+#include "engine/op_state.hpp"
+#include "quic/connection.hpp"
+#include "transport/match_queue.hpp"
+#include "wire/frame.hpp"
+
+namespace nexar::detail {
+
+class CommImpl;
+enum class Domain;
+
+class Peer final : public quic::ConnectionHandler {
+ public:
+  Peer(CommImpl& node, int rank, std::string name, quic::Address addr);
+
+  int rank() const noexcept { return rank_; }
+  const std::string& name() const noexcept { return name_; }
+  const std::string& addr_text() const noexcept { return addr_text_; }
+  /// Readable from any thread: lets user threads fail sends to a gone peer at once.
+  bool up() const noexcept { return state_.load(std::memory_order_acquire) == State::up; }
+  bool gone() const noexcept { return state_.load(std::memory_order_acquire) == State::gone; }
+  Errc gone_code() const noexcept { return gone_code_; }
+  const std::string& gone_why() const noexcept { return gone_why_; }
+
+  void attach(quic::Connection& c);
+  quic::Connection* connection() noexcept { return conn_; }
+
+  /// Queues a whole frame (header + payload already in `buf`) on `lane`; `done`, if set,
+  /// succeeds once the peer acknowledged it.
+  void send_frame(wire::Lane lane, PooledBuffer buf, std::size_t len,
+                  std::shared_ptr<OpState> done = {});
+  /// Queues a header-only frame.
+  void send_header(wire::Lane lane, const wire::FrameHeader& h);
+  /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
+  void start_rendezvous(Domain d, std::uint64_t comm, int tag, std::vector<ConstBuffer> parts,
+                        std::uint64_t size, std::shared_ptr<OpState> op);
+  /// Cancels a rendezvous send not yet under way; false if it already started.
+  bool cancel_rendezvous(const OpState* op);
+  /// A matched receive for an announced message: ask the peer for the data.
+  void accept_rendezvous(Domain d, std::uint64_t seq, std::shared_ptr<RecvOp> r, std::uint64_t size);
+  /// Returns credit held back for buffered unexpected bytes that were now consumed.
+  void release_unexpected(std::uint64_t bytes);
+  /// Unacknowledged bytes on all outgoing lanes.
+  std::uint64_t unacked() const;
+  /// Orderly close: goodbye on the control lane.
+  void say_goodbye();
+
+  // quic::ConnectionHandler
+  std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
+  void on_established(quic::Connection& c) override;
+  void on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
+                      std::size_t len) override;
+  void on_closed(quic::Connection& c, Errc code, const std::string& why) override;
+
+  /// The peer's hello arrived (it knows who we are and the world size matched).
+  bool hello_seen() const noexcept { return hello_seen_; }
+
+ private:
+  enum class State { connecting, up, gone };
+
+  struct InStream;
+  struct Sink {
+    enum Kind { none, user, unexpected, rpc_request, rpc_response, hello, discard } kind = none;
+    std::shared_ptr<RecvOp> recv;  // user
+    std::shared_ptr<Unexpected> unexp;
+    std::vector<std::byte> bytes;  // rpc / hello payload
+    std::uint64_t got = 0;
+    bool truncated = false;
+  };
+  struct InStream {
+    std::int64_t id = -1;
+    wire::FrameReader reader;
+    Sink sink;
+    std::uint64_t consumed = 0;  // bytes to credit after this delivery
+    std::uint64_t deferred = 0;  // bytes held back while unexpected data is over budget
+    explicit InStream(std::uint64_t max) : reader(max) {}
+  };
+  struct RdvOut {
+    Domain domain;
+    std::uint64_t comm = 0;
+    int tag = 0;
+    std::vector<ConstBuffer> parts;
+    std::uint64_t size = 0;
+    std::shared_ptr<OpState> op;
+    bool cancelled = false;
+  };
+  struct Reader;  // FrameReader handler
+  friend struct Reader;
+
+  bool on_header(InStream& s, const wire::FrameHeader& h);
+  void on_payload(InStream& s, std::span<const std::byte> chunk);
+  bool on_frame_end(InStream& s, const wire::FrameHeader& h);
+  void protocol_error(const std::string& why);
+  static Domain domain_of(wire::Lane lane);
+  static wire::Lane lane_of(Domain d);
+
+  CommImpl& node_;
+  int rank_;
+  std::string name_;
+  quic::Address addr_;
+  std::string addr_text_;
+  quic::Connection* conn_ = nullptr;
+  std::atomic<State> state_{State::connecting};
+  Errc gone_code_ = Errc::ok;
+  std::string gone_why_;
+  std::int64_t out_[wire::lane_count] = {-1, -1, -1, -1, -1};
+  std::map<std::int64_t, std::unique_ptr<InStream>> in_;
+  std::uint64_t next_seq_ = 1;
+  std::map<std::uint64_t, RdvOut> rdv_out_;
+  std::map<std::uint64_t, std::shared_ptr<RecvOp>> rdv_in_[2];
+  std::uint64_t unexpected_bytes_ = 0;
+  bool hello_seen_ = false;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,125 @@
+// Wire format v1: stream preambles and frame headers. Byte layout in docs/PROTOCOL.md.
+// Every decoder checks every length before trusting it; nothing here allocates.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace nexar::wire {
+
+inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::array<std::byte, 4> magic = {std::byte{'N'}, std::byte{'X'},
+                                                   std::byte{'A'}, std::byte{'R'}};
+
+/// The independent lanes of a peer connection; one QUIC unidirectional stream each way.
+enum class Lane : std::uint8_t {
+  control = 0,       ///< hello, goodbye, (later) barrier, membership, recovery
+  data = 1,          ///< point-to-point send/recv
+  rpc_request = 2,   ///< RPC calls
+  rpc_response = 3,  ///< RPC replies
+  bulk = 4,          ///< raw byte streams and collective bulk data
+};
+inline constexpr int lane_count = 5;
+
+/// First 8 bytes of every stream: "NXAR", version, lane, two zero bytes.
+inline constexpr std::size_t preamble_size = 8;
+
+enum class FrameType : std::uint8_t {
+  hello = 1,         ///< control: sender's rank and world size; payload = node name
+  goodbye = 2,       ///< control: orderly close; no payload
+  eager = 3,         ///< data/bulk: a whole message; payload = message bytes
+  rts = 4,           ///< data/bulk: ready-to-send a message of `length` bytes, id `seq`; no payload
+  cts = 5,           ///< data/bulk (reverse direction): clear-to-send message `seq`; no payload
+  rdata = 6,         ///< data/bulk: the bytes of rendezvous message `seq`; payload = message
+  rpc_request = 7,   ///< rpc_request: call `seq` of function `tag`; payload = arguments
+  rpc_response = 8,  ///< rpc_response: reply to call `seq`; flags = RpcStatus; payload = reply
+};
+
+/// flags of an rdata frame.
+inline constexpr std::uint8_t flag_cancelled = 0x01;  ///< sender cancelled; payload empty
+
+/// flags of an rpc_response frame.
+enum class RpcStatus : std::uint8_t { ok = 0, unknown_id = 1, handler_failed = 2 };
+
+/// Fixed 40-byte header in front of every frame, little-endian.
+struct FrameHeader {
+  FrameType type = FrameType::eager;
+  std::uint8_t flags = 0;
+  std::uint32_t src = 0;      ///< sender's rank in the world of the connection
+  std::uint64_t comm = 0;     ///< communicator id (0 = world)
+  std::uint64_t tag = 0;      ///< message tag, or RPC function id
+  std::uint64_t seq = 0;      ///< rendezvous message id or RPC call id
+  std::uint64_t length = 0;   ///< payload bytes that follow (for rts: the announced size)
+};
+inline constexpr std::size_t header_size = 40;
+
+/// Writes the preamble of a stream for `lane` into `out`.
+void encode_preamble(Lane lane, std::span<std::byte, preamble_size> out) noexcept;
+
+/// Writes `h` into `out`.
+void encode_header(const FrameHeader& h, std::span<std::byte, header_size> out) noexcept;
+
+/// Result of decoding; `error` is empty on success and names the offending field otherwise.
+struct DecodeError {
+  std::string error;
+  explicit operator bool() const noexcept { return !error.empty(); }
+};
+
+/// Decodes a preamble. Fails on wrong magic, unsupported version, unknown lane,
+/// non-zero reserved bytes.
+DecodeError decode_preamble(std::span<const std::byte, preamble_size> in, Lane& lane);
+
+/// Decodes a header and checks it: known type, reserved bytes zero, `length` <=
+/// `max_payload` for types that carry a payload, and zero for types that do not (goodbye,
+/// cts; and rdata with flag_cancelled), flags valid for the type, and the type allowed on
+/// `lane` (see FrameType comments; cts travels on the lane of the message it answers).
+DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
+                          std::uint64_t max_payload, FrameHeader& h);
+
+/// True when frames of this type carry `length` payload bytes after the header.
+bool has_payload(const FrameHeader& h) noexcept;
+
+/// Incremental reader of one received stream: preamble, then header, payload, header, ...
+/// It never buffers payload: payload bytes are handed to the handler as they arrive, so
+/// the caller can land them straight in their destination.
+///
+/// Handler must provide:
+///   bool on_preamble(Lane lane);                       // false: stop, error
+///   bool on_header(const FrameHeader& h);              // false: stop, error
+///   void on_payload(std::span<const std::byte> chunk); // part of the current payload
+///   bool on_frame_end(const FrameHeader& h);           // false: stop, error
+/// A frame with no payload gets on_header then on_frame_end.
+class FrameReader {
+ public:
+  explicit FrameReader(std::uint64_t max_payload) noexcept : max_payload_(max_payload) {}
+
+  /// Consumes all of `in`, calling the handler. Returns an empty DecodeError, or the
+  /// reason the stream is invalid (malformed bytes, or a handler returned false); after
+  /// an error the reader stays failed and consumes nothing more.
+  template <class Handler>
+  DecodeError feed(std::span<const std::byte> in, Handler& handler);
+
+  /// True between frames (no partial header or payload pending).
+  bool at_boundary() const noexcept {
+    return state_ == State::header && have_ == 0;
+  }
+  /// The lane from the preamble (valid after it was read).
+  Lane lane() const noexcept { return lane_; }
+
+ private:
+  enum class State { preamble, header, payload, failed };
+  std::uint64_t max_payload_;
+  State state_ = State::preamble;
+  Lane lane_ = Lane::control;
+  std::array<std::byte, header_size> buf_{};
+  std::size_t have_ = 0;
+  FrameHeader cur_{};
+  std::uint64_t remaining_ = 0;
+};
+
+}  // namespace nexar::wire
+
+#include "wire/frame_reader_impl.hpp"
