@@ -68,6 +68,7 @@ void Endpoint::on_readable() {
     Address from;
     std::size_t seg = 0;
     ssize_t n = sock_.recv(rxbuf_.data(), rxbuf_.size(), from, seg);
+    if (n == -ECONNREFUSED) continue;  // reported through the error queue below
     if (n < 0) {
       if (n != -EAGAIN && n != -EWOULDBLOCK) log::debug("udp recv: {}", std::strerror(static_cast<int>(-n)));
       break;
@@ -80,6 +81,15 @@ void Endpoint::on_readable() {
       dispatch(from, rxbuf_.data() + off, std::min(seg, len - off), ts);
     }
   }
+  sock_.drain_errors([this](const Address& gone) {
+    for (auto& c : conns_) {
+      // Only established connections: during start-up a peer may not be bound yet.
+      if (!c->closed() && c->established() && c->remote() == gone) {
+        c->finish(Errc::peer_failed, "peer's port " + gone.to_string() +
+                                         " is unreachable (its process is gone)");
+      }
+    }
+  });
   engine_.note_activity();
   flush_dirty();
 }

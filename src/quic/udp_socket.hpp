@@ -35,11 +35,20 @@ class UdpSocket {
   /// each). Returns its size, or -EAGAIN when nothing is queued, or another -errno.
   ssize_t recv(std::uint8_t* buf, std::size_t cap, Address& from, std::size_t& segment);
 
+  /// Reads queued ICMP errors (IP_RECVERR) and reports each unreachable destination.
+  /// A "port unreachable" from a peer's address means no process listens there any more.
+  template <class F>
+  void drain_errors(F&& on_unreachable) {
+    Address a;
+    while (read_error(a)) on_unreachable(a);
+  }
+
   /// Largest batch one send() accepts.
   static constexpr std::size_t max_batch_bytes = 65000;
   static constexpr std::size_t max_batch_segments = 64;
 
  private:
+  bool read_error(Address& offender);
   int send_one(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment);
 
   int fd_ = -1;

@@ -354,7 +354,7 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
       fail(r->op, p->gone_code(), u->source, p->gone_why());
       return;
     }
-    p->accept_rendezvous(d, u->seq, r, u->size);
+    p->accept_rendezvous(d, u->seq, u->tag, r, u->size);
     return;
   }
   if (!u->complete) {

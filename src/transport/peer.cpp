@@ -105,13 +105,15 @@ bool Peer::cancel_rendezvous(const OpState* op) {
   return false;
 }
 
-void Peer::accept_rendezvous(Domain d, std::uint64_t seq, std::shared_ptr<RecvOp> r, std::uint64_t) {
+void Peer::accept_rendezvous(Domain d, std::uint64_t seq, int tag, std::shared_ptr<RecvOp> r,
+                             std::uint64_t size) {
   FrameHeader h;
   h.type = FrameType::cts;
   h.src = static_cast<std::uint32_t>(node_.rank());
   h.comm = r->comm;
+  h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
-  rdv_in_[static_cast<int>(d)][seq] = std::move(r);
+  rdv_in_[static_cast<int>(d)][seq] = RdvIn{std::move(r), size};
   send_header(lane_of(d), h);
 }
 
@@ -163,6 +165,7 @@ struct Peer::Reader {
 
 void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                           std::size_t len) {
+  if (gone()) return;
   auto& slot = in_[stream];
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
@@ -184,10 +187,43 @@ void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::u
 }
 
 void Peer::protocol_error(const std::string& why) {
+  if (gone()) return;
   log::warn("rank {}: protocol error from peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
-  if (conn_ && !conn_->closed()) {
-    conn_->close(1, "protocol error: " + why);
+  mark_gone(Errc::protocol, "protocol error: " + why);
+  // We are inside ngtcp2's packet processing here, which must not be re-entered: close
+  // the connection once it returns. Connections are freed by posted work too, and posted
+  // work runs in order, so the pointer is still valid then.
+  if (quic::Connection* c = conn_) {
+    node_.engine().post([c, why] { c->close(1, "protocol error: " + why); });
   }
+}
+
+void Peer::mark_gone(Errc code, const std::string& why) {
+  if (!gone()) {
+    gone_code_ = code;
+    gone_why_ = why;
+    state_.store(State::gone, std::memory_order_release);
+  }
+  // Everything in flight with this peer fails now, naming it.
+  for (auto& [seq, r] : rdv_out_)
+    if (!r.cancelled) node_.fail(r.op, gone_code_, rank_, gone_why_);
+  rdv_out_.clear();
+  for (auto& m : rdv_in_) {
+    for (auto& [seq, r] : m) node_.fail(r.recv->op, gone_code_, rank_, gone_why_);
+    m.clear();
+  }
+  for (auto& [id, s] : in_) {
+    if (s->sink.kind == Sink::user) node_.fail(s->sink.recv->op, gone_code_, rank_, gone_why_);
+    if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter)
+      node_.fail(s->sink.unexp->waiter->op, gone_code_, rank_, gone_why_);
+  }
+  // A frame reader of one of these streams may be running below us: free them later.
+  if (!in_.empty()) {
+    auto dead = std::make_shared<decltype(in_)>(std::move(in_));
+    in_.clear();
+    node_.engine().post([dead] {});
+  }
+  node_.on_peer_closed(*this);
 }
 
 bool Peer::on_header(InStream& s, const FrameHeader& h) {
@@ -227,7 +263,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       Domain d = domain_of(lane);
       int tag = static_cast<int>(h.tag);
       if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
-        accept_rendezvous(d, h.seq, std::move(r), h.length);
+        accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
         Unexpected u;
         u.comm = h.comm;
@@ -281,8 +317,15 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         protocol_error("data for unrequested message " + std::to_string(h.seq));
         return false;
       }
-      auto r = std::move(it->second);
+      auto r = std::move(it->second.recv);
+      std::uint64_t announced = it->second.size;
       m.erase(it);
+      if (!(h.flags & wire::flag_cancelled) && h.length != announced) {
+        node_.fail(r->op, Errc::protocol, rank_, "rendezvous data size differs from its announcement");
+        protocol_error("rdata of " + std::to_string(h.length) + " bytes for a message announced as " +
+                       std::to_string(announced));
+        return false;
+      }
       if (h.flags & wire::flag_cancelled) {
         node_.fail(r->op, Errc::cancelled, rank_, "the sender cancelled the message");
         return true;
@@ -350,13 +393,8 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     }
     case FrameType::goodbye:
       log::debug("rank {}: peer {} said goodbye", node_.rank(), rank_);
-      if (conn_) {
-        // Mark it now so new operations fail fast; the connection close follows.
-        gone_code_ = Errc::peer_closed;
-        gone_why_ = "peer closed its communicator";
-        state_.store(State::gone, std::memory_order_release);
-        node_.on_peer_closed(*this);
-      }
+      // Mark it now so new operations fail fast; the connection close follows.
+      mark_gone(Errc::peer_closed, "peer closed its communicator");
       break;
     case FrameType::eager:
     case FrameType::rdata:
@@ -403,28 +441,8 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
 
 void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
   if (&c != conn_ && conn_) return;  // a duplicate connection we refused
-  if (!gone()) {
-    gone_code_ = code == Errc::closed ? Errc::closed : code;
-    gone_why_ = why;
-    state_.store(State::gone, std::memory_order_release);
-  }
   conn_ = nullptr;
-  Errc fail_code = gone_code_;
-  // Everything in flight with this peer fails now, naming it.
-  for (auto& [seq, r] : rdv_out_)
-    if (!r.cancelled) node_.fail(r.op, fail_code, rank_, gone_why_);
-  rdv_out_.clear();
-  for (auto& m : rdv_in_) {
-    for (auto& [seq, r] : m) node_.fail(r->op, fail_code, rank_, gone_why_);
-    m.clear();
-  }
-  for (auto& [id, s] : in_) {
-    if (s->sink.kind == Sink::user) node_.fail(s->sink.recv->op, fail_code, rank_, gone_why_);
-    if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter)
-      node_.fail(s->sink.unexp->waiter->op, fail_code, rank_, gone_why_);
-  }
-  in_.clear();
-  node_.on_peer_closed(*this);
+  mark_gone(code, why);
 }
 
 }  // namespace nexar::detail

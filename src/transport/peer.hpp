@@ -51,7 +51,8 @@ class Peer final : public quic::ConnectionHandler {
   /// Cancels a rendezvous send not yet under way; false if it already started.
   bool cancel_rendezvous(const OpState* op);
   /// A matched receive for an announced message: ask the peer for the data.
-  void accept_rendezvous(Domain d, std::uint64_t seq, std::shared_ptr<RecvOp> r, std::uint64_t size);
+  void accept_rendezvous(Domain d, std::uint64_t seq, int tag, std::shared_ptr<RecvOp> r,
+                         std::uint64_t size);
   /// Returns credit held back for buffered unexpected bytes that were now consumed.
   void release_unexpected(std::uint64_t bytes);
   /// Unacknowledged bytes on all outgoing lanes.
@@ -105,6 +106,8 @@ class Peer final : public quic::ConnectionHandler {
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);
   void protocol_error(const std::string& why);
+  /// Fails everything in flight with this peer; later operations fail at once.
+  void mark_gone(Errc code, const std::string& why);
   static Domain domain_of(wire::Lane lane);
   static wire::Lane lane_of(Domain d);
 
@@ -121,7 +124,11 @@ class Peer final : public quic::ConnectionHandler {
   std::map<std::int64_t, std::unique_ptr<InStream>> in_;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, RdvOut> rdv_out_;
-  std::map<std::uint64_t, std::shared_ptr<RecvOp>> rdv_in_[2];
+  struct RdvIn {
+    std::shared_ptr<RecvOp> recv;
+    std::uint64_t size = 0;
+  };
+  std::map<std::uint64_t, RdvIn> rdv_in_[2];
   std::uint64_t unexpected_bytes_ = 0;
   bool hello_seen_ = false;
 };

@@ -1,0 +1,19 @@
+// The subcommands of nexar-bench. Each lives in its own .cpp and registers itself on the
+// top-level CLI11 app; main() runs the one that was parsed.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace nexar::bench {
+
+struct Subcommand {
+  CLI::App* app = nullptr;    ///< the CLI11 subcommand (owned by the parent app)
+  std::function<int()> run;   ///< runs the benchmark after parsing; returns the exit code
+};
+
+/// `nexar-bench p2p`: latency and bandwidth between two processes, nexar vs TCP.
+Subcommand add_p2p(CLI::App& parent);
+
+}  // namespace nexar::bench
