@@ -373,7 +373,7 @@ TEST(Transport, ConcurrentIsendsFromManyThreads) {
   constexpr int world = 4, threads = 3, per_peer = 60;
   auto comms = nexar::bootstrap_local(world, test_config());
   const std::size_t eager = comms[0].config().eager_limit;
-  const std::size_t max_size = eager + 3000;
+  const std::size_t max_size = eager + 4096;
   // Header of every message: src, thread, seq, checksum of the rest.
   struct Hdr {
     std::int32_t src, thread, seq, pad;
@@ -391,6 +391,7 @@ TEST(Transport, ConcurrentIsendsFromManyThreads) {
     Communicator& c = comms[static_cast<std::size_t>(me)];
     const int expected = (world - 1) * threads * per_peer;
     std::thread receiver([&] {
+     try {
       std::vector<std::byte> buf(max_size);
       std::set<std::tuple<int, int, int>> seen;
       std::map<std::pair<int, int>, int> last_seq;
@@ -407,10 +408,15 @@ TEST(Transport, ConcurrentIsendsFromManyThreads) {
         last = h.seq;
         recv_sum += h.sum;
       }
+     } catch (const std::exception& e) {
+      std::lock_guard lk(mu);
+      failures.push_back(std::string("receiver: ") + e.what());
+     }
     });
     std::vector<std::thread> senders;
     for (int t = 0; t < threads; ++t) {
       senders.emplace_back([&, t] {
+       try {
         std::mt19937 rng(static_cast<unsigned>(me * 100 + t));
         std::vector<std::vector<std::byte>> keep;
         std::vector<Request> reqs;
@@ -428,6 +434,10 @@ TEST(Transport, ConcurrentIsendsFromManyThreads) {
           }
         }
         for (auto& r : reqs) r.wait();
+       } catch (const std::exception& e) {
+        std::lock_guard lk(mu);
+        failures.push_back(std::string("sender: ") + e.what());
+       }
       });
     }
     for (auto& t : senders) t.join();
@@ -483,9 +493,10 @@ TEST(Transport, BulkLaneSeparateMatching) {
     std::vector<std::byte> got_data(size + 100), got_bulk(size + 100);
     // A data-lane receive is waiting; a stream_send with the same tag must not match it.
     Request data_r = comms[1].irecv(0, 3, got_data.data(), got_data.size());
-    comms[0].stream_send(1, 3, a.data(), a.size());
+    Request bulk_s = comms[0].istream_send(1, 3, a.data(), a.size());
     EXPECT_FALSE(data_r.wait_for(100ms));
     Status bs = comms[1].stream_recv(0, 3, got_bulk.data(), got_bulk.size());
+    bulk_s.wait();
     EXPECT_EQ(bs.bytes, size);
     EXPECT_TRUE(std::equal(a.begin(), a.end(), got_bulk.begin()));
     EXPECT_FALSE(data_r.test());

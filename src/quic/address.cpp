@@ -57,6 +57,7 @@ Address Address::parse(std::string_view text) {
     auto colon = text.rfind(':');
     if (colon == std::string_view::npos) throw fail("missing port");
     host = std::string(text.substr(0, colon));
+    if (host.find(':') != std::string::npos) throw fail("IPv6 addresses need brackets");
     port_text = text.substr(colon + 1);
   }
   if (port_text.empty() || port_text.size() > 5) throw fail("bad port");

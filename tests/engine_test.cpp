@@ -1,0 +1,196 @@
+// Engine module: OpState completion and waits, Request, BufferPool, the progress thread.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "engine/buffer_pool.hpp"
+#include "engine/engine.hpp"
+#include "engine/op_state.hpp"
+
+using namespace std::chrono_literals;
+using nexar::Errc;
+using nexar::Request;
+using nexar::detail::BufferPool;
+using nexar::detail::Engine;
+using nexar::detail::OpState;
+
+namespace {
+std::shared_ptr<OpState> make_op(std::chrono::milliseconds timeout = 5s) {
+  auto op = std::make_shared<OpState>("test", OpState::Clock::now() + timeout);
+  op->spin = 20us;
+  return op;
+}
+}  // namespace
+
+TEST(OpState, FirstCompletionWins) {
+  auto op = make_op();
+  EXPECT_FALSE(op->done());
+  EXPECT_TRUE(op->succeed(nexar::Status{3, 4, 5}));
+  EXPECT_FALSE(op->complete(Errc::timeout, "late"));
+  EXPECT_TRUE(op->done());
+  EXPECT_EQ(op->code(), Errc::ok);
+  EXPECT_EQ(op->status().source, 3);
+  EXPECT_EQ(op->status().bytes, 5u);
+}
+
+TEST(OpState, WaiterWakesFromAnotherThread) {
+  auto op = make_op();
+  std::thread t([op] {
+    std::this_thread::sleep_for(20ms);
+    op->complete(Errc::peer_failed, "gone");
+  });
+  EXPECT_TRUE(op->wait_until(OpState::Clock::now() + 5s, 10us));
+  t.join();
+  EXPECT_EQ(op->code(), Errc::peer_failed);
+  EXPECT_EQ(op->message(), "gone");
+}
+
+TEST(OpState, WaitUntilReturnsFalseAtDeadline) {
+  auto op = make_op();
+  auto t0 = OpState::Clock::now();
+  EXPECT_FALSE(op->wait_until(t0 + 30ms, 5us));
+  EXPECT_GE(OpState::Clock::now() - t0, 30ms);
+  EXPECT_FALSE(op->done());
+}
+
+TEST(OpState, ManyRacingCompletersOneWinner) {
+  for (int round = 0; round < 50; ++round) {
+    auto op = make_op();
+    std::atomic<int> wins{0};
+    std::vector<std::thread> ts;
+    for (int i = 0; i < 4; ++i)
+      ts.emplace_back([&, i] {
+        if (op->complete(i == 0 ? Errc::ok : Errc::cancelled, "x")) ++wins;
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(wins.load(), 1);
+  }
+}
+
+TEST(Request, DefaultIsCompleteAndSuccessful) {
+  Request r;
+  EXPECT_TRUE(r.test());
+  EXPECT_NO_THROW(r.wait());
+  EXPECT_FALSE(r.error());
+}
+
+TEST(Request, WaitThrowsTheStoredError) {
+  auto op = make_op();
+  op->complete(Errc::truncated, "recv: rank 0, peer 1: truncated: too big");
+  Request r(op);
+  EXPECT_TRUE(r.test());
+  EXPECT_EQ(r.error(), nexar::make_error_code(Errc::truncated));
+  try {
+    r.wait();
+    FAIL() << "wait() did not throw";
+  } catch (const nexar::Error& e) {
+    EXPECT_EQ(e.code(), Errc::truncated);
+    EXPECT_NE(std::string(e.what()).find("too big"), std::string::npos);
+  }
+}
+
+TEST(Request, DeadlineCallsTheCancellerWithTimeout) {
+  auto op = make_op(30ms);
+  std::atomic<int> calls{0};
+  std::weak_ptr<OpState> weak = op;
+  op->canceller = [&calls, weak](Errc code) {
+    ++calls;
+    if (auto s = weak.lock()) s->complete(code, "timed out");
+  };
+  Request r(op);
+  try {
+    r.wait();
+    FAIL() << "wait() did not throw";
+  } catch (const nexar::Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout);
+  }
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(Request, WaitForReturnsFalseWhileRunningAndCancelWorks) {
+  auto op = make_op();
+  std::weak_ptr<OpState> weak = op;
+  op->canceller = [weak](Errc code) {
+    if (auto s = weak.lock()) s->complete(code, "cancelled by test");
+  };
+  Request r(op);
+  EXPECT_FALSE(r.wait_for(5ms));
+  EXPECT_FALSE(r.test());
+  r.cancel();
+  EXPECT_TRUE(r.test());
+  EXPECT_EQ(r.error(), nexar::make_error_code(Errc::cancelled));
+}
+
+TEST(BufferPool, RecyclesBySizeClass) {
+  BufferPool pool;
+  std::byte* first = nullptr;
+  {
+    auto b = pool.acquire(1000);
+    ASSERT_TRUE(b);
+    EXPECT_GE(b.capacity(), 1000u);
+    first = b.data();
+    EXPECT_EQ(pool.outstanding(), 1u);
+  }
+  EXPECT_EQ(pool.outstanding(), 0u);
+  auto again = pool.acquire(700);  // same class (1 KiB): the same memory comes back
+  EXPECT_EQ(again.data(), first);
+  auto small = pool.acquire(0);
+  EXPECT_GE(small.capacity(), 1u);
+  auto huge = pool.acquire((4u << 20) + 3);  // above the largest class: plain allocation
+  EXPECT_GE(huge.capacity(), (4u << 20) + 3);
+  EXPECT_EQ(pool.outstanding(), 3u);
+}
+
+TEST(BufferPool, MoveTransfersOwnership) {
+  BufferPool pool;
+  auto a = pool.acquire(64);
+  auto* p = a.data();
+  nexar::detail::PooledBuffer b = std::move(a);
+  EXPECT_FALSE(a);
+  EXPECT_EQ(b.data(), p);
+  b.reset();
+  EXPECT_EQ(pool.outstanding(), 0u);
+}
+
+TEST(BufferPool, ConcurrentAcquireRelease) {
+  BufferPool pool;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&pool, t] {
+      for (int i = 0; i < 2000; ++i) {
+        auto b = pool.acquire(static_cast<std::size_t>((i * 37 + t) % 70000));
+        if (b.capacity()) b.data()[0] = std::byte{1};
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(pool.outstanding(), 0u);
+}
+
+TEST(Engine, RunsPostedWorkInOrderOnItsThread) {
+  Engine e(50us);
+  e.start();
+  std::vector<int> seen;
+  std::promise<void> done;
+  for (int i = 0; i < 100; ++i) e.post([&seen, i] { seen.push_back(i); });
+  e.post([&] {
+    EXPECT_TRUE(e.on_engine_thread());
+    done.set_value();
+  });
+  done.get_future().wait();
+  EXPECT_FALSE(e.on_engine_thread());
+  e.stop();
+  ASSERT_EQ(seen.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], i);
+}
+
+TEST(Engine, StopIsIdempotentAndRunsQueuedWork) {
+  Engine e(0us);
+  e.start();
+  std::atomic<int> n{0};
+  for (int i = 0; i < 10; ++i) e.post([&] { ++n; });
+  e.stop();
+  e.stop();
+  EXPECT_EQ(n.load(), 10);
+}

@@ -1,0 +1,297 @@
+// Integration tests of RPC over real QUIC (bootstrap_local): handlers on every rank, calls
+// to every rank including self, concurrency, error reporting, per-call timeouts, and RPC
+// latency isolation from a large bulk-lane transfer.
+#include <nexar/nexar.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using nexar::Communicator;
+using nexar::Errc;
+using nexar::Error;
+using nexar::Request;
+using Clock = std::chrono::steady_clock;
+using Bytes = std::vector<std::byte>;
+
+constexpr nexar::RpcId kEcho = 1, kSum = 2, kBoom = 3, kSlow = 4, kSleep2s = 5, kMark = 6;
+
+nexar::Config test_config() {
+  nexar::Config c;
+  c.op_timeout = 30s;
+  c.connect_timeout = 15s;
+  c.idle_timeout = 15s;
+  c.rpc_timeout = 30s;
+  c.log_level = nexar::LogLevel::error;
+  return c;
+}
+
+Bytes random_bytes(std::size_t n, std::uint64_t seed) {
+  Bytes v(n);
+  std::mt19937_64 rng(seed);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+std::uint64_t byte_sum(std::span<const std::byte> s) {
+  std::uint64_t t = 0;
+  for (auto b : s) t += static_cast<std::uint8_t>(b);
+  return t;
+}
+
+// Reply of kMark: args with every byte xor 0x5A, then the callee's and caller's ranks.
+Bytes mark(std::span<const std::byte> args, int callee, int caller) {
+  Bytes out(args.begin(), args.end());
+  for (auto& b : out) b ^= std::byte{0x5A};
+  out.push_back(static_cast<std::byte>(callee));
+  out.push_back(static_cast<std::byte>(caller));
+  return out;
+}
+
+void register_all(Communicator& c) {
+  const int me = c.rank();
+  c.register_rpc(kEcho, [](int, std::span<const std::byte> a) { return Bytes(a.begin(), a.end()); });
+  c.register_rpc(kSum, [](int, std::span<const std::byte> a) {
+    std::uint64_t s = byte_sum(a);
+    Bytes out(8);
+    std::memcpy(out.data(), &s, 8);
+    return out;
+  });
+  c.register_rpc(kBoom, [](int, std::span<const std::byte>) -> Bytes { throw std::runtime_error("boom"); });
+  c.register_rpc(kSlow, [me](int caller, std::span<const std::byte>) {
+    std::this_thread::sleep_for(50ms);
+    return Bytes{static_cast<std::byte>(me), static_cast<std::byte>(caller)};
+  });
+  c.register_rpc(kSleep2s, [](int, std::span<const std::byte>) {
+    std::this_thread::sleep_for(2s);
+    return Bytes{std::byte{1}};
+  });
+  c.register_rpc(kMark, [me](int caller, std::span<const std::byte> a) { return mark(a, me, caller); });
+}
+
+std::vector<Communicator> world(int n, nexar::Config cfg = test_config()) {
+  auto comms = nexar::bootstrap_local(n, cfg);
+  for (auto& c : comms) register_all(c);
+  return comms;
+}
+
+template <class F>
+std::string expect_error(Errc code, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << "got " << nexar::to_string(e.code()) << ": " << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), got " << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), nothing thrown";
+  return {};
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(Rpc, EveryRankToEveryRankIncludingSelf) {
+  constexpr int n = 3;
+  auto comms = world(n);
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> ts;
+  for (int c = 0; c < n; ++c) {
+    ts.emplace_back([&, c] {
+      try {
+        Communicator& me = comms[static_cast<std::size_t>(c)];
+        for (int d = 0; d < n; ++d) {
+          Bytes args = random_bytes(100 + static_cast<std::size_t>(c * 10 + d), static_cast<std::uint64_t>(c * 10 + d));
+          Bytes echo = me.rpc(d, kEcho, args);
+          Bytes sum = me.rpc(d, kSum, args);
+          Bytes slow = me.rpc(d, kSlow, {});
+          Bytes m = me.rpc(d, kMark, args);
+          std::uint64_t s = 0;
+          if (sum.size() == 8) std::memcpy(&s, sum.data(), 8);
+          std::lock_guard lk(mu);
+          if (echo != args) failures.push_back("echo " + std::to_string(c) + "->" + std::to_string(d));
+          if (sum.size() != 8 || s != byte_sum(args)) failures.push_back("sum " + std::to_string(c) + "->" + std::to_string(d));
+          if (slow != Bytes{static_cast<std::byte>(d), static_cast<std::byte>(c)})
+            failures.push_back("slow " + std::to_string(c) + "->" + std::to_string(d));
+          if (m != mark(args, d, c)) failures.push_back("mark " + std::to_string(c) + "->" + std::to_string(d));
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard lk(mu);
+        failures.push_back(std::string("caller ") + std::to_string(c) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (auto& f : failures) ADD_FAILURE() << f;
+}
+
+TEST(Rpc, ConcurrentAsyncFromFourThreads) {
+  constexpr int threads = 4, calls = 250;
+  auto comms = world(3);
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::atomic<int> ok{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < threads; ++t) {
+    ts.emplace_back([&, t] {
+      try {
+        std::vector<Bytes> args(calls), replies(calls);
+        std::vector<Request> reqs;
+        std::vector<int> dests;
+        for (int i = 0; i < calls; ++i) {
+          // Distinct payloads: the thread and call number, then random bytes.
+          args[static_cast<std::size_t>(i)] = random_bytes(16 + static_cast<std::size_t>(i % 97), static_cast<std::uint64_t>(t * 100000 + i));
+          std::int32_t id[2] = {t, i};
+          std::memcpy(args[static_cast<std::size_t>(i)].data(), id, sizeof id);
+          int dest = (t + i) % 3;  // rank 1, rank 2 and self
+          dests.push_back(dest);
+          reqs.push_back(comms[0].rpc_async(dest, kMark, args[static_cast<std::size_t>(i)], &replies[static_cast<std::size_t>(i)]));
+        }
+        for (int i = 0; i < calls; ++i) {
+          reqs[static_cast<std::size_t>(i)].wait();
+          if (replies[static_cast<std::size_t>(i)] != mark(args[static_cast<std::size_t>(i)], dests[static_cast<std::size_t>(i)], 0)) {
+            std::lock_guard lk(mu);
+            failures.push_back("thread " + std::to_string(t) + " call " + std::to_string(i) + ": wrong reply");
+          } else {
+            ++ok;
+          }
+        }
+      } catch (const std::exception& e) {
+        std::lock_guard lk(mu);
+        failures.push_back(std::string("thread ") + std::to_string(t) + ": " + e.what());
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), threads * calls);
+  for (std::size_t i = 0; i < std::min<std::size_t>(failures.size(), 10); ++i) ADD_FAILURE() << failures[i];
+}
+
+TEST(Rpc, UnknownIdReportedAtOnce) {
+  nexar::Config cfg = test_config();
+  cfg.rpc_timeout = 20s;
+  auto comms = world(2, cfg);
+  for (int dest : {1, 0}) {
+    auto t0 = Clock::now();
+    std::string w = expect_error(Errc::unknown_rpc, [&] { comms[0].rpc(dest, 999, {}); });
+    EXPECT_LT(Clock::now() - t0, 5s) << "unknown id waited for the RPC timeout";
+    EXPECT_TRUE(contains(w, "999")) << w;
+    EXPECT_TRUE(contains(w, "rank " + std::to_string(dest))) << w;
+  }
+  // Still usable.
+  Bytes a = random_bytes(10, 1);
+  EXPECT_EQ(comms[0].rpc(1, kEcho, a), a);
+}
+
+TEST(Rpc, ThrowingHandler) {
+  auto comms = world(2);
+  for (int dest : {1, 0}) {
+    std::string w = expect_error(Errc::rpc_failed, [&] { comms[0].rpc(dest, kBoom, {}); });
+    EXPECT_TRUE(contains(w, "boom")) << w;
+    // Async flavour: the failure lands in the Request.
+    Bytes reply;
+    Request r = comms[0].rpc_async(dest, kBoom, {}, &reply);
+    expect_error(Errc::rpc_failed, [&] { r.wait(); });
+    EXPECT_EQ(r.error(), nexar::make_error_code(Errc::rpc_failed));
+  }
+  Bytes a = random_bytes(10, 2);
+  EXPECT_EQ(comms[0].rpc(1, kEcho, a), a);
+}
+
+TEST(Rpc, PerCallTimeout) {
+  auto comms = world(2);
+  auto t0 = Clock::now();
+  std::string w = expect_error(Errc::timeout, [&] { comms[0].rpc(1, kSleep2s, {}, 200ms); });
+  EXPECT_LT(Clock::now() - t0, 1900ms) << "the per-call timeout was not applied";
+  EXPECT_TRUE(contains(w, "rpc")) << w;
+  // A later call still works (it waits behind the sleeping handler on rank 1).
+  Bytes a = random_bytes(33, 3);
+  EXPECT_EQ(comms[0].rpc(1, kEcho, a), a);
+  // The late reply of the timed-out call must not be taken for a later call's.
+  EXPECT_EQ(comms[0].rpc(1, kMark, a), mark(a, 1, 0));
+}
+
+TEST(Rpc, UnregisterThenCall) {
+  auto comms = world(2);
+  Bytes a = random_bytes(5, 4);
+  EXPECT_EQ(comms[0].rpc(1, kEcho, a), a);
+  comms[1].unregister_rpc(kEcho);
+  expect_error(Errc::unknown_rpc, [&] { comms[0].rpc(1, kEcho, a); });
+  comms[1].unregister_rpc(kEcho);  // removing twice is harmless
+  comms[1].register_rpc(kEcho, [](int, std::span<const std::byte> x) { return Bytes(x.rbegin(), x.rend()); });
+  EXPECT_EQ(comms[0].rpc(1, kEcho, a), Bytes(a.rbegin(), a.rend()));
+}
+
+TEST(Rpc, EmptyAndOneMiBArgs) {
+  auto comms = world(2);
+  for (int dest : {1, 0}) {
+    EXPECT_TRUE(comms[0].rpc(dest, kEcho, {}).empty());
+    Bytes s = comms[0].rpc(dest, kSum, {});
+    ASSERT_EQ(s.size(), 8u);
+    std::uint64_t v = 1;
+    std::memcpy(&v, s.data(), 8);
+    EXPECT_EQ(v, 0u);
+    Bytes big = random_bytes(1u << 20, 5);
+    EXPECT_EQ(comms[0].rpc(dest, kEcho, big), big);
+    s = comms[0].rpc(dest, kSum, big);
+    std::memcpy(&v, s.data(), 8);
+    EXPECT_EQ(v, byte_sum(big));
+  }
+}
+
+// The headline property: RPCs are not stuck behind a large bulk transfer on the same
+// connection.
+TEST(Rpc, ThousandRpcsDuringBulkTransfer) {
+  auto comms = world(2);
+  const std::size_t size = std::size_t{getenv("RPC_TEST_BULK_MB") ? std::strtoul(getenv("RPC_TEST_BULK_MB"), nullptr, 10) : 512} << 20;
+  Bytes bulk(size);
+  for (std::size_t i = 0; i + 8 <= size; i += 8) {
+    std::uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull;
+    std::memcpy(bulk.data() + i, &x, 8);
+  }
+  Bytes got(size);
+  Request br = comms[1].istream_recv(0, 7, got.data(), got.size());
+  Request bs = comms[0].istream_send(1, 7, bulk.data(), bulk.size());
+  int correct = 0;
+  auto t0 = Clock::now();
+  double first_ms = -1, bulk_ms = -1;
+  for (int i = 0; i < 1000; ++i) {
+    if (i == 1) first_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (bulk_ms < 0 && br.test()) bulk_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    Bytes a(12);
+    std::int32_t v[3] = {i, i * 7, -i};
+    std::memcpy(a.data(), v, sizeof v);
+    if (comms[0].rpc(1, kMark, a) == mark(a, 1, 0)) ++correct;
+  }
+  bool bulk_done_before_rpcs = br.test();
+  double rpcs_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  bs.wait();
+  double total_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("first rpc %.1f ms, bulk seen done at %.1f ms (rpc %d), 1000 rpcs %.1f ms, bulk wait %.1f ms\n", first_ms, bulk_ms, 0, rpcs_ms, total_ms);
+  EXPECT_EQ(correct, 1000);
+  EXPECT_FALSE(bulk_done_before_rpcs)
+      << "the 512 MiB transfer finished before the 1000 RPCs: the test did not overlap them";
+  bs.wait();
+  EXPECT_EQ(br.wait().bytes, size);
+  EXPECT_TRUE(bulk == got);
+}
+
+}  // namespace
