@@ -21,7 +21,8 @@ void Engine::run() {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   while (!stopping_.load(std::memory_order_relaxed)) {
     if (spin_.count() > 0 && std::chrono::steady_clock::now() < busy_until_) {
-      io_.poll();
+      // Yield between polls: on small hosts the thread we wait for may need this core.
+      if (io_.poll() == 0) std::this_thread::yield();
     } else {
       io_.run_one();
     }

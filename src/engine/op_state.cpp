@@ -52,13 +52,13 @@ bool OpState::complete(Errc code, std::string message, Status status) {
 bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for) {
   if (done()) return true;
   auto spin_end = Clock::now() + spin_for;
-  unsigned n = 0;
   while (Clock::now() < spin_end) {
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < 16; ++i) {
       if (done()) return true;
       cpu_relax();
     }
-    if (++n % 16 == 0) std::this_thread::yield();
+    // The engine thread that will complete us may be waiting for this very core.
+    std::this_thread::yield();
   }
   for (;;) {
     std::uint32_t s = state_.load(std::memory_order_acquire);

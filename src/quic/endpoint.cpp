@@ -63,12 +63,17 @@ void Endpoint::wait_readable() {
 }
 
 void Endpoint::on_readable() {
+  bool check_errors = false;
   // Bounded batch so timers and submitted work are not starved under a flood.
   for (int i = 0; i < 256; ++i) {
     Address from;
     std::size_t seg = 0;
     ssize_t n = sock_.recv(rxbuf_.data(), rxbuf_.size(), from, seg);
-    if (n == -ECONNREFUSED) continue;  // reported through the error queue below
+    if (n == -ECONNREFUSED) {
+      // An ICMP error arrived; its details wait on the error queue.
+      check_errors = true;
+      continue;
+    }
     if (n < 0) {
       if (n != -EAGAIN && n != -EWOULDBLOCK) log::debug("udp recv: {}", std::strerror(static_cast<int>(-n)));
       break;
@@ -81,7 +86,7 @@ void Endpoint::on_readable() {
       dispatch(from, rxbuf_.data() + off, std::min(seg, len - off), ts);
     }
   }
-  sock_.drain_errors([this](const Address& gone) {
+  if (check_errors) sock_.drain_errors([this](const Address& gone) {
     for (auto& c : conns_) {
       // Only established connections: during start-up a peer may not be bound yet.
       if (!c->closed() && c->established() && c->remote() == gone) {
@@ -241,12 +246,10 @@ void Endpoint::rearm_timer() {
   std::uint64_t next = UINT64_MAX;
   for (auto& c : conns_)
     if (!c->closed()) next = std::min<std::uint64_t>(next, ngtcp2_conn_get_expiry(c->conn_));
-  if (next == UINT64_MAX || stopped_) {
-    if (timer_at_) timer_.cancel();
-    timer_at_ = 0;
-    return;
-  }
-  if (next == timer_at_) return;
+  if (next == UINT64_MAX || stopped_) return;  // a pending timer just finds nothing due
+  // Re-arming costs a syscall and ngtcp2's expiry moves on every packet: only pull the
+  // timer in. A timer that fires early re-checks and re-arms itself.
+  if (timer_at_ != 0 && timer_at_ <= next) return;
   timer_at_ = next;
   std::uint64_t t = now();
   auto delay = std::chrono::nanoseconds(next > t ? next - t : 0);

@@ -52,6 +52,8 @@ class MatchQueue {
   std::list<std::shared_ptr<Unexpected>>::iterator find_unexpected(const RecvOp& r);
 
   void post(std::shared_ptr<RecvOp> r) { posted_.push_back(std::move(r)); }
+  /// Re-posts a receive ahead of every other one (it was posted before all of them).
+  void post_first(std::shared_ptr<RecvOp> r) { posted_.push_front(std::move(r)); }
   /// Removes a posted receive (cancellation); false if it was matched already.
   bool remove_posted(const OpState* op);
 

@@ -132,15 +132,15 @@ void CommImpl::start() {
     });
     auto [missing, why] = probe.get_future().get();
     if (missing < 0) break;
-    Peer* p = peer(missing);
+    // close() destroys the peers: copy what the error needs first.
+    std::string addr = peer(missing)->addr_text();
+    ErrorContext ctx{"connect", rank_, missing, addr, {}};
     if (!why.empty()) {
-      ErrorContext ctx{"connect", rank_, missing, p->addr_text(), {}};
-      Errc code = p->gone_code();
+      Errc code = peer(missing)->gone_code();
       close();
       throw make_error(code, ctx, why);
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      ErrorContext ctx{"connect", rank_, missing, p->addr_text(), {}};
       close();
       throw make_error(Errc::timeout, ctx,
                        "peer not connected within " + std::to_string(cfg_.connect_timeout.count()) + " ms");
@@ -376,6 +376,22 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
     r->op->succeed(Status{u->source, u->tag, static_cast<std::size_t>(u->size)});
   }
   if (p && !u->data.empty()) p->release_unexpected(u->data.size());
+}
+
+void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
+  if (r->op->done()) return;
+  auto& q = queue(d);
+  auto it = q.find_unexpected(*r);
+  if (it != q.end()) {
+    deliver_unexpected(d, r, it);
+    return;
+  }
+  if (r->source != any_source && peer(r->source)->gone()) {
+    Peer* p = peer(r->source);
+    fail(r->op, p->gone_code(), r->source, p->gone_why());
+    return;
+  }
+  q.post_first(std::move(r));
 }
 
 Request CommImpl::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {

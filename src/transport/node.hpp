@@ -69,6 +69,9 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   /// A receive was matched with an unexpected message (or a peer's data): deliver.
   void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                           std::list<std::shared_ptr<Unexpected>>::iterator it);
+  /// A receive whose matched message was withdrawn by its sender: match it again, with
+  /// the priority it had.
+  void repost(Domain d, std::shared_ptr<RecvOp> r);
   /// Completes `op` with an error formatted with this node's context.
   void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why);
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;

@@ -327,7 +327,9 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         return false;
       }
       if (h.flags & wire::flag_cancelled) {
-        node_.fail(r->op, Errc::cancelled, rank_, "the sender cancelled the message");
+        // As with MPI_Cancel, a withdrawn send was never sent: the receive it had matched
+        // goes back to waiting, ahead of receives posted after it.
+        node_.repost(d, std::move(r));
         return true;
       }
       s.sink.kind = Sink::user;
