@@ -14,6 +14,7 @@ packages=(
   libasio-dev libhwy-dev libspdlog-dev libfmt-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables
+  openmpi-bin libopenmpi-dev libgloo-dev
 )
 # The two ngtcp2 packages must come from backports (1.11), not from bookworm (0.12).
 backported=(libngtcp2-dev libngtcp2-crypto-gnutls-dev)

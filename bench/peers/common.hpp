@@ -285,10 +285,8 @@ inline std::string fmt_time(double us) {
 inline void print_table_header() {
   std::printf("#\n");
   std::printf("#                                                        out-of-place\n");
-  std::printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type",
-              "redop", "root", "time", "algbw", "busbw", "#wrong");
-  std::printf("#%11s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "",
-              "", "(us)", "(GB/s)", "(GB/s)", "");
+  std::printf("#       size         count      type   redop    root     time   algbw   busbw  #wrong\n");
+  std::printf("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)\n");
 }
 
 inline void print_row(size_t bytes, size_t count, const char* type, const char* redop, int root,
@@ -328,6 +326,12 @@ double time_iterations(Comm& comm, int warmup, int iters, Prep&& prep, Fn&& fn) 
     t[size_t(i)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
   }
   comm.max_inplace(t.data(), t.size());
+  if (comm.rank() == 0 && std::getenv("PEERS_VERBOSE")) {
+    // Per-iteration times (max over ranks), for diagnosing jitter; stderr keeps stdout clean.
+    std::fprintf(stderr, "# iter times (us):");
+    for (double x : t) std::fprintf(stderr, " %.1f", x);
+    std::fprintf(stderr, "\n");
+  }
   return median(t);
 }
 
@@ -343,7 +347,7 @@ long run_sweep(Comm& comm, const Options& o, MakeOp&& make_op, double& avg_busbw
   double bw_sum = 0;
   int bw_cnt = 0;
 
-  print_table_header();
+  if (print) print_table_header();
 
   if (o.coll == Coll::barrier) {
     double us = time_iterations(comm, o.warmup, o.iters, [] {}, [&] { comm.barrier(); });

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# Runs one collective on Open MPI (TCP), Open MPI (shared memory), Gloo (TCP) and — when
+# build/bin/nexar-bench supports the collective — nexar, with the same sizes and iteration
+# counts for everyone, and prints busbw side by side plus the 8 B all_reduce latency.
+#
+#   bench/peers/compare.sh [-np "2 4"] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1]
+#                          [-d float] [-o sum] [--coll all_reduce] [--gloo-algo ring]
+#                          [--bin DIR] [--nexar PATH] [--out DIR] [--timeout S]
+#
+# The peer programs are looked for in --bin, build/bin, build-peers/bin; when none has them
+# they are built into build-peers/ (cmake -S bench/peers -B build-peers).
+# Every raw nccl-tests-style log is kept under --out (default: a new /tmp directory).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+nps="2 4"
+minb=8
+maxb=64M
+factor=2
+iters=20
+warmup=5
+check=1
+dtype=float
+op=sum
+coll=all_reduce
+gloo_algo=ring
+bindir=""
+nexar="$repo/build/bin/nexar-bench"
+outdir=""
+run_timeout=900
+
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -np|--np) nps=$2; shift 2 ;;
+    -b|--minbytes) minb=$2; shift 2 ;;
+    -e|--maxbytes) maxb=$2; shift 2 ;;
+    -f|--stepfactor) factor=$2; shift 2 ;;
+    -n|--iters) iters=$2; shift 2 ;;
+    -w|--warmup_iters) warmup=$2; shift 2 ;;
+    -c|--check) check=$2; shift 2 ;;
+    -d|--datatype) dtype=$2; shift 2 ;;
+    -o|--op) op=$2; shift 2 ;;
+    --coll) coll=$2; shift 2 ;;
+    --gloo-algo) gloo_algo=$2; shift 2 ;;
+    --bin) bindir=$2; shift 2 ;;
+    --nexar) nexar=$2; shift 2 ;;
+    --out) outdir=$2; shift 2 ;;
+    --timeout) run_timeout=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+# ---- find (or build) the peer programs -------------------------------------------------
+find_bins() {
+  for d in "$bindir" "$repo/build/bin" "$repo/build-peers/bin"; do
+    [ -n "$d" ] || continue
+    if [ -x "$d/mpi_bench" ] || [ -x "$d/gloo_bench" ]; then
+      bindir=$d
+      return 0
+    fi
+  done
+  return 1
+}
+if ! find_bins; then
+  echo "compare.sh: building the peer benchmarks into $repo/build-peers" >&2
+  if ! { cmake -S "$here" -B "$repo/build-peers" -DCMAKE_BUILD_TYPE=Release >/dev/null &&
+          cmake --build "$repo/build-peers" >/dev/null; }; then
+    echo "compare.sh: build failed" >&2
+    exit 2
+  fi
+  find_bins || { echo "compare.sh: neither mpi_bench nor gloo_bench could be built" >&2; exit 2; }
+fi
+
+if [ -z "$outdir" ]; then outdir=$(mktemp -d /tmp/nexar-compare.XXXXXX); fi
+mkdir -p "$outdir"
+
+common=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" -c "$check" -d "$dtype" -o "$op")
+mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+# pml ob1: Debian's Open MPI also has UCX, whose pml would ignore the btl choice below.
+# shellcheck disable=SC2054  # the commas are part of MCA values
+mpi_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
+# shellcheck disable=SC2054
+mpi_shm=(--mca pml ob1 --mca btl vader,self --mca oob_tcp_if_include lo)
+
+# nexar takes part only when its bench knows the collective.  `nexar-bench X --help` also
+# exits 0 for an unknown X (CLI11 prints the top-level help), so the help text must name X.
+have_nexar=0
+if [ -x "$nexar" ]; then
+  if help=$(timeout 10 "$nexar" "$coll" --help 2>&1) && grep -q -- "$coll" <<<"$help"; then
+    have_nexar=1
+  fi
+fi
+
+impls=()
+[ -x "$bindir/mpi_bench" ] && impls+=(ompi-tcp ompi-shm)
+[ -x "$bindir/gloo_bench" ] && impls+=(gloo)
+[ "$have_nexar" = 1 ] && impls+=(nexar)
+
+# run IMPL NP COLL LOG ARGS... -> nccl-tests-style output in LOG; returns the exit status.
+run_one() {
+  local impl=$1 np=$2 c=$3 log=$4
+  shift 4
+  local cmd
+  case "$impl" in
+    ompi-tcp) cmd=("${mpirun_base[@]}" -np "$np" "${mpi_tcp[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
+    ompi-shm) cmd=("${mpirun_base[@]}" -np "$np" "${mpi_shm[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
+    gloo)
+      local algo=()
+      [ "$c" = all_reduce ] && algo=(--algo "$gloo_algo")
+      cmd=("$bindir/gloo_bench" --launch "$np" "${algo[@]}" "$c" "$@") ;;
+    nexar) cmd=("$nexar" "$c" --ranks "$np" "$@") ;;
+  esac
+  echo "\$ ${cmd[*]}" >"$log"
+  timeout -k 10 "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 </dev/null
+}
+
+# Data rows of a log as "size time busbw wrong".
+rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $1, $6, $8, $9 }' "$1" 2>/dev/null; }
+
+status=0
+echo "# compare.sh: $coll, $dtype $op, sizes $minb..$maxb x$factor, iters $iters, warmup $warmup, check $check"
+echo "# implementations: ${impls[*]}   (gloo all_reduce algorithm: $gloo_algo; logs in $outdir)"
+[ "$have_nexar" = 1 ] || echo "# nexar: $nexar missing or without '$coll'; skipped"
+
+for np in $nps; do
+  declare -A busbw=() wrong=() lat=()
+  sizes=()
+  for impl in "${impls[@]}"; do
+    log="$outdir/${coll}.${impl}.np${np}.log"
+    run_one "$impl" "$np" "$coll" "$log" "${common[@]}"
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "# $impl np=$np exited with $rc (see $log):" >&2
+      tail -n 5 "$log" | sed 's/^/#   /' >&2
+      [ "$rc" = 1 ] || status=1
+    fi
+    while read -r size time bw w; do
+      [ -n "$size" ] || continue
+      busbw["$impl,$size"]=$bw
+      wrong["$impl,$size"]=$w
+      [ "$coll" = all_reduce ] && [ "$size" = 8 ] && lat["$impl"]=$time
+      case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
+    done < <(rows "$log")
+  done
+
+  # 8 B all_reduce latency: taken from the sweep when it has 8 B, else one extra run.
+  for impl in "${impls[@]}"; do
+    [ -n "${lat[$impl]+x}" ] && continue
+    log="$outdir/all_reduce8.${impl}.np${np}.log"
+    run_one "$impl" "$np" all_reduce "$log" -b 8 -e 8 -n "$iters" -w "$warmup" -c "$check" \
+      -d float -o sum
+    rc=$?
+    [ "$rc" = 0 ] || [ "$rc" = 1 ] || echo "# $impl np=$np 8 B all_reduce exited with $rc (see $log)" >&2
+    read -r _ t _ w < <(rows "$log") || true
+    lat["$impl"]=${t:--}
+    [ -n "${w:-}" ] && [ "$w" != 0 ] && [ "$w" != N/A ] && lat["$impl"]="${t}!"
+    unset t w
+  done
+
+  echo
+  echo "## $coll, $np ranks: busbw (GB/s)"
+  hdr=$(printf "%12s" "size(B)")
+  for impl in "${impls[@]}"; do hdr+=$(printf "  %10s" "$impl"); done
+  [ "$have_nexar" = 1 ] && hdr+=$(printf "  %16s" "nexar/best-tcp")
+  echo "$hdr"
+  for size in "${sizes[@]}"; do
+    line=$(printf "%12s" "$size")
+    for impl in "${impls[@]}"; do
+      v=${busbw["$impl,$size"]:--}
+      w=${wrong["$impl,$size"]:-}
+      if [ -n "$w" ] && [ "$w" != 0 ] && [ "$w" != N/A ]; then v="$v!"; status=1; fi
+      line+=$(printf "  %10s" "$v")
+    done
+    if [ "$have_nexar" = 1 ]; then
+      ratio=$(awk -v n="${busbw["nexar,$size"]:-}" -v a="${busbw["ompi-tcp,$size"]:-}" \
+                  -v g="${busbw["gloo,$size"]:-}" 'BEGIN {
+                best = 0; if (a != "" && a + 0 > best) best = a + 0; if (g != "" && g + 0 > best) best = g + 0
+                if (n == "" || best <= 0) print "-"; else printf "%.2f", n / best }')
+      line+=$(printf "  %16s" "$ratio")
+    fi
+    echo "$line"
+  done
+  line=$(printf "%12s" "8B lat (us)")
+  for impl in "${impls[@]}"; do line+=$(printf "  %10s" "${lat[$impl]:--}"); done
+  echo "$line   (all_reduce time column at 8 B)"
+  unset busbw wrong lat
+done
+echo
+echo "# '!' marks a result with #wrong > 0; '-' a missing value.  Raw logs: $outdir"
+exit $status
