@@ -128,7 +128,7 @@ echo "# implementations: ${impls[*]}   (gloo all_reduce algorithm: $gloo_algo; l
 [ "$have_nexar" = 1 ] || echo "# nexar: $nexar missing or without '$coll'; skipped"
 
 for np in $nps; do
-  declare -A busbw=() wrong=() lat=()
+  declare -A busbw=() usec=() wrong=() lat=()
   sizes=()
   for impl in "${impls[@]}"; do
     log="$outdir/${coll}.${impl}.np${np}.log"
@@ -142,8 +142,12 @@ for np in $nps; do
     while read -r size time bw w; do
       [ -n "$size" ] || continue
       busbw["$impl,$size"]=$bw
+      usec["$impl,$size"]=$time
       wrong["$impl,$size"]=$w
-      [ "$coll" = all_reduce ] && [ "$size" = 8 ] && lat["$impl"]=$time
+      if [ "$coll" = all_reduce ] && [ "$size" = 8 ]; then
+        lat["$impl"]=$time
+        [ "$w" = 0 ] || [ "$w" = N/A ] || lat["$impl"]="${time}!"
+      fi
       case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
     done < <(rows "$log")
   done
@@ -177,10 +181,14 @@ for np in $nps; do
       line+=$(printf "  %10s" "$v")
     done
     if [ "$have_nexar" = 1 ]; then
-      ratio=$(awk -v n="${busbw["nexar,$size"]:-}" -v a="${busbw["ompi-tcp,$size"]:-}" \
-                  -v g="${busbw["gloo,$size"]:-}" 'BEGIN {
-                best = 0; if (a != "" && a + 0 > best) best = a + 0; if (g != "" && g + 0 > best) best = g + 0
-                if (n == "" || best <= 0) print "-"; else printf "%.2f", n / best }')
+      # Same size and collective, so the busbw ratio is the inverse ratio of the times
+      # (exact, unlike the 2-decimal busbw columns).
+      ratio=$(awk -v n="${usec["nexar,$size"]:-}" -v a="${usec["ompi-tcp,$size"]:-}" \
+                  -v g="${usec["gloo,$size"]:-}" 'BEGIN {
+                best = -1
+                if (a != "" && a + 0 > 0) best = a + 0
+                if (g != "" && g + 0 > 0 && (best < 0 || g + 0 < best)) best = g + 0
+                if (n == "" || n + 0 <= 0 || best < 0) print "-"; else printf "%.2f", best / n }')
       line+=$(printf "  %16s" "$ratio")
     fi
     echo "$line"
@@ -188,7 +196,7 @@ for np in $nps; do
   line=$(printf "%12s" "8B lat (us)")
   for impl in "${impls[@]}"; do line+=$(printf "  %10s" "${lat[$impl]:--}"); done
   echo "$line   (all_reduce time column at 8 B)"
-  unset busbw wrong lat
+  unset busbw usec wrong lat
 done
 echo
 echo "# '!' marks a result with #wrong > 0; '-' a missing value.  Raw logs: $outdir"

@@ -13,14 +13,15 @@ void Engine::start() {
 
 void Engine::stop() {
   if (!thread_.joinable()) return;
-  post([this] { stopping_.store(true, std::memory_order_relaxed); });
+  asio::post(io_, [this] { stopping_.store(true, std::memory_order_relaxed); });
   thread_.join();
 }
 
 void Engine::run() {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   while (!stopping_.load(std::memory_order_relaxed)) {
-    if (spin_.count() > 0 && std::chrono::steady_clock::now() < busy_until_) {
+    if (spin_.count() > 0 && progressing_.load(std::memory_order_relaxed) == 0 &&
+        std::chrono::steady_clock::now() < busy_until_.load(std::memory_order_relaxed)) {
       // Yield between polls: on small hosts the thread we wait for may need this core.
       if (io_.poll() == 0) std::this_thread::yield();
     } else {
@@ -29,6 +30,7 @@ void Engine::run() {
   }
   // Let handlers already queued (completions, close notifications) run once more.
   io_.poll();
+  thread_id_.store(std::thread::id{}, std::memory_order_relaxed);
 }
 
 }  // namespace nexar::detail

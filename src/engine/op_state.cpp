@@ -52,13 +52,20 @@ bool OpState::complete(Errc code, std::string message, Status status) {
 bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for) {
   if (done()) return true;
   auto spin_end = Clock::now() + spin_for;
-  while (Clock::now() < spin_end) {
-    for (int i = 0; i < 16; ++i) {
-      if (done()) return true;
-      cpu_relax();
+  if (spin_for.count() > 0) {
+    // Poll the engine ourselves: picking the reply off the socket here saves the two
+    // thread wake-ups of the engine thread handing it to us.
+    std::shared_ptr<Progress> engine = progress.lock();
+    if (engine) engine->waiting(1);
+    while (Clock::now() < spin_end && !done()) {
+      if (!(engine && engine->poll())) {
+        for (int i = 0; i < 16 && !done(); ++i) cpu_relax();
+        // The thread that will complete us may be waiting for this very core.
+        std::this_thread::yield();
+      }
     }
-    // The engine thread that will complete us may be waiting for this very core.
-    std::this_thread::yield();
+    if (engine) engine->waiting(-1);
+    if (done()) return true;
   }
   for (;;) {
     std::uint32_t s = state_.load(std::memory_order_acquire);

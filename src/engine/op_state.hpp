@@ -6,12 +6,23 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <nexar/error.hpp>
 #include <nexar/request.hpp>
 
 namespace nexar::detail {
+
+/// Lets a thread waiting for an operation drive the engine that will complete it.
+class Progress {
+ public:
+  virtual ~Progress() = default;
+  /// Makes progress if the engine is free right now; returns whether it ran.
+  virtual bool poll() = 0;
+  /// A waiter starts (+1) or stops (-1) polling.
+  virtual void waiting(int delta) = 0;
+};
 
 class OpState {
  public:
@@ -41,6 +52,8 @@ class OpState {
   std::function<void(Errc)> canceller;
   /// Spin budget for waiters (from the communicator's Config).
   std::chrono::microseconds spin{0};
+  /// The engine a waiter may drive while it spins; empty for standalone operations.
+  std::weak_ptr<Progress> progress;
 
  private:
   static constexpr std::uint32_t pending = 0, pending_waiters = 1, done_state = 2;

@@ -55,11 +55,12 @@ void Endpoint::start(AcceptFn accept) {
 
 void Endpoint::wait_readable() {
   if (stopped_) return;
-  wait_fd_.async_wait(asio::posix::stream_descriptor::wait_read, [this](asio::error_code ec) {
-    if (ec || stopped_) return;
-    on_readable();
-    wait_readable();
-  });
+  wait_fd_.async_wait(asio::posix::stream_descriptor::wait_read,
+                      engine_.guard([this](asio::error_code ec) {
+                        if (ec || stopped_) return;
+                        on_readable();
+                        wait_readable();
+                      }));
 }
 
 void Endpoint::on_readable() {
@@ -231,6 +232,10 @@ void Endpoint::schedule_flush(Connection& c) {
 
 void Endpoint::flush_dirty() {
   flush_posted_ = false;
+  if (dirty_.empty()) {
+    rearm_timer();
+    return;
+  }
   std::uint64_t ts = now();
   // flush() may close a connection, and closing may schedule more work: iterate a copy.
   std::vector<Connection*> todo;
@@ -254,11 +259,11 @@ void Endpoint::rearm_timer() {
   std::uint64_t t = now();
   auto delay = std::chrono::nanoseconds(next > t ? next - t : 0);
   timer_.expires_after(delay);
-  timer_.async_wait([this](asio::error_code ec) {
+  timer_.async_wait(engine_.guard([this](asio::error_code ec) {
     if (ec) return;
     timer_at_ = 0;
     on_timer();
-  });
+  }));
 }
 
 void Endpoint::on_timer() {

@@ -42,6 +42,10 @@ class Endpoint {
   void schedule_flush(Connection& c);
   /// Closes every connection with `reason` and stops reading.
   void shutdown(const std::string& reason);
+  /// Reads whatever the socket holds and sends what that produced (engine lock held).
+  void poll() { on_readable(); }
+  /// Sends what connections have queued now rather than from posted work.
+  void flush_dirty();
 
   const Address& local() const noexcept { return sock_.local(); }
   const ConnectionSettings& settings() const noexcept { return settings_; }
@@ -61,7 +65,6 @@ class Endpoint {
   void on_readable();
   void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
-  void flush_dirty();
   void rearm_timer();
   void on_timer();
   void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);

@@ -194,7 +194,7 @@ struct Half {
     auto r = hn::IfThenElse(hn::RebindMask(du, ai < hn::Set(di, 0x38800000)), sub, normal);
     r = hn::IfThenElse(hn::RebindMask(du, ai > hn::Set(di, 0x477FEFFF)), hn::Set(du, 0x7C00u), r);
     r = hn::IfThenElse(hn::RebindMask(du, ai > hn::Set(di, 0x7F800000)), nan, r);
-    return hn::DemoteTo(d16, hn::BitCast(di, hn::Or(r, sign)));
+    return hn::TruncateTo(d16, hn::Or(r, sign));  // < 2^16: plain truncation
 #endif
   }
 };
@@ -211,13 +211,12 @@ struct BF16 {
     (void)df;
     const D16<DF> d16;
     const hn::RebindToUnsigned<DF> du;
-    const hn::RebindToSigned<DF> di;
     const auto x = hn::BitCast(du, v);
     const auto hi = hn::ShiftRight<16>(x);
     const auto bias = hn::Add(hn::Set(du, 0x7FFFu), hn::And(hi, hn::Set(du, 1u)));
     auto r = hn::ShiftRight<16>(hn::Add(x, bias));  // a carry rounds up to inf
     r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), hn::Or(hi, hn::Set(du, 0x0040u)), r);
-    return hn::DemoteTo(d16, hn::BitCast(di, r));
+    return hn::TruncateTo(d16, r);  // < 2^16: no saturation needed
   }
 };
 

@@ -160,7 +160,9 @@ void CommImpl::drain_then_shutdown(std::chrono::steady_clock::time_point until,
   if (pending > 0 && std::chrono::steady_clock::now() < until) {
     // Bytes we promised (completed eager sends) are still unacknowledged: linger.
     auto t = std::make_shared<asio::steady_timer>(engine_.io(), std::chrono::milliseconds(1));
-    t->async_wait([this, t, until, done](asio::error_code) { drain_then_shutdown(until, done); });
+    t->async_wait(engine_.guard([this, t, until, done](asio::error_code) {
+      drain_then_shutdown(until, done);
+    }));
     return;
   }
   for (auto& p : peers_)
@@ -188,6 +190,8 @@ void CommImpl::close() {
     done->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10), {});
   }
   engine_.stop();
+  // A user thread may still be polling (it found the engine open a moment ago).
+  std::lock_guard lk(engine_.lock());
   ep_.reset();
   peers_.clear();
   if (udp_fd_ >= 0) {
@@ -269,7 +273,15 @@ void CommImpl::check_tag(const char* op, int tag, bool allow_any) const {
 std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseconds timeout) {
   auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
   s->spin = cfg_.spin;
+  s->progress = weak_from_this();
   return s;
+}
+
+bool CommImpl::poll() {
+  std::unique_lock lk(engine_.lock(), std::try_to_lock);
+  if (!lk.owns_lock() || !ep_ || !is_open()) return false;
+  ep_->poll();
+  return true;
 }
 
 // ---- point-to-point --------------------------------------------------------------------
@@ -316,7 +328,7 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
       out += part.bytes;
     }
     std::size_t len = wire::header_size + size;
-    engine_.post([this, dest, lane, b = std::move(b), len]() mutable {
+    submit([this, dest, lane, b = std::move(b), len]() mutable {
       peer(dest)->send_frame(lane, std::move(b), len);
     });
     st->succeed(Status{dest, tag, static_cast<std::size_t>(size)});
@@ -338,7 +350,7 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
       }
     });
   };
-  engine_.post([this, dest, d, tag, copy = std::move(copy), size, st]() mutable {
+  submit([this, dest, d, tag, copy = std::move(copy), size, st]() mutable {
     peer(dest)->start_rendezvous(d, 0, tag, std::move(copy), size, st);
   });
   return Request(st);
@@ -424,7 +436,7 @@ Request CommImpl::irecv(Domain d, const char* op, int source, int tag, void* dat
       }
     });
   };
-  engine_.post([this, d, r] {
+  submit([this, d, r] {
     if (r->source != any_source) {
       Peer* p = peer(r->source);
       auto& q = queue(d);
@@ -496,7 +508,7 @@ void CommImpl::send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus s
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
   std::size_t len = wire::header_size + payload.size();
-  engine_.post([this, dest, b = std::move(b), len]() mutable {
+  submit([this, dest, b = std::move(b), len]() mutable {
     peer(dest)->send_frame(Lane::rpc_response, std::move(b), len);
   });
 }
@@ -553,7 +565,7 @@ Request CommImpl::rpc_call(int dest, RpcId id, std::span<const std::byte> args,
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   if (!args.empty()) std::memcpy(b.data() + wire::header_size, args.data(), args.size());
   std::size_t len = wire::header_size + args.size();
-  engine_.post([this, st, reply, call, dest, b = std::move(b), len]() mutable {
+  submit([this, st, reply, call, dest, b = std::move(b), len]() mutable {
     Peer* pp = peer(dest);
     if (pp->gone()) {
       fail(st, pp->gone_code(), dest, pp->gone_why());

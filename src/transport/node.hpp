@@ -40,10 +40,10 @@ struct NodeOptions {
   int udp_fd = -1;
 };
 
-class CommImpl : public std::enable_shared_from_this<CommImpl> {
+class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> {
  public:
   CommImpl(NodeOptions opts, const Config& cfg);
-  ~CommImpl();
+  ~CommImpl() override;
 
   /// Starts the engine and connects the mesh; returns when every peer is up.
   void start();
@@ -59,6 +59,10 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   Request rpc_call(int dest, RpcId id, std::span<const std::byte> args, std::vector<std::byte>* reply,
                    std::chrono::milliseconds timeout);
   RpcService& rpc() noexcept { return *rpc_; }
+
+  // Progress: waiting user threads drive the engine while they spin.
+  bool poll() override;
+  void waiting(int delta) override { engine_.add_progressing(delta); }
 
   // ---- engine-thread internals used by Peer and RpcService ---------------------------
   Engine& engine() noexcept { return engine_; }
@@ -90,6 +94,25 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
 
  private:
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
+  /// Runs `f` under the engine lock: right here when the lock is free (then flushes what
+  /// it queued), else on the engine thread.
+  /// Submissions keep their order: nothing runs inline while earlier ones wait in the
+  /// engine's queue.
+  template <class F>
+  void submit(F&& f) {
+    std::unique_lock lk(engine_.lock(), std::try_to_lock);
+    if (lk.owns_lock() && ep_ && is_open() && queued_.load(std::memory_order_relaxed) == 0) {
+      f();
+      ep_->flush_dirty();
+      return;
+    }
+    if (lk.owns_lock()) lk.unlock();
+    queued_.fetch_add(1, std::memory_order_relaxed);
+    engine_.post([this, f = std::forward<F>(f)]() mutable {
+      queued_.fetch_sub(1, std::memory_order_relaxed);
+      f();
+    });
+  }
   void check_open(const char* op, int peer) const;
   void check_rank(const char* op, int r, bool allow_any) const;
   void check_tag(const char* op, int tag, bool allow_any) const;
@@ -112,6 +135,7 @@ class CommImpl : public std::enable_shared_from_this<CommImpl> {
   std::map<std::uint64_t, PendingCall> calls_;
   std::atomic<std::uint64_t> next_call_{1};
   std::atomic<bool> closed_{false};
+  std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;
   friend class Peer;
 };
