@@ -30,12 +30,16 @@ std::string Address::to_string() const {
   if (family() == AF_INET) {
     auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
     inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-    return std::string(buf) + ":" + std::to_string(port());
+    std::string out(buf);
+    out.append(":").append(std::to_string(port()));
+    return out;
   }
   if (family() == AF_INET6) {
     auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
     inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
-    return "[" + std::string(buf) + "]:" + std::to_string(port());
+    std::string out("[");
+    out.append(buf).append("]:").append(std::to_string(port()));
+    return out;
   }
   return "?";
 }
