@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -32,6 +34,9 @@
 
 namespace {
 
+using nexar::testing::contains;
+using nexar::testing::expect_error;
+
 using namespace std::chrono_literals;
 using nexar::Communicator;
 using nexar::ConstBuffer;
@@ -57,23 +62,6 @@ Bytes random_bytes(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   for (auto& b : v) b = static_cast<std::byte>(rng());
   return v;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-template <class F>
-std::string expect_error(Errc code, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "got " << nexar::to_string(e.code()) << ": " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), got " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), nothing thrown";
-  return {};
 }
 
 void ping(Communicator& a, Communicator& b, int tag, std::size_t bytes = 100) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -21,6 +23,9 @@
 #include <vector>
 
 namespace {
+
+using nexar::testing::contains;
+using nexar::testing::expect_error;
 
 using namespace std::chrono_literals;
 using nexar::Communicator;
@@ -90,23 +95,6 @@ std::vector<Communicator> world(int n, nexar::Config cfg = test_config()) {
   for (auto& c : comms) register_all(c);
   return comms;
 }
-
-template <class F>
-std::string expect_error(Errc code, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "got " << nexar::to_string(e.code()) << ": " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), got " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), nothing thrown";
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 TEST(Rpc, EveryRankToEveryRankIncludingSelf) {
   constexpr int n = 3;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,6 +24,9 @@
 #include <vector>
 
 namespace {
+
+using nexar::testing::contains;
+using nexar::testing::expect_error;
 
 using namespace std::chrono_literals;
 using nexar::Communicator;
@@ -92,25 +97,6 @@ void run_ranks(int n, const std::function<void(int)>& fn) {
   for (auto& e : errs)
     if (e) std::rethrow_exception(e);
 }
-
-// Expects `f` to throw nexar::Error with `code`; returns its what().
-template <class F>
-std::string expect_error(Errc code, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << "got " << nexar::to_string(e.code()) << ": " << e.what();
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code)
-                  << "), got std::exception: " << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "expected nexar::Error(" << nexar::to_string(code) << "), nothing thrown";
-  return {};
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Round trip on tag `tag` between a and b, checking the bytes; proves a pair still works.
 void ping(Communicator& a, Communicator& b, int tag, std::size_t bytes = 100) {

@@ -124,6 +124,23 @@ void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len,
   if (c->read(path, pkt, len, ts) == 0) schedule_flush(*c);
 }
 
+void Endpoint::defaults(std::uint64_t ts, ngtcp2_settings& st, ngtcp2_transport_params& params) const {
+  ngtcp2_settings_default(&st);
+  st.initial_ts = ts;
+  st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
+  st.max_tx_udp_payload_size = settings_.udp_payload;
+  // Fixed packet size: the path is known (loopback or a configured MTU), and PMTU probing
+  // would only add probe traffic to every connection.
+  st.no_tx_udp_payload_size_shaping = 1;
+  st.no_pmtud = 1;
+  st.handshake_timeout = settings_.handshake_timeout_ns;
+  ngtcp2_transport_params_default(&params);
+  params.initial_max_streams_uni = 16;
+  params.initial_max_stream_data_uni = settings_.stream_window;
+  params.initial_max_data = settings_.conn_window;
+  params.max_idle_timeout = settings_.idle_timeout_ns;
+}
+
 Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t len,
                              std::uint64_t ts) {
   if (stopped_ || !accept_) return nullptr;
@@ -133,19 +150,8 @@ Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t
   c->id_ = next_id_++;
 
   ngtcp2_settings st;
-  ngtcp2_settings_default(&st);
-  st.initial_ts = ts;
-  st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
-  st.max_tx_udp_payload_size = settings_.udp_payload;
-  st.no_tx_udp_payload_size_shaping = 1;
-  st.no_pmtud = 1;
-  st.handshake_timeout = settings_.handshake_timeout_ns;
   ngtcp2_transport_params params;
-  ngtcp2_transport_params_default(&params);
-  params.initial_max_streams_uni = 16;
-  params.initial_max_stream_data_uni = settings_.stream_window;
-  params.initial_max_data = settings_.conn_window;
-  params.max_idle_timeout = settings_.idle_timeout_ns;
+  defaults(ts, st, params);
   params.original_dcid = hd.dcid;
   params.original_dcid_present = 1;
 
@@ -185,19 +191,8 @@ Connection& Endpoint::connect(const Address& to, const std::string& node, Connec
   c->expected_node_ = node;
   c->set_handler(h);
   ngtcp2_settings st;
-  ngtcp2_settings_default(&st);
-  st.initial_ts = now();
-  st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
-  st.max_tx_udp_payload_size = settings_.udp_payload;
-  st.no_tx_udp_payload_size_shaping = 1;
-  st.no_pmtud = 1;
-  st.handshake_timeout = settings_.handshake_timeout_ns;
   ngtcp2_transport_params params;
-  ngtcp2_transport_params_default(&params);
-  params.initial_max_streams_uni = 16;
-  params.initial_max_stream_data_uni = settings_.stream_window;
-  params.initial_max_data = settings_.conn_window;
-  params.max_idle_timeout = settings_.idle_timeout_ns;
+  defaults(now(), st, params);
   ngtcp2_cid dcid, scid;
   random_cid(dcid, 18);
   random_cid(scid, scid_len);

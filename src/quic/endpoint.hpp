@@ -61,6 +61,8 @@ class Endpoint {
 
  private:
   friend class Connection;
+  /// ngtcp2 settings and transport parameters shared by dialled and accepted connections.
+  void defaults(std::uint64_t ts, ngtcp2_settings& st, ngtcp2_transport_params& params) const;
   void wait_readable();
   void on_readable();
   void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);

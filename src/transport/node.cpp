@@ -335,21 +335,8 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
     return Request(st);
   }
   std::vector<ConstBuffer> copy(parts.begin(), parts.end());
-  std::weak_ptr<CommImpl> weak = weak_from_this();
-  OpState* raw = st.get();
-  st->canceller = [weak, raw, dest, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
-    auto self = weak.lock();
-    if (!self) return;
-    self->engine_.post([self, raw, dest, code, st_weak] {
-      auto s = st_weak.lock();
-      if (!s || s->done()) return;
-      if (self->peer(dest)->cancel_rendezvous(raw)) {
-        self->fail(s, code, dest,
-                   code == Errc::timeout ? "receiver did not post a matching receive in time"
-                                         : "send cancelled");
-      }
-    });
-  };
+  install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
+                    [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
   submit([this, dest, d, tag, copy = std::move(copy), size, st]() mutable {
     peer(dest)->start_rendezvous(d, 0, tag, std::move(copy), size, st);
   });
@@ -422,20 +409,8 @@ Request CommImpl::irecv(Domain d, const char* op, int source, int tag, void* dat
   r->tag = tag;
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
-  std::weak_ptr<CommImpl> weak = weak_from_this();
-  OpState* raw = st.get();
-  st->canceller = [weak, raw, d, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
-    auto self = weak.lock();
-    if (!self) return;
-    self->engine_.post([self, raw, d, code, st_weak] {
-      auto s = st_weak.lock();
-      if (!s || s->done()) return;
-      if (self->queue(d).remove_posted(raw)) {
-        self->fail(s, code, -1, code == Errc::timeout ? "no matching message arrived in time"
-                                                      : "receive cancelled");
-      }
-    });
-  };
+  install_canceller(st, -1, "no matching message arrived in time", "receive cancelled",
+                    [d](CommImpl& c, OpState* s) { return c.queue(d).remove_posted(s); });
   submit([this, d, r] {
     if (r->source != any_source) {
       Peer* p = peer(r->source);
@@ -529,19 +504,8 @@ Request CommImpl::rpc_call(int dest, RpcId id, std::span<const std::byte> args,
   }
   auto st = new_op(op, timeout);
   std::uint64_t call = next_call_.fetch_add(1);
-  std::weak_ptr<CommImpl> weak = weak_from_this();
-  st->canceller = [weak, call, st_weak = std::weak_ptr<OpState>(st)](Errc code) {
-    auto self = weak.lock();
-    if (!self) return;
-    self->engine_.post([self, call, code, st_weak] {
-      auto it = self->calls_.find(call);
-      if (it == self->calls_.end()) return;
-      auto s = st_weak.lock();
-      int dest_rank = it->second.dest;
-      self->calls_.erase(it);
-      if (s) self->fail(s, code, dest_rank, code == Errc::timeout ? "no reply in time" : "call cancelled");
-    });
-  };
+  install_canceller(st, dest, "no reply in time", "call cancelled",
+                    [call](CommImpl& c, OpState*) { return c.calls_.erase(call) > 0; });
   if (dest == rank_) {
     std::vector<std::byte> copy(args.begin(), args.end());
     engine_.post([this, st, reply, call, id, copy = std::move(copy)]() mutable {

@@ -94,6 +94,23 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
 
  private:
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
+  /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
+  /// the operation if nothing has moved yet, and then it fails naming `peer_rank`.
+  template <class Withdraw>
+  void install_canceller(const std::shared_ptr<OpState>& st, int peer_rank, const char* on_timeout,
+                         const char* on_cancel, Withdraw withdraw) {
+    st->canceller = [weak = weak_from_this(), raw = st.get(), st_weak = std::weak_ptr<OpState>(st),
+                     peer_rank, on_timeout, on_cancel, withdraw](Errc code) {
+      auto self = weak.lock();
+      if (!self) return;
+      self->engine_.post([self, raw, st_weak, peer_rank, on_timeout, on_cancel, withdraw, code] {
+        auto s = st_weak.lock();
+        if (!s || s->done()) return;
+        if (withdraw(*self, raw))
+          self->fail(s, code, peer_rank, code == Errc::timeout ? on_timeout : on_cancel);
+      });
+    };
+  }
   /// Runs `f` under the engine lock: right here when the lock is free (then flushes what
   /// it queued), else on the engine thread.
   /// Submissions keep their order: nothing runs inline while earlier ones wait in the
