@@ -12,14 +12,16 @@
 #include <type_traits>
 #include <vector>
 
+#include <nexar/collective.hpp>
 #include <nexar/config.hpp>
+#include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
 #include <nexar/request.hpp>
 
 namespace nexar {
 
 namespace detail {
-class CommImpl;
+class Group;
 }
 
 /// Element types that may be sent as typed spans.
@@ -53,8 +55,9 @@ using RpcHandler =
 /// the operation, this rank, the peer and the elapsed time.
 class Communicator {
  public:
+  /// An empty communicator (is_open() is false); every other call throws.
   Communicator() = default;
-  explicit Communicator(std::shared_ptr<detail::CommImpl> impl);
+  explicit Communicator(std::shared_ptr<detail::Group> group);
 
   /// This process's rank, 0 <= rank() < size().
   int rank() const;
@@ -140,24 +143,173 @@ class Communicator {
                     std::vector<std::byte>* reply,
                     std::optional<std::chrono::milliseconds> timeout = {});
 
+
+  // ---- communicators -----------------------------------------------------------------
+
+  /// Collective over this communicator: ranks passing the same `color` (>= 0) form a new
+  /// communicator, ranked by (`key`, rank here). A negative color returns an empty
+  /// Communicator (is_open() false). Sub-communicators nest; their traffic carries their
+  /// own id and never mixes with another communicator's. Errors: as a collective.
+  Communicator split(int color, int key) const;
+
+  /// Identifier carried by this communicator's frames (0 for the world).
+  std::uint64_t id() const;
+
+  // ---- collectives -------------------------------------------------------------------
+  //
+  // Every rank of the communicator calls the same collectives in the same order with
+  // matching arguments (counts, dtype, op, root). Each has a non-blocking form (i-prefix)
+  // returning a Request; several may be in flight on one communicator (they complete in
+  // the order they were started) and on different communicators at once. Buffers must
+  // stay valid until the Request completes. `send` may equal `recv` (in place) where the
+  // sizes allow. Results are bitwise identical on every rank that receives them.
+  // Errors: invalid_argument (root out of range, op not valid for dtype, null buffer with
+  // count > 0, forced algorithm the collective lacks), timeout, peer_* (a rank failed),
+  // closed.
+
+  /// recv[i] = op over ranks of send[i], on every rank. count elements each.
+  Request iall_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                      const CollectiveOptions& o = {});
+  /// buf (count elements) of `root` is copied to every rank's buf.
+  Request ibroadcast(void* buf, std::size_t count, DataType t, int root,
+                     const CollectiveOptions& o = {});
+  /// recv at `root` = op over ranks of send; recv is ignored (may be null) elsewhere.
+  Request ireduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                  int root, const CollectiveOptions& o = {});
+  /// recv (count * size() elements) = concatenation of every rank's send (count each).
+  Request iall_gather(const void* send, void* recv, std::size_t count, DataType t,
+                      const CollectiveOptions& o = {});
+  /// send has `count` elements on every rank; rank r receives block r (block_of(count,
+  /// size(), r)) of their element-wise reduction in recv.
+  Request ireduce_scatter(const void* send, void* recv, std::size_t count, DataType t,
+                          ReduceOp op, const CollectiveOptions& o = {});
+  /// send holds size() blocks of `count` elements; block j goes to rank j, and recv block
+  /// i comes from rank i.
+  Request iall_to_all(const void* send, void* recv, std::size_t count, DataType t,
+                      const CollectiveOptions& o = {});
+  /// recv at root (count * size() elements) = concatenation of every rank's send.
+  Request igather(const void* send, void* recv, std::size_t count, DataType t, int root,
+                  const CollectiveOptions& o = {});
+  /// Block r (count elements) of root's send goes to rank r's recv.
+  Request iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
+                   const CollectiveOptions& o = {});
+  /// recv on rank r = op over ranks 0..r of send (inclusive prefix).
+  Request iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                const CollectiveOptions& o = {});
+  /// recv on rank r = op over ranks 0..r-1 of send; rank 0's recv is left unchanged.
+  Request iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
+                          ReduceOp op, const CollectiveOptions& o = {});
+  /// Completes once every rank has entered it.
+  Request ibarrier(const CollectiveOptions& o = {});
+
+  /// Variable-size forms: counts[i] / displs[i] (in elements) describe rank i's part of
+  /// the concatenated buffer; `counts` and `displs` have size() entries.
+  Request iall_gather_v(const void* send, std::size_t send_count, void* recv,
+                        std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                        DataType t, const CollectiveOptions& o = {});
+  Request igather_v(const void* send, std::size_t send_count, void* recv,
+                    std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                    DataType t, int root, const CollectiveOptions& o = {});
+  Request iscatter_v(const void* send, std::span<const std::size_t> counts,
+                     std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                     DataType t, int root, const CollectiveOptions& o = {});
+  Request iall_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                        std::span<const std::size_t> send_displs, void* recv,
+                        std::span<const std::size_t> recv_counts,
+                        std::span<const std::size_t> recv_displs, DataType t,
+                        const CollectiveOptions& o = {});
+
+  /// Blocking forms: the non-blocking call followed by wait().
+  void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                  const CollectiveOptions& o = {}) {
+    iall_reduce(send, recv, count, t, op, o).wait();
+  }
+  void broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o = {}) {
+    ibroadcast(buf, count, t, root, o).wait();
+  }
+  void reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op, int root,
+              const CollectiveOptions& o = {}) {
+    ireduce(send, recv, count, t, op, root, o).wait();
+  }
+  void all_gather(const void* send, void* recv, std::size_t count, DataType t,
+                  const CollectiveOptions& o = {}) {
+    iall_gather(send, recv, count, t, o).wait();
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                      const CollectiveOptions& o = {}) {
+    ireduce_scatter(send, recv, count, t, op, o).wait();
+  }
+  void all_to_all(const void* send, void* recv, std::size_t count, DataType t,
+                  const CollectiveOptions& o = {}) {
+    iall_to_all(send, recv, count, t, o).wait();
+  }
+  void gather(const void* send, void* recv, std::size_t count, DataType t, int root,
+              const CollectiveOptions& o = {}) {
+    igather(send, recv, count, t, root, o).wait();
+  }
+  void scatter(const void* send, void* recv, std::size_t count, DataType t, int root,
+               const CollectiveOptions& o = {}) {
+    iscatter(send, recv, count, t, root, o).wait();
+  }
+  void scan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+            const CollectiveOptions& o = {}) {
+    iscan(send, recv, count, t, op, o).wait();
+  }
+  void exclusive_scan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                      const CollectiveOptions& o = {}) {
+    iexclusive_scan(send, recv, count, t, op, o).wait();
+  }
+  void barrier(const CollectiveOptions& o = {}) { ibarrier(o).wait(); }
+
+  /// Typed conveniences (sizes checked: recv must hold what the collective writes).
+  template <class T>
+  void all_reduce(std::span<T> data, ReduceOp op, const CollectiveOptions& o = {}) {
+    all_reduce(data.data(), data.data(), data.size(), dtype_of_v<T>, op, o);
+  }
+  template <class T>
+  void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                  const CollectiveOptions& o = {}) {
+    check_span_size("all_reduce", recv.size(), send.size());
+    all_reduce(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  }
+  template <class T>
+  void broadcast(std::span<T> data, int root, const CollectiveOptions& o = {}) {
+    broadcast(data.data(), data.size(), dtype_of_v<T>, root, o);
+  }
+  template <class T>
+  void all_gather(std::span<const T> send, std::span<T> recv, const CollectiveOptions& o = {}) {
+    check_span_size("all_gather", recv.size(), send.size() * static_cast<std::size_t>(size()));
+    all_gather(send.data(), recv.data(), send.size(), dtype_of_v<T>, o);
+  }
+  template <class T>
+  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op,
+                      const CollectiveOptions& o = {}) {
+    check_span_size("reduce_scatter", recv.size(), block_of(send.size(), size(), rank()).second);
+    reduce_scatter(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  }
+
   // ---- lifetime ------------------------------------------------------------------------
 
-  /// Closes every connection (telling peers, whose operations on this rank then fail with
-  /// peer_closed), fails this rank's pending operations with Errc::closed, and releases
-  /// sockets, threads and buffers. Idempotent. The destructor of the last copy calls it.
+  /// On the world communicator: closes every connection (telling peers, whose operations
+  /// on this rank then fail with peer_closed), fails this rank's pending operations with
+  /// Errc::closed, and releases sockets, threads and buffers. On a communicator made by
+  /// split(): only that communicator stops accepting calls. Idempotent. The connections
+  /// are also closed when the last communicator of this rank is destroyed.
   void close();
 
   /// True until close().
   bool is_open() const;
 
   /// Internal, for the library's own use.
-  const std::shared_ptr<detail::CommImpl>& impl() const noexcept { return impl_; }
+  const std::shared_ptr<detail::Group>& group() const noexcept { return group_; }
 
  private:
   static void check_element_multiple(const Status& s, std::size_t elem);
-  detail::CommImpl& self() const;
+  /// Throws invalid_argument unless `have` >= `need` elements.
+  static void check_span_size(const char* op, std::size_t have, std::size_t need);
+  detail::Group& self() const;
 
-  std::shared_ptr<detail::CommImpl> impl_;
+  std::shared_ptr<detail::Group> group_;
 };
 
 /// Creates `n` communicators in this process, ranks 0..n-1, each with its own UDP socket

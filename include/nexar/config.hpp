@@ -48,6 +48,17 @@ struct Config {
   /// are active (NEXAR_SPIN_US). Waking a sleeping thread costs 50-100 us on small hosts.
   std::chrono::microseconds spin{std::chrono::microseconds(100)};
 
+  /// Pipelining segment of collectives: ring and chain algorithms cut each block into
+  /// segments of about this many bytes so the reduction of one overlaps the transfer of
+  /// the next (NEXAR_SEGMENT_BYTES). Range 4 KiB .. 64 MiB.
+  std::uint64_t segment_bytes = 512 * 1024;
+  /// all_reduce uses recursive halving-doubling below this many bytes (latency-bound) and
+  /// the ring at or above it (bandwidth-bound) (NEXAR_ALLREDUCE_RING_BYTES).
+  std::uint64_t allreduce_ring_bytes = 256 * 1024;
+  /// broadcast uses a binomial tree below this many bytes and a pipelined chain at or
+  /// above it (NEXAR_BROADCAST_CHAIN_BYTES).
+  std::uint64_t broadcast_chain_bytes = 1024 * 1024;
+
   /// Log level (NEXAR_DEBUG).
   LogLevel log_level = LogLevel::warn;
 

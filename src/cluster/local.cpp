@@ -9,6 +9,7 @@
 
 #include "core/log.hpp"
 #include "quic/udp_socket.hpp"
+#include "transport/group.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {
@@ -67,7 +68,9 @@ Communicator start_node(NodePlan plan, const Config& config) {
   auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
   if (plan.rank == 0) log::info("effective config:\n{}", config.describe());
   impl->start();
-  return Communicator(std::move(impl));
+  std::vector<int> members(static_cast<std::size_t>(plan.world));
+  for (int r = 0; r < plan.world; ++r) members[static_cast<std::size_t>(r)] = r;
+  return Communicator(std::make_shared<detail::Group>(std::move(impl), 0, std::move(members), plan.rank));
 }
 
 }  // namespace nexar::cluster

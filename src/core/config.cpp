@@ -169,6 +169,9 @@ Config Config::from_env() {
   env_bytes("NEXAR_EAGER_LIMIT_BYTES", c.eager_limit);
   env_bytes("NEXAR_UNEXPECTED_LIMIT_BYTES", c.unexpected_limit);
   env_bytes("NEXAR_STREAM_WINDOW_BYTES", c.stream_window);
+  env_bytes("NEXAR_SEGMENT_BYTES", c.segment_bytes);
+  env_bytes("NEXAR_ALLREDUCE_RING_BYTES", c.allreduce_ring_bytes);
+  env_bytes("NEXAR_BROADCAST_CHAIN_BYTES", c.broadcast_chain_bytes);
   if (auto s = env("NEXAR_UDP_PAYLOAD_BYTES")) {
     const std::uint64_t v = parse_bytes("NEXAR_UDP_PAYLOAD_BYTES", *s);
     // Values that do not even fit the field are refused here; the rest by validate().
@@ -226,6 +229,10 @@ void Config::validate() const {
     out_of_range("udp_payload", "NEXAR_UDP_PAYLOAD_BYTES", fmt::format("{}", udp_payload),
                  fmt::format("0 (automatic) or {} .. {}", kMinUdp, kMaxUdp));
   }
+  if (segment_bytes < 4096 || segment_bytes > (64u << 20)) {
+    out_of_range("segment_bytes", "NEXAR_SEGMENT_BYTES", format_bytes(segment_bytes),
+                 "4 KiB .. 64 MiB");
+  }
   if (spin.count() < 0 || spin > kMaxSpin) {
     out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
                  fmt::format("0 .. {} us", kMaxSpin.count()));
@@ -253,6 +260,9 @@ std::string Config::describe() const {
   } else {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }
+  fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
+  fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
+  fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
   fmt::format_to(it, "spin = {} us\n", spin.count());
   fmt::format_to(it, "log_level = {}", log::to_string(log_level));

@@ -1,25 +1,34 @@
-// nexar::Communicator: argument checks that need no engine, then forwarding to CommImpl.
+// nexar::Communicator: argument checks, then forwarding to the Group (point-to-point, RPC)
+// or to the group's collective thread (collectives).
 #include <nexar/communicator.hpp>
 
-#include "transport/node.hpp"
+#include <cstring>
+
+#include "collective/algorithms.hpp"
+#include "collective/runner.hpp"
+#include "core/error_format.hpp"
+#include "reduce/reduce.hpp"
+#include "transport/group.hpp"
 
 namespace nexar {
 
 using detail::Domain;
+using detail::Group;
 
-Communicator::Communicator(std::shared_ptr<detail::CommImpl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(std::shared_ptr<detail::Group> group) : group_(std::move(group)) {}
 
-detail::CommImpl& Communicator::self() const {
-  if (!impl_) throw Error(Errc::invalid_argument, "communicator: used a default-constructed Communicator");
-  return *impl_;
+detail::Group& Communicator::self() const {
+  if (!group_) throw Error(Errc::invalid_argument, "communicator: used an empty Communicator");
+  return *group_;
 }
 
 int Communicator::rank() const { return self().rank(); }
 int Communicator::size() const { return self().size(); }
-const Config& Communicator::config() const { return self().config(); }
-bool Communicator::is_open() const { return impl_ && impl_->is_open(); }
+std::uint64_t Communicator::id() const { return self().id(); }
+const Config& Communicator::config() const { return self().node().config(); }
+bool Communicator::is_open() const { return group_ && group_->is_open(); }
 void Communicator::close() {
-  if (impl_) impl_->close();
+  if (group_) group_->close();
 }
 
 void Communicator::check_element_multiple(const Status& s, std::size_t elem) {
@@ -31,54 +40,57 @@ void Communicator::check_element_multiple(const Status& s, std::size_t elem) {
   }
 }
 
+void Communicator::check_span_size(const char* op, std::size_t have, std::size_t need) {
+  if (have < need) {
+    throw Error(Errc::invalid_argument, std::string(op) + ": receive span holds " +
+                                            std::to_string(have) + " elements, " +
+                                            std::to_string(need) + " needed");
+  }
+}
+
+// ---- point-to-point ----------------------------------------------------------------------
+
 void Communicator::send(int dest, int tag, const void* data, std::size_t bytes) {
   isend(dest, tag, data, bytes).wait();
 }
-
 Request Communicator::isend(int dest, int tag, const void* data, std::size_t bytes) {
   ConstBuffer b{data, bytes};
   return self().isend(Domain::data, "send", dest, tag, std::span<const ConstBuffer>(&b, 1));
 }
-
 void Communicator::send_iov(int dest, int tag, std::span<const ConstBuffer> parts) {
   isend_iov(dest, tag, parts).wait();
 }
-
 Request Communicator::isend_iov(int dest, int tag, std::span<const ConstBuffer> parts) {
   return self().isend(Domain::data, "send_iov", dest, tag, parts);
 }
-
 Status Communicator::recv(int source, int tag, void* data, std::size_t capacity) {
   return irecv(source, tag, data, capacity).wait();
 }
-
 Request Communicator::irecv(int source, int tag, void* data, std::size_t capacity) {
   return self().irecv(Domain::data, "recv", source, tag, data, capacity);
 }
-
 void Communicator::stream_send(int dest, int tag, const void* data, std::size_t bytes) {
   istream_send(dest, tag, data, bytes).wait();
 }
-
 Request Communicator::istream_send(int dest, int tag, const void* data, std::size_t bytes) {
   ConstBuffer b{data, bytes};
   return self().isend(Domain::bulk, "stream_send", dest, tag, std::span<const ConstBuffer>(&b, 1));
 }
-
 Status Communicator::stream_recv(int source, int tag, void* data, std::size_t capacity) {
   return istream_recv(source, tag, data, capacity).wait();
 }
-
 Request Communicator::istream_recv(int source, int tag, void* data, std::size_t capacity) {
   return self().irecv(Domain::bulk, "stream_recv", source, tag, data, capacity);
 }
 
+// ---- RPC (world ranks: RPC is addressed to processes) -------------------------------------
+
 void Communicator::register_rpc(RpcId id, RpcHandler handler) {
   if (!handler) throw Error(Errc::invalid_argument, "register_rpc: empty handler for id " + std::to_string(id));
-  self().rpc().add(id, std::move(handler));
+  self().node().rpc().add(id, std::move(handler));
 }
 
-void Communicator::unregister_rpc(RpcId id) { self().rpc().remove(id); }
+void Communicator::unregister_rpc(RpcId id) { self().node().rpc().remove(id); }
 
 std::vector<std::byte> Communicator::rpc(int dest, RpcId id, std::span<const std::byte> args,
                                          std::optional<std::chrono::milliseconds> timeout) {
@@ -90,8 +102,334 @@ std::vector<std::byte> Communicator::rpc(int dest, RpcId id, std::span<const std
 Request Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> args,
                                 std::vector<std::byte>* reply,
                                 std::optional<std::chrono::milliseconds> timeout) {
-  auto& s = self();
-  return s.rpc_call(dest, id, args, reply, timeout.value_or(s.config().rpc_timeout));
+  auto& g = self();
+  g.check_open("rpc");
+  g.check_rank("rpc", dest, false);
+  auto& n = g.node();
+  return n.rpc_call(g.world_of(dest), id, args, reply, timeout.value_or(n.config().rpc_timeout));
+}
+
+// ---- collectives ---------------------------------------------------------------------------
+
+namespace {
+
+using detail::Coll;
+
+[[noreturn]] void bad(const Group& g, const char* op, const std::string& why) {
+  detail::ErrorContext ctx{op, g.rank(), -1, {}, {}};
+  throw detail::make_error(Errc::invalid_argument, ctx, why);
+}
+
+void check_buffer(const Group& g, const char* op, const char* what, const void* p, std::size_t count) {
+  if (count && !p) bad(g, op, std::string("null ") + what + " buffer with count " + std::to_string(count));
+}
+
+void check_root(const Group& g, const char* op, int root) {
+  if (root < 0 || root >= g.size())
+    bad(g, op, "root " + std::to_string(root) + " out of range [0, " + std::to_string(g.size()) + ")");
+}
+
+void check_op(const Group& g, const char* op, DataType t, ReduceOp r) {
+  if (!reduce::supports(t, r))
+    bad(g, op, std::string("reduction ") + to_string(r) + " is not defined for " + to_string(t));
+}
+
+void check_algorithm(const Group& g, const char* op, Algorithm a, std::initializer_list<Algorithm> ok) {
+  if (a == Algorithm::automatic) return;
+  for (Algorithm x : ok)
+    if (x == a) return;
+  bad(g, op, std::string("algorithm ") + to_string(a) + " is not available for " + op);
+}
+
+void check_v(const Group& g, const char* op, std::span<const std::size_t> counts,
+             std::span<const std::size_t> displs) {
+  auto n = static_cast<std::size_t>(g.size());
+  if (counts.size() != n || displs.size() != n)
+    bad(g, op, "counts and displs need " + std::to_string(n) + " entries, got " +
+                   std::to_string(counts.size()) + " and " + std::to_string(displs.size()));
+}
+
+// Starts `body` on the group's collective thread; the Request completes when it returns
+// (or fails with the Error it throws).
+template <class Body>
+Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+              Body body) {
+  g.check_open(name);
+  auto& cfg = g.node().config();
+  auto timeout = o.timeout.value_or(cfg.op_timeout);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto st = std::make_shared<detail::OpState>(name, deadline);
+  st->spin = cfg.spin;
+  Coll c{g, name, g.next_collective_tag(), deadline,
+         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
+         o.algorithm, t, op};
+  std::weak_ptr<detail::OpState> weak = st;
+  g.runner().submit(detail::CollectiveRunner::Task{
+      [c, st, body]() mutable {
+        try {
+          body(c);
+          st->succeed();
+        } catch (const Error& e) {
+          st->complete(e.code(), e.what());
+        } catch (const std::exception& e) {
+          st->complete(Errc::io, std::string(c.name) + ": " + e.what());
+        }
+      },
+      [weak, name, rank = g.rank()] {
+        if (auto s = weak.lock())
+          s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
+                                        ": communicator closed before the collective ran");
+      }});
+  return Request(st);
+}
+
+}  // namespace
+
+Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t,
+                                  ReduceOp op, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_reduce";
+  check_op(g, name, t, op);
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::all_reduce(c, send, recv, count); });
+}
+
+Request Communicator::ibroadcast(void* buf, std::size_t count, DataType t, int root,
+                                 const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "broadcast";
+  check_root(g, name, root);
+  check_buffer(g, name, "", buf, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::tree, Algorithm::ring});
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) { detail::coll::broadcast(c, buf, count, root); });
+}
+
+Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                              int root, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "reduce";
+  check_root(g, name, root);
+  check_op(g, name, t, op);
+  check_buffer(g, name, "send", send, count);
+  if (g.rank() == root) check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::tree});
+  return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::reduce(c, send, recv, count, root); });
+}
+
+Request Communicator::iall_gather(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_gather";
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring});
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) { detail::coll::all_gather(c, send, recv, count); });
+}
+
+Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "reduce_scatter";
+  check_op(g, name, t, op);
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, block_of(count, g.size(), g.rank()).second);
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring});
+  return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::reduce_scatter(c, send, recv, count); });
+}
+
+Request Communicator::iall_to_all(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_to_all";
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
+  auto n = static_cast<std::size_t>(g.size());
+  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
+  auto displs = std::make_shared<std::vector<std::size_t>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
+  });
+}
+
+Request Communicator::igather(const void* send, void* recv, std::size_t count, DataType t, int root,
+                              const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "gather";
+  check_root(g, name, root);
+  check_buffer(g, name, "send", send, count);
+  if (g.rank() == root) check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  auto n = static_cast<std::size_t>(g.size());
+  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
+  auto displs = std::make_shared<std::vector<std::size_t>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::gather_v(c, send, count, recv, *counts, *displs, root);
+  });
+}
+
+Request Communicator::iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
+                               const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "scatter";
+  check_root(g, name, root);
+  if (g.rank() == root) check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  auto n = static_cast<std::size_t>(g.size());
+  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
+  auto displs = std::make_shared<std::vector<std::size_t>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::scatter_v(c, send, *counts, *displs, recv, count, root);
+  });
+}
+
+Request Communicator::iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                            const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "scan";
+  check_op(g, name, t, op);
+  if (op == ReduceOp::avg) bad(g, name, "avg is not defined for scans");
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::scan(c, send, recv, count, false); });
+}
+
+Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "exclusive_scan";
+  check_op(g, name, t, op);
+  if (op == ReduceOp::avg) bad(g, name, "avg is not defined for scans");
+  check_buffer(g, name, "send", send, count);
+  check_buffer(g, name, "recv", recv, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::scan(c, send, recv, count, true); });
+}
+
+Request Communicator::ibarrier(const CollectiveOptions& o) {
+  auto& g = self();
+  check_algorithm(g, "barrier", o.algorithm, {Algorithm::dissemination});
+  return start(g, "barrier", o, DataType::u8, ReduceOp::sum, [](const Coll& c) { detail::coll::barrier(c); });
+}
+
+namespace {
+std::shared_ptr<std::vector<std::size_t>> copy_of(std::span<const std::size_t> s) {
+  return std::make_shared<std::vector<std::size_t>>(s.begin(), s.end());
+}
+}  // namespace
+
+Request Communicator::iall_gather_v(const void* send, std::size_t send_count, void* recv,
+                                    std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, DataType t,
+                                    const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_gather_v";
+  check_v(g, name, counts, displs);
+  check_buffer(g, name, "send", send, send_count);
+  if (counts[static_cast<std::size_t>(g.rank())] != send_count)
+    bad(g, name, "send_count " + std::to_string(send_count) + " differs from counts[rank] " +
+                     std::to_string(counts[static_cast<std::size_t>(g.rank())]));
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring});
+  auto cs = copy_of(counts), ds = copy_of(displs);
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::all_gather_v(c, send, send_count, recv, *cs, *ds);
+  });
+}
+
+Request Communicator::igather_v(const void* send, std::size_t send_count, void* recv,
+                                std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                                DataType t, int root, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "gather_v";
+  check_root(g, name, root);
+  check_buffer(g, name, "send", send, send_count);
+  std::shared_ptr<std::vector<std::size_t>> cs, ds;
+  if (g.rank() == root) {
+    check_v(g, name, counts, displs);
+    cs = copy_of(counts);
+    ds = copy_of(displs);
+  } else {
+    cs = std::make_shared<std::vector<std::size_t>>();
+    ds = cs;
+  }
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::gather_v(c, send, send_count, recv, *cs, *ds, root);
+  });
+}
+
+Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> counts,
+                                 std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                                 DataType t, int root, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "scatter_v";
+  check_root(g, name, root);
+  check_buffer(g, name, "recv", recv, recv_count);
+  std::shared_ptr<std::vector<std::size_t>> cs, ds;
+  if (g.rank() == root) {
+    check_v(g, name, counts, displs);
+    cs = copy_of(counts);
+    ds = copy_of(displs);
+  } else {
+    cs = std::make_shared<std::vector<std::size_t>>();
+    ds = cs;
+  }
+  check_algorithm(g, name, o.algorithm, {Algorithm::linear});
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::scatter_v(c, send, *cs, *ds, recv, recv_count, root);
+  });
+}
+
+Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, void* recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs, DataType t,
+                                    const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_to_all_v";
+  check_v(g, name, send_counts, send_displs);
+  check_v(g, name, recv_counts, recv_displs);
+  check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
+  auto sc = copy_of(send_counts), sd = copy_of(send_displs), rc = copy_of(recv_counts),
+       rd = copy_of(recv_displs);
+  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    detail::coll::all_to_all_v(c, send, *sc, *sd, recv, *rc, *rd);
+  });
+}
+
+// ---- split ---------------------------------------------------------------------------------
+
+Communicator Communicator::split(int color, int key) const {
+  auto& g = self();
+  const char* name = "split";
+  // Every member learns every (color, key) through an all_gather on this communicator.
+  std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(g.size()));
+  const std::uint64_t seq = g.next_split();
+  start(g, name, {}, DataType::i64, ReduceOp::sum,
+        [&](const Coll& c) { detail::coll::all_gather(c, mine, all.data(), 2); })
+      .wait();
+  if (color < 0) return Communicator();
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < g.size(); ++r)
+    if (all[2 * static_cast<std::size_t>(r)] == color)
+      members.emplace_back(all[2 * static_cast<std::size_t>(r) + 1], r);
+  std::sort(members.begin(), members.end());
+  std::vector<int> world;
+  int my_rank = -1;
+  for (auto& [k, r] : members) {
+    if (r == g.rank()) my_rank = static_cast<int>(world.size());
+    world.push_back(g.world_of(r));
+  }
+  return Communicator(std::make_shared<Group>(g.node_ptr(), detail::split_id(g.id(), seq, color),
+                                              std::move(world), my_rank));
 }
 
 }  // namespace nexar

@@ -2,7 +2,7 @@
 
 namespace nexar::detail {
 
-std::shared_ptr<RecvOp> MatchQueue::take_posted(std::uint64_t comm, int source, int tag) {
+std::shared_ptr<RecvOp> MatchQueue::take_posted(std::uint64_t comm, int source, Tag tag) {
   for (auto it = posted_.begin(); it != posted_.end(); ++it) {
     if ((*it)->matches(comm, source, tag)) {
       auto r = std::move(*it);

@@ -17,17 +17,30 @@
 
 namespace nexar::detail {
 
-/// A receive posted by the application.
+/// Message tags as matched: application tags are 0..max_tag; collectives use tags at or
+/// above internal_tag_base, which any_tag never matches.
+using Tag = std::int64_t;
+inline constexpr Tag internal_tag_base = Tag{1} << 40;
+
+/// A receive posted by the application (or by a collective).
 struct RecvOp {
   std::shared_ptr<OpState> op;
   std::uint64_t comm = 0;
-  int source = any_source;  // or any_source
-  int tag = any_tag;        // or any_tag
+  int source = any_source;  // world rank, or any_source
+  Tag tag = any_tag;        // or any_tag
   std::byte* buf = nullptr;
   std::size_t cap = 0;
+  /// World rank -> rank in the receiving communicator (null: the world itself).
+  std::shared_ptr<const std::vector<int>> local_of;
 
-  bool matches(std::uint64_t c, int src, int t) const noexcept {
-    return comm == c && (source == any_source || source == src) && (tag == any_tag || tag == t);
+  bool matches(std::uint64_t c, int src, Tag t) const noexcept {
+    return comm == c && (source == any_source || source == src) &&
+           (tag == t || (tag == any_tag && t <= max_tag));
+  }
+  /// The Status the application sees: the source as a rank of its communicator.
+  Status status(int world_src, Tag t, std::size_t bytes) const noexcept {
+    int src = local_of ? (*local_of)[static_cast<std::size_t>(world_src)] : world_src;
+    return Status{src, t <= max_tag ? static_cast<int>(t) : -1, bytes};
   }
 };
 
@@ -35,7 +48,7 @@ struct RecvOp {
 struct Unexpected {
   std::uint64_t comm = 0;
   int source = 0;
-  int tag = 0;
+  Tag tag = 0;
   bool rendezvous = false;      // only announced (rts); the data waits for a cts
   std::uint64_t seq = 0;        // rendezvous id
   std::uint64_t size = 0;       // message size
@@ -47,7 +60,7 @@ struct Unexpected {
 class MatchQueue {
  public:
   /// Removes and returns the oldest posted receive matching an arrived message.
-  std::shared_ptr<RecvOp> take_posted(std::uint64_t comm, int source, int tag);
+  std::shared_ptr<RecvOp> take_posted(std::uint64_t comm, int source, Tag tag);
   /// Finds the oldest unexpected message matching a new receive (not removed).
   std::list<std::shared_ptr<Unexpected>>::iterator find_unexpected(const RecvOp& r);
 

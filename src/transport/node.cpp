@@ -247,29 +247,6 @@ void CommImpl::check_open(const char* op, int peer_rank) const {
   }
 }
 
-void CommImpl::check_rank(const char* op, int r, bool allow_any) const {
-  if (allow_any && r == any_source) return;
-  if (r < 0 || r >= world_) {
-    ErrorContext ctx{op, rank_, -1, {}, {}};
-    throw make_error(Errc::invalid_argument, ctx,
-                     "rank " + std::to_string(r) + " out of range [0, " + std::to_string(world_) + ")");
-  }
-  if (r == rank_) {
-    ErrorContext ctx{op, rank_, -1, {}, {}};
-    throw make_error(Errc::invalid_argument, ctx,
-                     "peer " + std::to_string(r) + " is this rank; point-to-point needs another rank");
-  }
-}
-
-void CommImpl::check_tag(const char* op, int tag, bool allow_any) const {
-  if (allow_any && tag == any_tag) return;
-  if (tag < 0 || tag > max_tag) {
-    ErrorContext ctx{op, rank_, -1, {}, {}};
-    throw make_error(Errc::invalid_argument, ctx,
-                     "tag " + std::to_string(tag) + " out of range [0, " + std::to_string(max_tag) + "]");
-  }
-}
-
 std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseconds timeout) {
   auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
   s->spin = cfg_.spin;
@@ -286,10 +263,11 @@ bool CommImpl::poll() {
 
 // ---- point-to-point --------------------------------------------------------------------
 
-Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts) {
+Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) {
+  const char* op = a.op;
+  const Domain d = a.domain;
+  const Tag tag = a.tag;
   check_open(op, dest);
-  check_rank(op, dest, false);
-  check_tag(op, tag, false);
   std::uint64_t size = 0;
   for (auto& p : parts) {
     if (p.bytes && !p.data) {
@@ -304,7 +282,7 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
                      "message of " + std::to_string(size) + " bytes exceeds max_frame_bytes " +
                          std::to_string(cfg_.max_frame_bytes));
   }
-  auto st = new_op(op, cfg_.op_timeout);
+  auto st = new_op(op, a.timeout);
   Peer* p = peer(dest);
   if (p->gone()) {
     fail(st, p->gone_code(), dest, p->gone_why());
@@ -318,7 +296,7 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
     FrameHeader h;
     h.type = FrameType::eager;
     h.src = static_cast<std::uint32_t>(rank_);
-    h.comm = 0;
+    h.comm = a.comm;
     h.tag = static_cast<std::uint64_t>(tag);
     h.length = size;
     wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
@@ -331,14 +309,16 @@ Request CommImpl::isend(Domain d, const char* op, int dest, int tag, std::span<c
     submit([this, dest, lane, b = std::move(b), len]() mutable {
       peer(dest)->send_frame(lane, std::move(b), len);
     });
-    st->succeed(Status{dest, tag, static_cast<std::size_t>(size)});
+    RecvOp shape;  // only for mapping the destination into the caller's communicator
+    shape.local_of = a.local_of;
+    st->succeed(shape.status(dest, tag, static_cast<std::size_t>(size)));
     return Request(st);
   }
   std::vector<ConstBuffer> copy(parts.begin(), parts.end());
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
                     [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
-  submit([this, dest, d, tag, copy = std::move(copy), size, st]() mutable {
-    peer(dest)->start_rendezvous(d, 0, tag, std::move(copy), size, st);
+  submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
+    peer(dest)->start_rendezvous(d, comm, tag, std::move(copy), size, st);
   });
   return Request(st);
 }
@@ -372,7 +352,7 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
              ") does not fit the receive buffer of " + std::to_string(r->cap) + " bytes");
   } else {
     if (u->waiter == nullptr && !u->data.empty()) std::memcpy(r->buf, u->data.data(), u->data.size());
-    r->op->succeed(Status{u->source, u->tag, static_cast<std::size_t>(u->size)});
+    r->op->succeed(r->status(u->source, u->tag, static_cast<std::size_t>(u->size)));
   }
   if (p && !u->data.empty()) p->release_unexpected(u->data.size());
 }
@@ -393,20 +373,21 @@ void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
   q.post_first(std::move(r));
 }
 
-Request CommImpl::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
+Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
+  const char* op = a.op;
+  const Domain d = a.domain;
   check_open(op, source);
-  check_rank(op, source, true);
-  check_tag(op, tag, true);
   if (cap && !data) {
     ErrorContext ctx{op, rank_, source, {}, {}};
     throw make_error(Errc::invalid_argument, ctx, "null buffer with capacity " + std::to_string(cap));
   }
-  auto st = new_op(op, cfg_.op_timeout);
+  auto st = new_op(op, a.timeout);
   auto r = std::make_shared<RecvOp>();
   r->op = st;
-  r->comm = 0;
+  r->comm = a.comm;
   r->source = source;
-  r->tag = tag;
+  r->tag = a.tag;
+  r->local_of = a.local_of;
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
   install_canceller(st, -1, "no matching message arrived in time", "receive cancelled",

@@ -54,8 +54,20 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   const Config& config() const noexcept { return cfg_; }
   bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
 
-  Request isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts);
-  Request irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap);
+  /// What a point-to-point operation addresses, already validated by the caller
+  /// (Group checks ranks and tags); ranks below are world ranks.
+  struct P2p {
+    Domain domain = Domain::data;
+    const char* op = "send";
+    std::uint64_t comm = 0;
+    Tag tag = 0;
+    std::chrono::milliseconds timeout{0};
+    std::shared_ptr<const std::vector<int>> local_of;  // world -> communicator rank
+  };
+  /// Throws Errc::closed once close() began.
+  void check_open(const char* op, int peer) const;
+  Request isend(const P2p& a, int dest, std::span<const ConstBuffer> parts);
+  Request irecv(const P2p& a, int source, void* data, std::size_t cap);
   Request rpc_call(int dest, RpcId id, std::span<const std::byte> args, std::vector<std::byte>* reply,
                    std::chrono::milliseconds timeout);
   RpcService& rpc() noexcept { return *rpc_; }
@@ -130,9 +142,6 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
       f();
     });
   }
-  void check_open(const char* op, int peer) const;
-  void check_rank(const char* op, int r, bool allow_any) const;
-  void check_tag(const char* op, int tag, bool allow_any) const;
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done);
 

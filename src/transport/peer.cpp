@@ -74,7 +74,7 @@ void Peer::send_header(Lane lane, const FrameHeader& h) {
   send_frame(lane, std::move(b), wire::header_size);
 }
 
-void Peer::start_rendezvous(Domain d, std::uint64_t comm, int tag, std::vector<ConstBuffer> parts,
+void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                             std::uint64_t size, std::shared_ptr<OpState> op) {
   if (gone()) {
     node_.fail(op, gone_code_, rank_, gone_why_);
@@ -105,7 +105,7 @@ bool Peer::cancel_rendezvous(const OpState* op) {
   return false;
 }
 
-void Peer::accept_rendezvous(Domain d, std::uint64_t seq, int tag, std::shared_ptr<RecvOp> r,
+void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_ptr<RecvOp> r,
                              std::uint64_t size) {
   FrameHeader h;
   h.type = FrameType::cts;
@@ -241,7 +241,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return true;
     case FrameType::eager: {
       Domain d = domain_of(lane);
-      int tag = static_cast<int>(h.tag);
+      Tag tag = static_cast<Tag>(h.tag);
       if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
         s.sink.kind = Sink::user;
         s.sink.truncated = h.length > r->cap;
@@ -261,7 +261,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     }
     case FrameType::rts: {
       Domain d = domain_of(lane);
-      int tag = static_cast<int>(h.tag);
+      Tag tag = static_cast<Tag>(h.tag);
       if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
         accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
@@ -402,7 +402,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::rdata:
       if (k.kind == Sink::user) {
         auto& r = *k.recv;
-        Status st{rank_, static_cast<int>(h.tag), static_cast<std::size_t>(h.length)};
+        Status st = r.status(rank_, static_cast<Tag>(h.tag), static_cast<std::size_t>(h.length));
         if (k.truncated) {
           node_.fail(r.op, Errc::truncated, rank_,
                      "message of " + std::to_string(h.length) + " bytes (tag " +

@@ -46,12 +46,12 @@ class Peer final : public quic::ConnectionHandler {
   /// Queues a header-only frame.
   void send_header(wire::Lane lane, const wire::FrameHeader& h);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
-  void start_rendezvous(Domain d, std::uint64_t comm, int tag, std::vector<ConstBuffer> parts,
+  void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
   /// Cancels a rendezvous send not yet under way; false if it already started.
   bool cancel_rendezvous(const OpState* op);
   /// A matched receive for an announced message: ask the peer for the data.
-  void accept_rendezvous(Domain d, std::uint64_t seq, int tag, std::shared_ptr<RecvOp> r,
+  void accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_ptr<RecvOp> r,
                          std::uint64_t size);
   /// Returns credit held back for buffered unexpected bytes that were now consumed.
   void release_unexpected(std::uint64_t bytes);
@@ -93,7 +93,7 @@ class Peer final : public quic::ConnectionHandler {
   struct RdvOut {
     Domain domain;
     std::uint64_t comm = 0;
-    int tag = 0;
+    Tag tag = 0;
     std::vector<ConstBuffer> parts;
     std::uint64_t size = 0;
     std::shared_ptr<OpState> op;

@@ -1,0 +1,128 @@
+// all_reduce: ring (reduce-scatter + all-gather, bandwidth-optimal) for large messages,
+// recursive halving-doubling (about 2 log2 n messages) for small ones, any world size.
+#include <cstring>
+#include <vector>
+
+#include "collective/algorithms.hpp"
+#include "core/error_format.hpp"
+
+namespace nexar::detail::coll {
+
+namespace {
+
+void ring(const Coll& c, void* data, std::size_t count) {
+  const int n = c.size();
+  BlockFn block = [count, n](int b) { return block_of(count, n, b); };
+  ring_reduce_scatter(c, data, block);
+  ring_all_gather(c, data, block);
+}
+
+// Recursive halving-doubling. With n not a power of two, the first 2*rem ranks pair up:
+// each even one hands its data to its odd neighbour and waits; the p = n - rem remaining
+// ranks run the power-of-two algorithm; the odd neighbours hand the result back.
+// Every element's final value is computed on exactly one rank and then copied, so all
+// ranks end bitwise identical.
+void halving_doubling(const Coll& c, void* data, std::size_t count) {
+  const int n = c.size(), r = c.rank();
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  std::vector<std::byte> tmp(c.bytes(count));
+  int vr;  // rank among the p participants, or -1
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      c.send(r + 1, data, c.bytes(count));
+      c.recv(r + 1, data, c.bytes(count));
+      return;
+    }
+    c.recv(r - 1, tmp.data(), c.bytes(count));
+    c.accumulate(data, tmp.data(), count);
+    vr = r / 2;
+  } else {
+    vr = r - rem;
+  }
+  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+
+  // Reduce-scatter by recursive halving: keep the half named by our bit, send the other.
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [lo, hi) before each halving
+  std::size_t lo = 0, hi = count;
+  for (int mask = p / 2; mask >= 1; mask /= 2) {
+    const int partner = real(vr ^ mask);
+    const std::size_t mid = lo + (hi - lo) / 2;
+    ranges.emplace_back(lo, hi);
+    const bool keep_low = (vr & mask) == 0;
+    const std::size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
+    const std::size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
+    c.sendrecv(partner, at(data, c.bytes(slo)), c.bytes(shi - slo), partner, tmp.data(),
+               c.bytes(khi - klo));
+    c.accumulate(at(data, c.bytes(klo)), tmp.data(), khi - klo);
+    lo = klo;
+    hi = khi;
+  }
+  // All-gather by recursive doubling, retracing the halvings.
+  for (int mask = 1; mask < p; mask *= 2) {
+    const int partner = real(vr ^ mask);
+    auto [plo, phi] = ranges.back();
+    ranges.pop_back();
+    const std::size_t mid = plo + (phi - plo) / 2;
+    const bool have_low = (vr & mask) == 0;
+    const std::size_t olo = have_low ? mid : plo, ohi = have_low ? phi : mid;
+    c.sendrecv(partner, at(data, c.bytes(lo)), c.bytes(hi - lo), partner, at(data, c.bytes(olo)),
+               c.bytes(ohi - olo));
+    lo = plo;
+    hi = phi;
+  }
+  if (r < 2 * rem) c.send(r - 1, data, c.bytes(count));
+}
+
+}  // namespace
+
+void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) {
+  if (send != recv && count) std::memmove(recv, send, c.bytes(count));
+  if (c.size() > 1 && count > 0) {
+    Algorithm a = c.algorithm;
+    if (a == Algorithm::automatic) {
+      a = c.bytes(count) < c.g.node().config().allreduce_ring_bytes ? Algorithm::halving_doubling
+                                                                     : Algorithm::ring;
+    }
+    if (a == Algorithm::ring) {
+      ring(c, recv, count);
+    } else {
+      halving_doubling(c, recv, count);
+    }
+  }
+  c.finish(recv, count);
+}
+
+void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t count) {
+  const int n = c.size();
+  auto [off, len] = block_of(count, n, c.rank());
+  if (n == 1) {
+    if (count && send != recv) std::memmove(recv, send, c.bytes(count));
+  } else {
+    // The ring reduces in place: work on a copy so `send` stays untouched.
+    std::vector<std::byte> work(c.bytes(count));
+    if (count) std::memcpy(work.data(), send, c.bytes(count));
+    ring_reduce_scatter(c, work.data(), [count, n](int b) { return block_of(count, n, b); });
+    if (len) std::memcpy(recv, work.data() + c.bytes(off), c.bytes(len));
+  }
+  c.finish(recv, len);
+}
+
+void all_gather_v(const Coll& c, const void* send, std::size_t send_count, void* recv,
+                  std::span<const std::size_t> counts, std::span<const std::size_t> displs) {
+  const std::size_t mine = displs[static_cast<std::size_t>(c.rank())];
+  if (send_count && at(recv, c.bytes(mine)) != send)
+    std::memmove(at(recv, c.bytes(mine)), send, c.bytes(send_count));
+  ring_all_gather(c, recv, [counts, displs](int b) {
+    return std::pair{displs[static_cast<std::size_t>(b)], counts[static_cast<std::size_t>(b)]};
+  });
+}
+
+void all_gather(const Coll& c, const void* send, void* recv, std::size_t count) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), count), displs(counts.size());
+  for (std::size_t i = 0; i < displs.size(); ++i) displs[i] = i * count;
+  all_gather_v(c, send, count, recv, counts, displs);
+}
+
+}  // namespace nexar::detail::coll

@@ -1,0 +1,29 @@
+// reduce to a root: binomial tree; each inner node adds its children's partial results.
+#include <cstring>
+#include <vector>
+
+#include "collective/algorithms.hpp"
+
+namespace nexar::detail::coll {
+
+void reduce(const Coll& c, const void* send, void* recv, std::size_t count, int root) {
+  const int n = c.size();
+  const int vr = (c.rank() - root + n) % n;
+  auto real = [&](int v) { return (v + root) % n; };
+  std::vector<std::byte> acc(c.bytes(count)), tmp(c.bytes(count));
+  if (count) std::memcpy(acc.data(), send, c.bytes(count));
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (vr & mask) {
+      c.send(real(vr - mask), acc.data(), c.bytes(count));
+      return;
+    }
+    if (vr + mask < n) {
+      c.recv(real(vr + mask), tmp.data(), c.bytes(count));
+      c.accumulate(acc.data(), tmp.data(), count);
+    }
+  }
+  c.finish(acc.data(), count);
+  if (count) std::memcpy(recv, acc.data(), c.bytes(count));
+}
+
+}  // namespace nexar::detail::coll

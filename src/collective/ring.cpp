@@ -1,0 +1,119 @@
+// Pipelined rings. Every block is cut into segments of c.segment_elems() elements; the
+// cut depends only on the block's index, so sender and receiver always agree. A segment
+// is forwarded to the next rank as soon as it has been received (and reduced), so the
+// reduction of one segment overlaps the transfer of the next, across steps too.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "collective/algorithms.hpp"
+
+namespace nexar::detail::coll {
+
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+struct Segments {
+  std::size_t off, len, seg;
+  std::size_t count() const { return len == 0 ? 0 : (len + seg - 1) / seg; }
+  std::pair<std::size_t, std::size_t> at(std::size_t j) const {
+    std::size_t o = j * seg;
+    return {off + o, std::min(seg, len - o)};
+  }
+};
+
+}  // namespace
+
+void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return;
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const std::size_t seg = c.segment_elems();
+  // At step s rank r sends block r-1-s and receives block r-2-s; after n-1 steps the
+  // block it received last, block r, has been reduced by every rank.
+  auto seg_of = [&](int step, bool sending) {
+    auto [off, len] = block(mod(r - (sending ? 1 : 2) - step, n));
+    return Segments{off, len, seg};
+  };
+  std::size_t max_len = 0;
+  for (int b = 0; b < n; ++b) max_len = std::max(max_len, block(b).second);
+  // Two scratch areas: step s receives into scratch[s % 2] while step s-1's is reduced.
+  std::vector<std::byte> scratch(2 * c.bytes(max_len));
+  std::vector<Requests> recvs(static_cast<std::size_t>(n));
+  auto post_recvs = [&](int step) {
+    Segments sg = seg_of(step, false);
+    std::byte* base = scratch.data() + (step % 2) * c.bytes(max_len);
+    for (std::size_t j = 0; j < sg.count(); ++j) {
+      auto [o, l] = sg.at(j);
+      recvs[static_cast<std::size_t>(step)].push_back(
+          c.irecv(prev, base + c.bytes(o - sg.off), c.bytes(l)));
+    }
+  };
+  Requests sends;
+  post_recvs(0);
+  Segments first = seg_of(0, true);
+  for (std::size_t j = 0; j < first.count(); ++j) {
+    auto [o, l] = first.at(j);
+    sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    if (s + 1 < n - 1) post_recvs(s + 1);
+    Segments sg = seg_of(s, false);
+    const std::byte* base = scratch.data() + (s % 2) * c.bytes(max_len);
+    auto& rs = recvs[static_cast<std::size_t>(s)];
+    for (std::size_t j = 0; j < sg.count(); ++j) {
+      rs[j].wait();
+      auto [o, l] = sg.at(j);
+      c.accumulate(at(data, c.bytes(o)), base + c.bytes(o - sg.off), l);
+      // Step s+1 sends exactly this block: forward the segment now.
+      if (s + 1 < n - 1) sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
+    }
+    rs.clear();
+    // Keep the number of sends in flight bounded by about two steps.
+    if (sends.size() > 4 * sg.count() + 8) Coll::wait_all(sends);
+  }
+  Coll::wait_all(sends);
+}
+
+void ring_all_gather(const Coll& c, void* data, const BlockFn& block) {
+  const int n = c.size(), r = c.rank();
+  if (n == 1) return;
+  const int next = mod(r + 1, n), prev = mod(r - 1, n);
+  const std::size_t seg = c.segment_elems();
+  // Step s sends block r-s and receives block r-1-s straight into place; a received
+  // segment is forwarded at once (step s+1 sends it).
+  std::vector<Requests> recvs(static_cast<std::size_t>(n));
+  for (int s = 0; s < n - 1; ++s) {
+    auto [off, len] = block(mod(r - 1 - s, n));
+    Segments sg{off, len, seg};
+    for (std::size_t j = 0; j < sg.count(); ++j) {
+      auto [o, l] = sg.at(j);
+      recvs[static_cast<std::size_t>(s)].push_back(c.irecv(prev, at(data, c.bytes(o)), c.bytes(l)));
+    }
+  }
+  Requests sends;
+  {
+    auto [off, len] = block(r);
+    Segments sg{off, len, seg};
+    for (std::size_t j = 0; j < sg.count(); ++j) {
+      auto [o, l] = sg.at(j);
+      sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
+    }
+  }
+  for (int s = 0; s < n - 1; ++s) {
+    auto [off, len] = block(mod(r - 1 - s, n));
+    Segments sg{off, len, seg};
+    auto& rs = recvs[static_cast<std::size_t>(s)];
+    for (std::size_t j = 0; j < sg.count(); ++j) {
+      rs[j].wait();
+      if (s + 1 < n - 1) {
+        auto [o, l] = sg.at(j);
+        sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
+      }
+    }
+  }
+  Coll::wait_all(sends);
+}
+
+}  // namespace nexar::detail::coll

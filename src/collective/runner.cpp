@@ -1,0 +1,48 @@
+#include "collective/runner.hpp"
+
+namespace nexar::detail {
+
+CollectiveRunner::CollectiveRunner() : thread_([this] { loop(); }) {}
+
+CollectiveRunner::~CollectiveRunner() { stop(); }
+
+void CollectiveRunner::submit(Task t) {
+  {
+    std::lock_guard lk(mu_);
+    if (!stopping_) {
+      tasks_.push_back(std::move(t));
+      cv_.notify_one();
+      return;
+    }
+  }
+  if (t.abandon) t.abandon();
+}
+
+void CollectiveRunner::stop() {
+  std::deque<Task> left;
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+    left.swap(tasks_);
+  }
+  cv_.notify_all();
+  for (auto& t : left)
+    if (t.abandon) t.abandon();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+void CollectiveRunner::loop() {
+  for (;;) {
+    Task t;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      t = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    t.run();
+  }
+}
+
+}  // namespace nexar::detail

@@ -1,0 +1,75 @@
+// A communicator as the application sees it: a group of world ranks on one node, with the
+// id its frames carry. The world is group 0 with every rank; split() makes subgroups.
+// Ranks in the public API are group ranks; the node works in world ranks.
+#pragma once
+
+#include <nexar/communicator.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "transport/node.hpp"
+
+namespace nexar::detail {
+
+class CollectiveRunner;
+
+class Group : public std::enable_shared_from_this<Group> {
+ public:
+  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group.
+  Group(std::shared_ptr<CommImpl> node, std::uint64_t id, std::vector<int> members, int rank);
+  ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  CommImpl& node() const noexcept { return *node_; }
+  const std::shared_ptr<CommImpl>& node_ptr() const noexcept { return node_; }
+  std::uint64_t id() const noexcept { return id_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return static_cast<int>(members_.size()); }
+  int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
+  const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
+  bool is_world() const noexcept { return id_ == 0; }
+
+  /// Open until close() of this group or of the node.
+  bool is_open() const noexcept;
+  void close();
+
+  /// Throw invalid_argument naming `op` and the value.
+  void check_rank(const char* op, int r, bool allow_any) const;
+  void check_tag(const char* op, int tag, bool allow_any) const;
+  void check_open(const char* op) const;
+
+  /// Point-to-point in group ranks with application tags (validated here).
+  Request isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts);
+  Request irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap);
+
+  /// The tag of the next collective. Collectives are started in the same order on every
+  /// rank, so the n-th one gets the same tag everywhere and its messages never match
+  /// another collective's.
+  Tag next_collective_tag() noexcept;
+  /// The n-th split of this group (same on every member).
+  std::uint64_t next_split() noexcept { return splits_.fetch_add(1); }
+  /// Runs collectives of this group one after another on its own thread.
+  CollectiveRunner& runner();
+
+ private:
+  std::shared_ptr<CommImpl> node_;
+  std::uint64_t id_;
+  std::vector<int> members_;
+  std::shared_ptr<const std::vector<int>> local_of_;
+  int rank_;
+  std::atomic<bool> closed_{false};
+  std::atomic<std::uint64_t> collectives_{0};
+  std::atomic<std::uint64_t> splits_{0};
+  std::mutex runner_mu_;
+  std::unique_ptr<CollectiveRunner> runner_;
+};
+
+/// Id of a group split from `parent` at its `seq`-th split with `color`: a 64-bit mix of
+/// the three, the same on every member, never 0.
+std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept;
+
+}  // namespace nexar::detail
