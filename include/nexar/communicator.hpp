@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <nexar/collective.hpp>
+#include <nexar/compression.hpp>
 #include <nexar/config.hpp>
 #include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
@@ -32,6 +33,12 @@ concept Trivial = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
 struct ConstBuffer {
   const void* data = nullptr;
   std::size_t bytes = 0;
+};
+
+/// One buffer of a fused (bucketed) collective: `count` elements at `data`.
+struct MutableBuffer {
+  void* data = nullptr;
+  std::size_t count = 0;
 };
 
 /// Identifier of an RPC handler.
@@ -218,6 +225,26 @@ class Communicator {
                         std::span<const std::size_t> recv_counts,
                         std::span<const std::size_t> recv_displs, DataType t,
                         const CollectiveOptions& o = {});
+
+  /// Fused all_reduce of many buffers (e.g. a model's gradients) as one operation: the
+  /// buffers are reduced in place, each with its own count, all of dtype `t`.
+  Request iall_reduce_bucketed(std::span<const MutableBuffer> buffers, DataType t, ReduceOp op,
+                               const CollectiveOptions& o = {});
+  /// all_reduce as an explicit reduce-scatter + all-gather (ring). If `shard` is not null
+  /// it receives this rank's reduced block (block_of(count, size(), rank()) elements) as
+  /// soon as the reduce-scatter phase ends; if `recv` is null the all-gather is skipped
+  /// (a pure reduce-scatter into `shard`, as ZeRO-style optimizers want).
+  Request iall_reduce_sharded(const void* send, void* recv, void* shard, std::size_t count,
+                              DataType t, ReduceOp op, const CollectiveOptions& o = {});
+
+  /// Compressed all_reduce with error feedback, in place on `data` (f32 or f64; op sum or
+  /// avg). Each rank adds its residual to `data`, sends only k = ceil(ratio * count)
+  /// elements chosen by `state`'s compression, and keeps what it did not send as the new
+  /// residual. On return `data` holds, on every rank identically, the reduction of what
+  /// was sent (zero elsewhere). Errors: invalid_argument for another dtype or op, a ratio
+  /// outside (0, 1], or a count different from the state's previous one.
+  Request iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
+                                 ErrorFeedback& state, const CollectiveOptions& o = {});
 
   /// Blocking forms: the non-blocking call followed by wait().
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,

@@ -8,6 +8,8 @@
 #include <span>
 #include <utility>
 
+#include <nexar/compression.hpp>
+
 #include "collective/context.hpp"
 
 namespace nexar::detail::coll {
@@ -22,6 +24,7 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block);
 void ring_all_gather(const Coll& c, void* data, const BlockFn& block);
 
 void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count);
+void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard, std::size_t count);
 void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t count);
 void all_gather(const Coll& c, const void* send, void* recv, std::size_t count);
 void all_gather_v(const Coll& c, const void* send, std::size_t send_count, void* recv,
@@ -37,5 +40,6 @@ void all_to_all_v(const Coll& c, const void* send, std::span<const std::size_t> 
                   std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs);
 void scan(const Coll& c, const void* send, void* recv, std::size_t count, bool exclusive);
 void barrier(const Coll& c);
+void all_reduce_compressed(const Coll& c, void* data, std::size_t count, ErrorFeedback& state);
 
 }  // namespace nexar::detail::coll

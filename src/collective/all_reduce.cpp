@@ -94,6 +94,24 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
   c.finish(recv, count);
 }
 
+void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard, std::size_t count) {
+  const int n = c.size();
+  BlockFn block = [count, n](int b) { return block_of(count, n, b); };
+  auto [off, len] = block(c.rank());
+  // Work in recv when there is one (the result lands there), else in a scratch copy.
+  std::vector<std::byte> scratch;
+  void* work = recv;
+  if (!work) {
+    scratch.resize(c.bytes(count));
+    work = scratch.data();
+  }
+  if (count && work != send) std::memmove(work, send, c.bytes(count));
+  ring_reduce_scatter(c, work, block);
+  c.finish(at(work, c.bytes(off)), len);
+  if (shard && len) std::memcpy(shard, at(work, c.bytes(off)), c.bytes(len));
+  if (recv) ring_all_gather(c, work, block);
+}
+
 void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t count) {
   const int n = c.size();
   auto [off, len] = block_of(count, n, c.rank());

@@ -23,7 +23,7 @@ Request Coll::isend(int to, const void* data, std::size_t bytes) const {
 }
 
 Request Coll::irecv(int from, void* data, std::size_t bytes) const {
-  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of()};
+  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of(), true};
   return g.node().irecv(a, g.world_of(from), data, bytes);
 }
 

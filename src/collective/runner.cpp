@@ -6,16 +6,36 @@ CollectiveRunner::CollectiveRunner() : thread_([this] { loop(); }) {}
 
 CollectiveRunner::~CollectiveRunner() { stop(); }
 
-void CollectiveRunner::submit(Task t) {
+std::uint64_t CollectiveRunner::submit(Task t) {
   {
     std::lock_guard lk(mu_);
     if (!stopping_) {
+      t.id = next_id_++;
       tasks_.push_back(std::move(t));
       cv_.notify_one();
-      return;
+      return tasks_.back().id;
     }
   }
   if (t.abandon) t.abandon();
+  return 0;
+}
+
+bool CollectiveRunner::help(std::uint64_t id) {
+  Task t;
+  {
+    std::lock_guard lk(mu_);
+    if (busy_ || tasks_.empty() || tasks_.front().id != id) return false;
+    t = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+  }
+  t.run();
+  {
+    std::lock_guard lk(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  return true;
 }
 
 void CollectiveRunner::stop() {
@@ -36,12 +56,18 @@ void CollectiveRunner::loop() {
     Task t;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+      cv_.wait(lk, [&] { return stopping_ || (!tasks_.empty() && !busy_); });
       if (tasks_.empty()) return;
       t = std::move(tasks_.front());
       tasks_.pop_front();
+      busy_ = true;
     }
     t.run();
+    {
+      std::lock_guard lk(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
   }
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -17,6 +18,7 @@ class CollectiveRunner {
   struct Task {
     std::function<void()> run;      ///< the algorithm; completes its own Request
     std::function<void()> abandon;  ///< fails the Request when the runner stops first
+    std::uint64_t id = 0;           ///< set by submit()
   };
 
   CollectiveRunner();
@@ -24,8 +26,12 @@ class CollectiveRunner {
   CollectiveRunner(const CollectiveRunner&) = delete;
   CollectiveRunner& operator=(const CollectiveRunner&) = delete;
 
-  /// Queues a task; after stop() it is abandoned at once.
-  void submit(Task t);
+  /// Queues a task and returns its id; after stop() it is abandoned at once.
+  std::uint64_t submit(Task t);
+  /// Runs task `id` on the calling thread if it is next and nothing is running: a thread
+  /// that waits for its collective does the work itself instead of waking the runner
+  /// thread (a wake-up costs more than a small collective). Returns whether it ran.
+  bool help(std::uint64_t id);
   /// Finishes the running task, abandons queued ones, joins the thread. Idempotent.
   void stop();
 
@@ -36,6 +42,8 @@ class CollectiveRunner {
   std::condition_variable cv_;
   std::deque<Task> tasks_;
   bool stopping_ = false;
+  bool busy_ = false;
+  std::uint64_t next_id_ = 1;
   std::thread thread_;
 };
 

@@ -55,7 +55,7 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
   if (spin_for.count() > 0) {
     // Poll the engine ourselves: picking the reply off the socket here saves the two
     // thread wake-ups of the engine thread handing it to us.
-    std::shared_ptr<Progress> engine = progress.lock();
+    std::shared_ptr<Progress> engine = helper ? helper : progress.lock();
     if (engine) engine->waiting(1);
     while (Clock::now() < spin_end && !done()) {
       if (!(engine && engine->poll())) {

@@ -54,6 +54,8 @@ class OpState {
   std::chrono::microseconds spin{0};
   /// The engine a waiter may drive while it spins; empty for standalone operations.
   std::weak_ptr<Progress> progress;
+  /// Owned alternative to `progress` (collectives: the waiter may run the collective).
+  std::shared_ptr<Progress> helper;
 
  private:
   static constexpr std::uint32_t pending = 0, pending_waiters = 1, done_state = 2;

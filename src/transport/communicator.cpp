@@ -149,6 +149,25 @@ void check_v(const Group& g, const char* op, std::span<const std::size_t> counts
                    std::to_string(counts.size()) + " and " + std::to_string(displs.size()));
 }
 
+// Lets the thread waiting for a collective run it when it is next in line, and otherwise
+// poll the engine like any waiter.
+class CollectiveHelper final : public detail::Progress {
+ public:
+  CollectiveHelper(std::weak_ptr<Group> g, std::uint64_t task) : g_(std::move(g)), task_(task) {}
+  bool poll() override {
+    auto g = g_.lock();
+    if (!g) return false;
+    return g->runner().help(task_) || g->node().poll();
+  }
+  void waiting(int delta) override {
+    if (auto g = g_.lock()) g->node().waiting(delta);
+  }
+
+ private:
+  std::weak_ptr<Group> g_;
+  std::uint64_t task_;
+};
+
 // Starts `body` on the group's collective thread; the Request completes when it returns
 // (or fails with the Error it throws).
 template <class Body>
@@ -164,7 +183,7 @@ Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<detail::OpState> weak = st;
-  g.runner().submit(detail::CollectiveRunner::Task{
+  std::uint64_t id = g.runner().submit(detail::CollectiveRunner::Task{
       [c, st, body]() mutable {
         try {
           body(c);
@@ -180,6 +199,8 @@ Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t
           s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
                                         ": communicator closed before the collective ran");
       }});
+  // Only this thread touches `helper`, and before any waiter can see the Request.
+  if (id != 0) st->helper = std::make_shared<CollectiveHelper>(g.weak_from_this(), id);
   return Request(st);
 }
 
@@ -194,6 +215,67 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
   return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::all_reduce(c, send, recv, count); });
+}
+
+Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffers, DataType t,
+                                           ReduceOp op, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_reduce_bucketed";
+  check_op(g, name, t, op);
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  auto bufs = std::make_shared<std::vector<MutableBuffer>>(buffers.begin(), buffers.end());
+  std::size_t total = 0;
+  for (auto& b : *bufs) {
+    check_buffer(g, name, "bucket", b.data, b.count);
+    total += b.count;
+  }
+  return start(g, name, o, t, op, [bufs, total](const Coll& c) {
+    // One operation over the concatenation: pack, reduce, unpack.
+    std::vector<std::byte> flat(c.bytes(total));
+    std::size_t off = 0;
+    for (auto& b : *bufs) {
+      if (b.count) std::memcpy(flat.data() + off, b.data, c.bytes(b.count));
+      off += c.bytes(b.count);
+    }
+    detail::coll::all_reduce(c, flat.data(), flat.data(), total);
+    off = 0;
+    for (auto& b : *bufs) {
+      if (b.count) std::memcpy(b.data, flat.data() + off, c.bytes(b.count));
+      off += c.bytes(b.count);
+    }
+  });
+}
+
+Request Communicator::iall_reduce_sharded(const void* send, void* recv, void* shard, std::size_t count,
+                                          DataType t, ReduceOp op, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_reduce_sharded";
+  check_op(g, name, t, op);
+  check_buffer(g, name, "send", send, count);
+  if (!recv && !shard) bad(g, name, "recv and shard are both null: nothing to produce");
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring});
+  return start(g, name, o, t, op,
+               [=](const Coll& c) { detail::coll::all_reduce_sharded(c, send, recv, shard, count); });
+}
+
+Request Communicator::iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
+                                             ErrorFeedback& state, const CollectiveOptions& o) {
+  auto& g = self();
+  const char* name = "all_reduce_compressed";
+  if (t != DataType::f32 && t != DataType::f64)
+    bad(g, name, std::string("dtype ") + to_string(t) + " is not supported (f32 or f64)");
+  if (op != ReduceOp::sum && op != ReduceOp::avg)
+    bad(g, name, std::string("reduction ") + to_string(op) + " is not supported (sum or avg)");
+  const double ratio = state.compression().ratio;
+  if (!(ratio > 0.0 && ratio <= 1.0)) bad(g, name, "compression ratio " + std::to_string(ratio) + " outside (0, 1]");
+  if (!state.residual_.empty() && state.residual_.size() != count * size_of(t))
+    bad(g, name, "count " + std::to_string(count) + " differs from the previous step's " +
+                     std::to_string(state.residual_.size() / size_of(t)) + " (reset() the state first)");
+  check_buffer(g, name, "data", data, count);
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  ErrorFeedback* st = &state;
+  return start(g, name, o, t, op,
+               [=](const Coll& c) { detail::coll::all_reduce_compressed(c, data, count, *st); });
 }
 
 Request Communicator::ibroadcast(void* buf, std::size_t count, DataType t, int root,

@@ -32,6 +32,8 @@ struct RecvOp {
   std::size_t cap = 0;
   /// World rank -> rank in the receiving communicator (null: the world itself).
   std::shared_ptr<const std::vector<int>> local_of;
+  /// A collective's receive: anything but exactly `cap` bytes is an error.
+  bool exact = false;
 
   bool matches(std::uint64_t c, int src, Tag t) const noexcept {
     return comm == c && (source == any_source || source == src) &&

@@ -346,15 +346,26 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
     return;
   }
   queue(d).erase(it);
-  if (u->size > r->cap) {
-    fail(r->op, Errc::truncated, u->source,
-         "message of " + std::to_string(u->size) + " bytes (tag " + std::to_string(u->tag) +
-             ") does not fit the receive buffer of " + std::to_string(r->cap) + " bytes");
-  } else {
-    if (u->waiter == nullptr && !u->data.empty()) std::memcpy(r->buf, u->data.data(), u->data.size());
-    r->op->succeed(r->status(u->source, u->tag, static_cast<std::size_t>(u->size)));
-  }
+  if (u->size <= r->cap && u->waiter == nullptr && !u->data.empty())
+    std::memcpy(r->buf, u->data.data(), u->data.size());
+  finish_recv(*r, u->source, u->tag, u->size);
   if (p && !u->data.empty()) p->release_unexpected(u->data.size());
+}
+
+void CommImpl::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
+  if (size > r.cap) {
+    fail(r.op, Errc::truncated, source,
+         "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
+             ") does not fit the receive buffer of " + std::to_string(r.cap) + " bytes");
+  } else if (r.exact && size != r.cap) {
+    // Collectives know the exact size of every message: a difference means the ranks
+    // called the collective with different counts or types.
+    fail(r.op, Errc::invalid_argument, source,
+         "received " + std::to_string(size) + " bytes where " + std::to_string(r.cap) +
+             " were expected: ranks disagree on the collective's count or type");
+  } else {
+    r.op->succeed(r.status(source, tag, static_cast<std::size_t>(size)));
+  }
 }
 
 void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
@@ -388,6 +399,7 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   r->source = source;
   r->tag = a.tag;
   r->local_of = a.local_of;
+  r->exact = a.exact;
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
   install_canceller(st, -1, "no matching message arrived in time", "receive cancelled",

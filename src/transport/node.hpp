@@ -63,6 +63,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
     Tag tag = 0;
     std::chrono::milliseconds timeout{0};
     std::shared_ptr<const std::vector<int>> local_of;  // world -> communicator rank
+    bool exact = false;  // receive: the message must fill the buffer exactly
   };
   /// Throws Errc::closed once close() began.
   void check_open(const char* op, int peer) const;
@@ -85,6 +86,8 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   /// A receive was matched with an unexpected message (or a peer's data): deliver.
   void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                           std::list<std::shared_ptr<Unexpected>>::iterator it);
+  /// Completes a receive whose message of `size` bytes has landed (or was discarded).
+  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size);
   /// A receive whose matched message was withdrawn by its sender: match it again, with
   /// the priority it had.
   void repost(Domain d, std::shared_ptr<RecvOp> r);

@@ -401,16 +401,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::eager:
     case FrameType::rdata:
       if (k.kind == Sink::user) {
-        auto& r = *k.recv;
-        Status st = r.status(rank_, static_cast<Tag>(h.tag), static_cast<std::size_t>(h.length));
-        if (k.truncated) {
-          node_.fail(r.op, Errc::truncated, rank_,
-                     "message of " + std::to_string(h.length) + " bytes (tag " +
-                         std::to_string(h.tag) + ") does not fit the receive buffer of " +
-                         std::to_string(r.cap) + " bytes");
-        } else {
-          r.op->succeed(st);
-        }
+        node_.finish_recv(*k.recv, rank_, static_cast<Tag>(h.tag), h.length);
       } else if (k.kind == Sink::unexpected) {
         auto u = k.unexp;
         u->complete = true;

@@ -1,0 +1,93 @@
+// Compressed all_reduce with error feedback (top-k and random-k sparsification).
+//
+// random_k: every rank picks the same k positions from (seed, step), so the picked values
+// are reduced with an ordinary dense all_reduce of k elements.
+// top_k: ranks pick different positions; every rank all-gathers everyone's (index, value)
+// pairs and adds them up in rank order, so all ranks compute bitwise the same result.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "collective/algorithms.hpp"
+
+namespace nexar::detail::coll {
+
+namespace {
+
+template <class T>
+void run(const Coll& c, T* data, std::size_t count, ErrorFeedback& st) {
+  const Compression& cfg = st.compression();
+  const auto n = static_cast<std::size_t>(c.size());
+  if (st.residual_.size() != count * sizeof(T)) st.residual_.assign(count * sizeof(T), std::byte{0});
+  T* res = reinterpret_cast<T*>(st.residual_.data());
+  // g = data + residual: what this rank would like to send.
+  for (std::size_t i = 0; i < count; ++i) data[i] += res[i];
+  const std::uint64_t step = st.step_++;
+  if (count == 0) return;
+  const std::size_t k = std::min<std::size_t>(
+      count, std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(cfg.ratio * static_cast<double>(count)))));
+
+  std::vector<std::uint64_t> idx(k);
+  if (cfg.kind == Compression::Kind::random_k) {
+    // The same k distinct positions on every rank: a partial Fisher-Yates shuffle driven
+    // by a generator whose output is fixed by the standard.
+    std::mt19937_64 rng(cfg.seed * 0x9e3779b97f4a7c15ull + step);
+    std::vector<std::uint64_t> perm(count);
+    std::iota(perm.begin(), perm.end(), 0);
+    for (std::size_t i = 0; i < k; ++i) {
+      std::size_t j = i + static_cast<std::size_t>(rng() % (count - i));
+      std::swap(perm[i], perm[j]);
+    }
+    std::copy_n(perm.begin(), k, idx.begin());
+  } else {
+    std::vector<std::uint64_t> order(count);
+    std::iota(order.begin(), order.end(), 0);
+    // Largest magnitude first; ties (and NaN, treated as largest) broken by index.
+    auto key = [&](std::uint64_t i) { return std::isnan(data[i]) ? INFINITY : std::fabs(static_cast<double>(data[i])); };
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k - 1), order.end(),
+                     [&](std::uint64_t a, std::uint64_t b) {
+                       double ka = key(a), kb = key(b);
+                       return ka != kb ? ka > kb : a < b;
+                     });
+    std::copy_n(order.begin(), k, idx.begin());
+  }
+  std::sort(idx.begin(), idx.end());
+
+  std::vector<T> vals(k);
+  for (std::size_t i = 0; i < k; ++i) vals[i] = data[idx[i]];
+  // What is sent leaves the residual; the rest stays for the next step.
+  for (std::size_t i = 0; i < count; ++i) res[i] = data[i];
+  for (std::uint64_t i : idx) res[i] = T(0);
+  std::fill(data, data + count, T(0));
+
+  if (cfg.kind == Compression::Kind::random_k) {
+    all_reduce(c, vals.data(), vals.data(), k);  // finishes avg too
+    for (std::size_t i = 0; i < k; ++i) data[idx[i]] = vals[i];
+    return;
+  }
+  std::vector<std::uint64_t> all_idx(k * n);
+  std::vector<T> all_vals(k * n);
+  Coll ci = c;
+  ci.dtype = DataType::u64;
+  all_gather(ci, idx.data(), all_idx.data(), k);
+  all_gather(c, vals.data(), all_vals.data(), k);
+  for (std::size_t r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < k; ++i) data[all_idx[r * k + i]] += all_vals[r * k + i];
+  if (c.op == ReduceOp::avg)
+    for (std::size_t i = 0; i < count; ++i) data[i] /= static_cast<T>(n);
+}
+
+}  // namespace
+
+void all_reduce_compressed(const Coll& c, void* data, std::size_t count, ErrorFeedback& state) {
+  if (c.dtype == DataType::f32) {
+    run(c, static_cast<float*>(data), count, state);
+  } else {
+    run(c, static_cast<double*>(data), count, state);
+  }
+}
+
+}  // namespace nexar::detail::coll
