@@ -249,44 +249,57 @@ class Communicator {
   /// Blocking forms: the non-blocking call followed by wait().
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
                   const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iall_reduce(send, recv, count, t, op, o).wait();
   }
   void broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o = {}) {
+    BlockingCall b;
     ibroadcast(buf, count, t, root, o).wait();
   }
   void reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op, int root,
               const CollectiveOptions& o = {}) {
+    BlockingCall b;
     ireduce(send, recv, count, t, op, root, o).wait();
   }
   void all_gather(const void* send, void* recv, std::size_t count, DataType t,
                   const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iall_gather(send, recv, count, t, o).wait();
   }
   void reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
                       const CollectiveOptions& o = {}) {
+    BlockingCall b;
     ireduce_scatter(send, recv, count, t, op, o).wait();
   }
   void all_to_all(const void* send, void* recv, std::size_t count, DataType t,
                   const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iall_to_all(send, recv, count, t, o).wait();
   }
   void gather(const void* send, void* recv, std::size_t count, DataType t, int root,
               const CollectiveOptions& o = {}) {
+    BlockingCall b;
     igather(send, recv, count, t, root, o).wait();
   }
   void scatter(const void* send, void* recv, std::size_t count, DataType t, int root,
                const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iscatter(send, recv, count, t, root, o).wait();
   }
   void scan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
             const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iscan(send, recv, count, t, op, o).wait();
   }
   void exclusive_scan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
                       const CollectiveOptions& o = {}) {
+    BlockingCall b;
     iexclusive_scan(send, recv, count, t, op, o).wait();
   }
-  void barrier(const CollectiveOptions& o = {}) { ibarrier(o).wait(); }
+  void barrier(const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    ibarrier(o).wait();
+  }
 
   /// Typed conveniences (sizes checked: recv must hold what the collective writes).
   template <class T>
@@ -332,6 +345,14 @@ class Communicator {
 
  private:
   static void check_element_multiple(const Status& s, std::size_t elem);
+  /// Marks the calling thread as about to wait for the collective it starts, so the
+  /// collective thread is not woken for it: the caller runs it itself.
+  struct BlockingCall {
+    BlockingCall() noexcept;
+    ~BlockingCall();
+    BlockingCall(const BlockingCall&) = delete;
+    BlockingCall& operator=(const BlockingCall&) = delete;
+  };
   /// Throws invalid_argument unless `have` >= `need` elements.
   static void check_span_size(const char* op, std::size_t have, std::size_t need);
   detail::Group& self() const;

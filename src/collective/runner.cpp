@@ -6,18 +6,23 @@ CollectiveRunner::CollectiveRunner() : thread_([this] { loop(); }) {}
 
 CollectiveRunner::~CollectiveRunner() { stop(); }
 
-std::uint64_t CollectiveRunner::submit(Task t) {
+std::uint64_t CollectiveRunner::submit(bool caller_waits, Task t) {
   {
     std::lock_guard lk(mu_);
     if (!stopping_) {
       t.id = next_id_++;
       tasks_.push_back(std::move(t));
-      cv_.notify_one();
+      if (!caller_waits) cv_.notify_one();
       return tasks_.back().id;
     }
   }
   if (t.abandon) t.abandon();
   return 0;
+}
+
+void CollectiveRunner::kick() {
+  std::lock_guard lk(mu_);
+  cv_.notify_one();
 }
 
 bool CollectiveRunner::help(std::uint64_t id) {
@@ -30,11 +35,11 @@ bool CollectiveRunner::help(std::uint64_t id) {
     busy_ = true;
   }
   t.run();
-  {
-    std::lock_guard lk(mu_);
-    busy_ = false;
-  }
-  cv_.notify_all();
+  std::lock_guard lk(mu_);
+  busy_ = false;
+  // Only tasks queued meanwhile need the runner thread; waking it for nothing costs a
+  // context switch per collective.
+  if (!tasks_.empty()) cv_.notify_one();
   return true;
 }
 
@@ -63,11 +68,8 @@ void CollectiveRunner::loop() {
       busy_ = true;
     }
     t.run();
-    {
-      std::lock_guard lk(mu_);
-      busy_ = false;
-    }
-    cv_.notify_all();
+    std::lock_guard lk(mu_);
+    busy_ = false;
   }
 }
 

@@ -26,12 +26,17 @@ class CollectiveRunner {
   CollectiveRunner(const CollectiveRunner&) = delete;
   CollectiveRunner& operator=(const CollectiveRunner&) = delete;
 
-  /// Queues a task and returns its id; after stop() it is abandoned at once.
-  std::uint64_t submit(Task t);
+  /// Queues a task and returns its id; after stop() it is abandoned at once. With
+  /// `caller_waits` the runner thread is not woken: the caller is about to wait for the
+  /// task and will run it itself through help() (or the runner reaches it after the
+  /// tasks in front of it).
+  std::uint64_t submit(bool caller_waits, Task t);
   /// Runs task `id` on the calling thread if it is next and nothing is running: a thread
   /// that waits for its collective does the work itself instead of waking the runner
   /// thread (a wake-up costs more than a small collective). Returns whether it ran.
   bool help(std::uint64_t id);
+  /// Makes sure the runner thread works through the queue (a waiter stopped helping).
+  void kick();
   /// Finishes the running task, abandons queued ones, joins the thread. Idempotent.
   void stop();
 

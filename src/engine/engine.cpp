@@ -22,8 +22,14 @@ void Engine::run() {
   while (!stopping_.load(std::memory_order_relaxed)) {
     if (spin_.count() > 0 && progressing_.load(std::memory_order_relaxed) == 0 &&
         std::chrono::steady_clock::now() < busy_until_.load(std::memory_order_relaxed)) {
-      // Yield between polls: on small hosts the thread we wait for may need this core.
-      if (io_.poll() == 0) std::this_thread::yield();
+      if (io_.poll() == 0) {
+        if (spin_hook_) {
+          std::unique_lock lk(mu_, std::try_to_lock);
+          if (lk.owns_lock()) spin_hook_();
+        }
+        // Yield between polls: on small hosts the thread we wait for may need this core.
+        std::this_thread::yield();
+      }
     } else {
       io_.run_one();
     }

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -49,16 +50,26 @@ class Engine {
   template <class F>
   auto guard(F&& f) {
     return [this, f = std::forward<F>(f)](auto&&... args) mutable {
+      // Announce ourselves first: polling user threads step aside rather than starve the
+      // engine thread of its own lock (std::mutex is not fair).
+      wanting_.fetch_add(1, std::memory_order_relaxed);
       std::lock_guard lk(mu_);
+      wanting_.fetch_sub(1, std::memory_order_relaxed);
       f(std::forward<decltype(args)>(args)...);
     };
   }
 
   /// The engine lock, for callers that progress inline (try_lock / unlock).
   std::mutex& lock() noexcept { return mu_; }
+  /// True while the engine thread waits for the lock; opportunistic pollers back off.
+  bool engine_waiting() const noexcept { return wanting_.load(std::memory_order_relaxed) > 0; }
 
   /// While non-zero, user threads are polling for progress themselves.
   void add_progressing(int d) noexcept { progressing_.fetch_add(d, std::memory_order_relaxed); }
+
+  /// Called (under the engine lock) on every turn of the spinning loop: the owner polls
+  /// its socket and timers there rather than waiting for the reactor to report them.
+  void set_spin_hook(std::function<void()> f) { spin_hook_ = std::move(f); }
 
   /// Whenever packets move; keeps the loop spinning a while.
   void note_activity() noexcept {
@@ -78,6 +89,8 @@ class Engine {
   std::mutex mu_;
   std::atomic<std::chrono::steady_clock::time_point> busy_until_{};
   std::atomic<int> progressing_{0};
+  std::atomic<int> wanting_{0};
+  std::function<void()> spin_hook_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};

@@ -52,10 +52,10 @@ bool OpState::complete(Errc code, std::string message, Status status) {
 bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for) {
   if (done()) return true;
   auto spin_end = Clock::now() + spin_for;
+  std::shared_ptr<Progress> engine = helper ? helper : progress.lock();
   if (spin_for.count() > 0) {
     // Poll the engine ourselves: picking the reply off the socket here saves the two
     // thread wake-ups of the engine thread handing it to us.
-    std::shared_ptr<Progress> engine = helper ? helper : progress.lock();
     if (engine) engine->waiting(1);
     while (Clock::now() < spin_end && !done()) {
       if (!(engine && engine->poll())) {
@@ -67,6 +67,8 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
     if (engine) engine->waiting(-1);
     if (done()) return true;
   }
+  if (engine) engine->sleeping();
+  engine.reset();
   for (;;) {
     std::uint32_t s = state_.load(std::memory_order_acquire);
     if (s == done_state) return true;

@@ -22,6 +22,9 @@ class Progress {
   virtual bool poll() = 0;
   /// A waiter starts (+1) or stops (-1) polling.
   virtual void waiting(int delta) = 0;
+  /// A waiter is about to sleep until the operation completes: whatever completes it must
+  /// be running now.
+  virtual void sleeping() {}
 };
 
 class OpState {

@@ -244,12 +244,21 @@ void Endpoint::flush_dirty() {
 
 void Endpoint::rearm_timer() {
   std::uint64_t next = UINT64_MAX;
-  for (auto& c : conns_)
-    if (!c->closed()) next = std::min<std::uint64_t>(next, ngtcp2_conn_get_expiry(c->conn_));
+  for (int round = 0; round < 4; ++round) {
+    next = UINT64_MAX;
+    for (auto& c : conns_)
+      if (!c->closed()) next = std::min<std::uint64_t>(next, ngtcp2_conn_get_expiry(c->conn_));
+    // Already due (ngtcp2 often wants an ACK or a paced packet right now): handle it here
+    // instead of arming a timer that fires at once and wakes the engine thread.
+    if (next > now()) break;
+    service_due(now());
+  }
   if (next == UINT64_MAX || stopped_) return;  // a pending timer just finds nothing due
-  // Re-arming costs a syscall and ngtcp2's expiry moves on every packet: only pull the
-  // timer in. A timer that fires early re-checks and re-arms itself.
-  if (timer_at_ != 0 && timer_at_ <= next) return;
+  // Re-arming costs a syscall (and a reactor update) and ngtcp2's expiry moves on every
+  // packet: only pull the timer in, and only by more than the slack. A timer that fires
+  // early re-checks and re-arms itself.
+  constexpr std::uint64_t slack_ns = 200'000;
+  if (timer_at_ != 0 && timer_at_ <= next + slack_ns) return;
   timer_at_ = next;
   std::uint64_t t = now();
   auto delay = std::chrono::nanoseconds(next > t ? next - t : 0);
@@ -261,12 +270,23 @@ void Endpoint::rearm_timer() {
   }));
 }
 
+bool Endpoint::service_due(std::uint64_t ts) {
+  bool any = false;
+  for (auto& c : conns_) {
+    if (!c->closed() && ngtcp2_conn_get_expiry(c->conn_) <= ts) {
+      c->handle_expiry(ts);
+      any = true;
+    }
+  }
+  return any;
+}
+
+void Endpoint::service_timers() {
+  if (service_due(now())) rearm_timer();
+}
+
 void Endpoint::on_timer() {
-  std::uint64_t ts = now();
-  std::vector<Connection*> due;
-  for (auto& c : conns_)
-    if (!c->closed() && ngtcp2_conn_get_expiry(c->conn_) <= ts) due.push_back(c.get());
-  for (Connection* c : due) c->handle_expiry(ts);
+  service_due(now());
   rearm_timer();
 }
 

@@ -42,8 +42,14 @@ class Endpoint {
   void schedule_flush(Connection& c);
   /// Closes every connection with `reason` and stops reading.
   void shutdown(const std::string& reason);
-  /// Reads whatever the socket holds and sends what that produced (engine lock held).
-  void poll() { on_readable(); }
+  /// Reads whatever the socket holds, runs due ngtcp2 timers, and sends what that
+  /// produced (engine lock held).
+  void poll() {
+    on_readable();
+    service_timers();
+  }
+  /// Handles connections whose ngtcp2 expiry has passed (engine lock held).
+  void service_timers();
   /// Sends what connections have queued now rather than from posted work.
   void flush_dirty();
 
@@ -69,6 +75,8 @@ class Endpoint {
   Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   void rearm_timer();
   void on_timer();
+  /// Runs the ngtcp2 timers of connections due at `ts`; returns whether any was.
+  bool service_due(std::uint64_t ts);
   void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);
   void add_cid(const ngtcp2_cid& cid, Connection* c);
   void remove_cid(const ngtcp2_cid& cid);

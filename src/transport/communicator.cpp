@@ -112,6 +112,13 @@ Request Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> a
 // ---- collectives ---------------------------------------------------------------------------
 
 namespace {
+thread_local int t_blocking_calls = 0;
+}  // namespace
+
+Communicator::BlockingCall::BlockingCall() noexcept { ++t_blocking_calls; }
+Communicator::BlockingCall::~BlockingCall() { --t_blocking_calls; }
+
+namespace {
 
 using detail::Coll;
 
@@ -162,6 +169,9 @@ class CollectiveHelper final : public detail::Progress {
   void waiting(int delta) override {
     if (auto g = g_.lock()) g->node().waiting(delta);
   }
+  void sleeping() override {
+    if (auto g = g_.lock()) g->runner().kick();
+  }
 
  private:
   std::weak_ptr<Group> g_;
@@ -183,7 +193,7 @@ Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<detail::OpState> weak = st;
-  std::uint64_t id = g.runner().submit(detail::CollectiveRunner::Task{
+  std::uint64_t id = g.runner().submit(t_blocking_calls > 0, detail::CollectiveRunner::Task{
       [c, st, body]() mutable {
         try {
           body(c);

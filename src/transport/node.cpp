@@ -97,6 +97,7 @@ void CommImpl::start() {
   ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_, addrs_),
                                           cfg_.udp_gso);
   udp_fd_ = -1;
+  engine_.set_spin_hook([this] { ep_->service_timers(); });
   engine_.start();
   // Lower ranks dial higher ones: exactly one connection per pair.
   std::promise<void> started;
@@ -255,6 +256,7 @@ std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseco
 }
 
 bool CommImpl::poll() {
+  if (engine_.engine_waiting()) return false;
   std::unique_lock lk(engine_.lock(), std::try_to_lock);
   if (!lk.owns_lock() || !ep_ || !is_open()) return false;
   ep_->poll();

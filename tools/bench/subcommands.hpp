@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <vector>
 
 namespace nexar::bench {
 
@@ -15,5 +16,10 @@ struct Subcommand {
 
 /// `nexar-bench p2p`: latency and bandwidth between two processes, nexar vs TCP.
 Subcommand add_p2p(CLI::App& parent);
+
+/// `nexar-bench all_reduce`, `broadcast`, `reduce`, `all_gather`, `reduce_scatter`,
+/// `all_to_all`, `gather`, `scatter`, `scan`, `barrier`: nccl-tests-style sweeps of the
+/// collectives, ranks as threads of one process (collective.cpp).
+std::vector<Subcommand> add_collectives(CLI::App& parent);
 
 }  // namespace nexar::bench

@@ -1,0 +1,820 @@
+// nexar-bench <collective>: nccl-tests-style sweeps of the nexar collectives.
+//
+//   nexar-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
+//
+// One subcommand per collective (all_reduce, broadcast, reduce, all_gather, reduce_scatter,
+// all_to_all, gather, scatter, scan, barrier), all with the flags of nccl-tests. The N ranks
+// are N threads of this process, each holding one communicator of bootstrap_local(N): real
+// QUIC connections over 127.0.0.1 between every pair.
+//
+// Measurement and output are those of the peer benchmarks (bench/peers/common.hpp), so that
+// bench/peers/compare.sh puts nexar next to Open MPI and Gloo:
+//   * per size, -w untimed iterations, then -n timed ones; before every iteration all ranks
+//     meet in a nexar barrier, then each rank times its own (blocking) call;
+//   * an iteration's time is the slowest rank's; the printed time is the median over the
+//     iterations (the mean of the two middle ones for an even -n);
+//   * out-of-place buffers; algbw = size / time, busbw = algbw * the nccl-tests factor;
+//   * "size" is the largest buffer of the operation;
+//   * with -c 1, one more call on fresh inputs and poisoned outputs is compared element by
+//     element with results computed here without the library; #wrong is summed over ranks
+//     and a non-zero total makes the program exit 1.
+// The per-rank times and #wrong counts are combined through shared memory, not through the
+// library under test.
+#include <fmt/format.h>
+
+#include <nexar/nexar.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "subcommands.hpp"
+#include "table.hpp"
+
+namespace nexar::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- the collectives -----------------------------------------------------------------------
+
+enum class Coll { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, scan, barrier };
+
+struct CollInfo {
+  Coll coll;
+  const char* name;
+  const char* what;     ///< one line for --help
+  const char* size;     ///< what "size" is, for --help
+  const char* busbw;    ///< the busbw factor, for --help
+  bool rooted;          ///< takes -r
+  bool reduces;         ///< takes -o
+  bool sharded;         ///< the size is split into one block per rank
+};
+
+// clang-format off
+constexpr std::array<CollInfo, 10> kColls{{
+  {Coll::all_reduce, "all_reduce", "every rank gets the element-wise reduction of all ranks' vectors",
+   "the vector", "2(n-1)/n", false, true, false},
+  {Coll::broadcast, "broadcast", "the root's vector is copied to every rank",
+   "the vector", "1", true, false, false},
+  {Coll::reduce, "reduce", "the root gets the element-wise reduction of all ranks' vectors",
+   "the vector", "1", true, true, false},
+  {Coll::all_gather, "all_gather", "every rank gets the concatenation of all ranks' blocks",
+   "the gathered output (n blocks)", "(n-1)/n", false, false, true},
+  {Coll::reduce_scatter, "reduce_scatter", "rank r gets block r of the element-wise reduction",
+   "the input that is scattered (n blocks)", "(n-1)/n", false, true, true},
+  {Coll::all_to_all, "all_to_all", "block j of rank i goes to block i of rank j",
+   "the whole send buffer (n blocks)", "(n-1)/n", false, false, true},
+  {Coll::gather, "gather", "the root gets the concatenation of all ranks' blocks",
+   "the gathered output at the root (n blocks)", "(n-1)/n", true, false, true},
+  {Coll::scatter, "scatter", "block r of the root's buffer goes to rank r",
+   "the root's send buffer (n blocks)", "(n-1)/n", true, false, true},
+  {Coll::scan, "scan", "rank r gets the reduction over ranks 0..r (inclusive prefix)",
+   "the vector", "1 (each rank receives one vector; nccl-tests has no scan)", false, true, false},
+  {Coll::barrier, "barrier", "every rank waits until all have entered",
+   "0 (no data)", "0", false, false, false},
+}};
+// clang-format on
+
+double busbw_factor(Coll c, int n) {
+  switch (c) {
+    case Coll::all_reduce: return 2.0 * (n - 1) / n;
+    case Coll::all_gather:
+    case Coll::reduce_scatter:
+    case Coll::all_to_all:
+    case Coll::gather:
+    case Coll::scatter: return static_cast<double>(n - 1) / n;
+    case Coll::broadcast:
+    case Coll::reduce:
+    case Coll::scan: return 1.0;
+    case Coll::barrier: return 0.0;
+  }
+  return 0.0;
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct CollOptions {
+  std::uint64_t min_bytes = 32ull << 20;
+  std::uint64_t max_bytes = 32ull << 20;
+  double factor = 2.0;
+  std::uint64_t step_bytes = 0;  // -i: additive step, used when -f is 1
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  DataType dtype = DataType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+  int ranks = 2;
+  Algorithm algo = Algorithm::automatic;
+  std::uint64_t segment = 0;  // 0: Config::segment_bytes
+  int timeout_s = 1800;
+};
+
+struct NamedType {
+  const char* name;  // as printed in the "type" column
+  DataType t;
+};
+constexpr NamedType kTypes[] = {
+    {"float", DataType::f32},  {"double", DataType::f64}, {"half", DataType::f16},   {"bfloat16", DataType::bf16},
+    {"int8", DataType::i8},    {"uint8", DataType::u8},   {"int32", DataType::i32},  {"uint32", DataType::u32},
+    {"int64", DataType::i64},  {"uint64", DataType::u64},
+};
+struct TypeAlias {
+  const char* alias;
+  DataType t;
+};
+constexpr TypeAlias kTypeAliases[] = {
+    {"f32", DataType::f32},     {"float32", DataType::f32}, {"f64", DataType::f64},  {"float64", DataType::f64},
+    {"f16", DataType::f16},     {"float16", DataType::f16}, {"bf16", DataType::bf16}, {"i8", DataType::i8},
+    {"char", DataType::i8},     {"u8", DataType::u8},       {"i32", DataType::i32},  {"int", DataType::i32},
+    {"u32", DataType::u32},     {"i64", DataType::i64},     {"u64", DataType::u64},
+};
+
+const char* type_name(DataType t) {
+  for (auto& e : kTypes)
+    if (e.t == t) return e.name;
+  return "?";
+}
+
+DataType parse_type(const std::string& s) {
+  for (auto& e : kTypes)
+    if (s == e.name) return e.t;
+  for (auto& e : kTypeAliases)
+    if (s == e.alias) return e.t;
+  throw CLI::ValidationError(fmt::format(
+      "unknown datatype '{}' (float, double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64)", s));
+}
+
+struct NamedOp {
+  const char* name;
+  ReduceOp op;
+};
+constexpr NamedOp kOps[] = {
+    {"sum", ReduceOp::sum}, {"prod", ReduceOp::prod}, {"min", ReduceOp::min}, {"max", ReduceOp::max},
+    {"avg", ReduceOp::avg},
+};
+
+const char* op_name(ReduceOp op) {
+  for (auto& e : kOps)
+    if (e.op == op) return e.name;
+  return "?";
+}
+
+ReduceOp parse_op(const std::string& s) {
+  for (auto& e : kOps)
+    if (s == e.name) return e.op;
+  throw CLI::ValidationError(fmt::format("unknown reduction '{}' (sum, prod, min, max, avg)", s));
+}
+
+struct NamedAlgo {
+  const char* name;
+  Algorithm a;
+};
+constexpr NamedAlgo kAlgos[] = {
+    {"automatic", Algorithm::automatic},
+    {"ring", Algorithm::ring},
+    {"halving_doubling", Algorithm::halving_doubling},
+    {"tree", Algorithm::tree},
+    {"linear", Algorithm::linear},
+    {"pairwise", Algorithm::pairwise},
+    {"dissemination", Algorithm::dissemination},
+};
+
+const char* algo_name(Algorithm a) {
+  for (auto& e : kAlgos)
+    if (e.a == a) return e.name;
+  return "?";
+}
+
+Algorithm parse_algo(const std::string& s) {
+  for (auto& e : kAlgos)
+    if (s == e.name) return e.a;
+  if (s == "auto") return Algorithm::automatic;
+  throw CLI::ValidationError(fmt::format(
+      "unknown algorithm '{}' (automatic, ring, halving_doubling, tree, linear, pairwise, dissemination)", s));
+}
+
+// ---- sizes -----------------------------------------------------------------------------------
+
+/// Requested sizes -> element counts, as the peer benchmarks compute them: sharded
+/// collectives round the count down to a multiple of the world size (at least one element
+/// per rank), every count is at least 1, and duplicates after rounding are dropped.
+std::vector<std::size_t> element_counts(const CollOptions& o, const CollInfo& ci, int n) {
+  std::vector<std::size_t> out;
+  const std::size_t es = size_of(o.dtype);
+  const auto un = static_cast<std::size_t>(n);
+  for (std::uint64_t s = o.min_bytes; s <= o.max_bytes;) {
+    std::size_t c = static_cast<std::size_t>(s) / es;
+    if (ci.sharded) c = std::max<std::size_t>(c / un, 1) * un;
+    if (c == 0) c = 1;
+    if (out.empty() || out.back() != c) out.push_back(c);
+    std::uint64_t next = o.factor > 1.0 ? static_cast<std::uint64_t>(static_cast<double>(s) * o.factor)
+                                        : s + o.step_bytes;
+    if (next <= s) break;
+    s = next;
+  }
+  return out;
+}
+
+// ---- element types -----------------------------------------------------------------------------
+//
+// Inputs are small integers, chosen so that every partial result of the reduction is an
+// integer the element type holds exactly; the expected results are computed in 64-bit
+// integers, so they are exact whatever order the library combines the contributions in.
+// half and bfloat16 are encoded and decoded here, not with the library's conversions.
+
+/// Bit pattern of the binary16 holding the integer v (|v| <= 2048, or a power of two).
+std::uint16_t half_bits_of(long long v) {
+  if (v == 0) return 0;
+  std::uint16_t sign = v < 0 ? 0x8000 : 0;
+  auto m = static_cast<std::uint64_t>(v < 0 ? -v : v);
+  int e = std::bit_width(m) - 1;  // m in [2^e, 2^(e+1))
+  auto frac = static_cast<std::uint16_t>(e >= 10 ? (m >> (e - 10)) & 0x3FF : (m << (10 - e)) & 0x3FF);
+  return static_cast<std::uint16_t>(sign | static_cast<std::uint16_t>((e + 15) << 10) | frac);
+}
+
+double half_value(std::uint16_t b) {
+  const double sign = (b & 0x8000) ? -1.0 : 1.0;
+  const int exp = (b >> 10) & 0x1F;
+  const int frac = b & 0x3FF;
+  if (exp == 0) return sign * std::ldexp(frac, -24);
+  if (exp == 31) return frac ? std::numeric_limits<double>::quiet_NaN() : sign * std::numeric_limits<double>::infinity();
+  return sign * std::ldexp(1024 + frac, exp - 25);
+}
+
+/// bfloat16 of the integer v (exact when v has at most 8 significant bits).
+std::uint16_t bf16_bits_of(long long v) {
+  auto f = static_cast<float>(v);
+  return static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(f) >> 16);
+}
+
+double bf16_value(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+template <class T>
+struct Elem {
+  static T make(long long v) {
+    if constexpr (std::is_same_v<T, half>) return half{half_bits_of(v)};
+    else if constexpr (std::is_same_v<T, bfloat16>) return bfloat16{bf16_bits_of(v)};
+    else return static_cast<T>(v);
+  }
+  static double value(T x) {
+    if constexpr (std::is_same_v<T, half>) return half_value(x.bits);
+    else if constexpr (std::is_same_v<T, bfloat16>) return bf16_value(x.bits);
+    else return static_cast<double>(x);
+  }
+  /// What the outputs hold before the checked call: a NaN, or the type's largest value,
+  /// which no correct result reaches (see exact_limit).
+  static T poison() {
+    if constexpr (std::is_same_v<T, half>) return half{0x7E00};
+    else if constexpr (std::is_same_v<T, bfloat16>) return bfloat16{0x7FC0};
+    else if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::quiet_NaN();
+    else return std::numeric_limits<T>::max();
+  }
+};
+
+/// The largest magnitude every partial result may reach: exactly representable for the
+/// floating types, below the poison value for the integer ones.
+long long exact_limit(DataType t) {
+  switch (t) {
+    case DataType::f32: return 1ll << 24;
+    case DataType::f64: return 1ll << 52;
+    case DataType::f16: return 2048;
+    case DataType::bf16: return 256;
+    case DataType::i8: return 126;
+    case DataType::u8: return 254;
+    case DataType::i32: return (1ll << 31) - 2;
+    case DataType::u32: return (1ll << 32) - 2;
+    case DataType::i64:
+    case DataType::u64: return 1ll << 52;
+  }
+  return 0;
+}
+
+bool is_unsigned(DataType t) {
+  return t == DataType::u8 || t == DataType::u32 || t == DataType::u64;
+}
+
+/// The inputs of a sweep: element i of rank r, and the reductions over ranks computed here.
+class Pattern {
+ public:
+  Pattern(DataType t, ReduceOp op, int n) : op_(op), n_(n), unsigned_(is_unsigned(t)) {
+    const long long limit = exact_limit(t);
+    // sum: n values of magnitude <= m, plus up to n more on the last rank for avg (which
+    // makes every sum a multiple of n, so that the average is an integer too).
+    const long long room = (limit - (op == ReduceOp::avg ? n : 0)) / n;
+    if (unsigned_) {
+      span_ = std::clamp<long long>(room + 1, 1, 64);  // values 0 .. span-1
+      exact_ = room >= 1;
+    } else {
+      span_ = 2 * std::clamp<long long>(room, 1, 32);  // values -span/2 .. span/2-1
+      exact_ = room >= 1;
+    }
+    // prod: +-1 everywhere, and a 2 now and then on the first `twos_` ranks only.
+    twos_ = std::bit_width(static_cast<std::uint64_t>(limit)) - 1;
+  }
+
+  /// False when the world is too large for this type to hold every result exactly.
+  bool exact() const { return exact_; }
+
+  long long input(int r, std::size_t i) const {
+    long long v = base(r, i);
+    if (op_ == ReduceOp::avg && r == n_ - 1) {
+      long long s = 0;
+      for (int q = 0; q < n_; ++q) s += base(q, i);
+      v += (n_ - s % n_) % n_;  // s may be negative: % keeps its sign, the outer % folds n
+    }
+    return v;
+  }
+
+  /// The reduction over ranks `first` .. `last` of element i.
+  long long reduce(int first, int last, std::size_t i) const {
+    long long acc = input(first, i);
+    for (int r = first + 1; r <= last; ++r) {
+      long long v = input(r, i);
+      switch (op_) {
+        case ReduceOp::sum:
+        case ReduceOp::avg: acc += v; break;
+        case ReduceOp::prod: acc *= v; break;
+        case ReduceOp::min: acc = std::min(acc, v); break;
+        case ReduceOp::max: acc = std::max(acc, v); break;
+      }
+    }
+    if (op_ == ReduceOp::avg) acc /= (last - first + 1);  // exact by construction (all ranks)
+    return acc;
+  }
+
+ private:
+  static std::uint64_t mix(int r, std::size_t i) {
+    std::uint64_t x = (static_cast<std::uint64_t>(i) + 1) * 0xD1B54A32D192ED03ull ^
+                      (static_cast<std::uint64_t>(r) + 1) * 0x8CB92BA72F3D8DD7ull;
+    x ^= x >> 31;
+    x *= 0x9E3779B97F4A7C15ull;
+    x ^= x >> 29;
+    return x;
+  }
+  long long base(int r, std::size_t i) const {
+    const std::uint64_t h = mix(r, i);
+    if (op_ == ReduceOp::prod) {
+      if (r < twos_ && (h & 3) == 0) return (!unsigned_ && (h & 8)) ? -2 : 2;
+      return (!unsigned_ && (h & 4)) ? -1 : 1;
+    }
+    const auto v = static_cast<long long>((h >> 8) % static_cast<std::uint64_t>(span_));
+    return unsigned_ ? v : v - span_ / 2;
+  }
+
+  ReduceOp op_;
+  int n_;
+  bool unsigned_;
+  long long span_ = 2;
+  int twos_ = 0;
+  bool exact_ = true;
+};
+
+// ---- the ranks, as threads ----------------------------------------------------------------------
+
+/// Thrown out of Team::sync once some rank has failed.
+struct TeamAborted : std::exception {
+  const char* what() const noexcept override { return "another rank failed"; }
+};
+
+/// What the rank threads share: a barrier that gives up when one of them fails, and slots
+/// for the per-rank times and #wrong counts (combined here, not by the library under test).
+class Team {
+ public:
+  explicit Team(int n) : times(static_cast<std::size_t>(n)), wrong(static_cast<std::size_t>(n), 0), n_(n) {}
+
+  void sync() {
+    std::unique_lock lk(mu_);
+    if (aborted_) throw TeamAborted{};
+    const std::uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return gen_ != gen || aborted_; });
+    if (gen_ == gen) throw TeamAborted{};
+  }
+  void abort() {
+    std::lock_guard lk(mu_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+
+  std::vector<std::vector<double>> times;  ///< [rank][iteration], microseconds
+  std::vector<long> wrong;                 ///< [rank]
+
+ private:
+  int n_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  std::uint64_t gen_ = 0;
+  bool aborted_ = false;
+};
+
+struct SweepResult {
+  long wrong = 0;
+  double avg_busbw = 0;
+};
+
+/// One rank's whole sweep. Rank 0 prints.
+template <class T>
+void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team& team, SweepResult& result) {
+  const int n = comm.size();
+  const int me = comm.rank();
+  const auto un = static_cast<std::size_t>(n);
+  const bool print = me == 0;
+  const char* tname = type_name(o.dtype);
+  const char* redop = ci.reduces ? op_name(o.op) : "none";
+  const int root = ci.rooted ? o.root : -1;
+  CollectiveOptions co;
+  co.algorithm = o.algo;
+  co.segment_bytes = static_cast<std::size_t>(o.segment);
+  CollectiveReport report;
+  long total_wrong = 0;
+  double bw_sum = 0;
+  int bw_cnt = 0;
+
+  // Iterations of one size: returns the median over iterations of the slowest rank's time.
+  auto time_iterations = [&](auto&& call) {
+    for (int i = 0; i < o.warmup; ++i) {
+      comm.barrier();
+      call();
+    }
+    std::vector<double> t(static_cast<std::size_t>(o.iters));
+    for (auto& ti : t) {
+      comm.barrier();
+      auto t0 = Clock::now();
+      call();
+      auto t1 = Clock::now();
+      ti = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    }
+    team.times[static_cast<std::size_t>(me)] = std::move(t);
+    team.sync();
+    std::vector<double> slowest(static_cast<std::size_t>(o.iters), 0.0);
+    for (auto& rt : team.times)
+      for (std::size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], rt[i]);
+    if (print && std::getenv("PEERS_VERBOSE")) {
+      std::string line = "# iter times (us):";
+      for (double x : slowest) line += fmt::format(" {:.1f}", x);
+      std::fprintf(stderr, "%s\n", line.c_str());
+    }
+    team.sync();  // every rank has read the times before any writes the next ones
+    return median_midpoint(std::move(slowest));
+  };
+
+  if (print) report.header();
+
+  if (ci.coll == Coll::barrier) {
+    double us = time_iterations([&] { comm.barrier(co); });
+    if (print) report.row(0, 0, tname, "none", -1, us, 0.0, 0.0, std::nullopt);
+    result = {0, 0.0};
+    return;
+  }
+
+  const Pattern pat(o.dtype, o.op, n);
+  if (o.check && !pat.exact())
+    throw std::invalid_argument(fmt::format("-c 1: {} ranks are too many for exact {} results of {} in {}; "
+                                            "use a wider -d or -c 0",
+                                            n, op_name(o.op), ci.name, tname));
+
+  for (std::size_t count : element_counts(o, ci, n)) {
+    const std::size_t blk = ci.sharded ? count / un : 0;
+    std::size_t nin = count, nout = count;
+    if (ci.coll == Coll::all_gather || ci.coll == Coll::gather) nin = blk;
+    if (ci.coll == Coll::reduce_scatter || ci.coll == Coll::scatter) nout = blk;
+    std::vector<T> in(nin), out(nout);
+    auto fill_inputs = [&] {
+      // all_gather and gather send this rank's block; the others send a full vector.
+      for (std::size_t i = 0; i < nin; ++i) in[i] = Elem<T>::make(pat.input(me, i));
+    };
+    fill_inputs();
+
+    const DataType dt = o.dtype;
+    auto call = [&] {
+      switch (ci.coll) {
+        case Coll::all_reduce: comm.all_reduce(in.data(), out.data(), count, dt, o.op, co); break;
+        // The root broadcasts straight from its input; the others receive into their output.
+        case Coll::broadcast: comm.broadcast(me == o.root ? in.data() : out.data(), count, dt, o.root, co); break;
+        case Coll::reduce: comm.reduce(in.data(), out.data(), count, dt, o.op, o.root, co); break;
+        case Coll::all_gather: comm.all_gather(in.data(), out.data(), blk, dt, co); break;
+        case Coll::reduce_scatter: comm.reduce_scatter(in.data(), out.data(), count, dt, o.op, co); break;
+        case Coll::all_to_all: comm.all_to_all(in.data(), out.data(), blk, dt, co); break;
+        case Coll::gather: comm.gather(in.data(), out.data(), blk, dt, o.root, co); break;
+        case Coll::scatter: comm.scatter(in.data(), out.data(), blk, dt, o.root, co); break;
+        case Coll::scan: comm.scan(in.data(), out.data(), count, dt, o.op, co); break;
+        case Coll::barrier: comm.barrier(co); break;
+      }
+    };
+
+    const double us = time_iterations(call);
+
+    std::optional<long> wrong;
+    if (o.check) {
+      // Fresh inputs, poisoned outputs, one more call, then every output element.
+      fill_inputs();
+      std::fill(out.begin(), out.end(), Elem<T>::poison());
+      comm.barrier();
+      call();
+      const T* res = (ci.coll == Coll::broadcast && me == o.root) ? in.data() : out.data();
+      const std::size_t nres = (ci.coll == Coll::broadcast && me == o.root) ? nin : nout;
+      // The value element j of this rank's output must have.
+      auto expect = [&](std::size_t j) -> long long {
+        switch (ci.coll) {
+          case Coll::all_reduce:
+          case Coll::reduce: return pat.reduce(0, n - 1, j);
+          case Coll::broadcast: return pat.input(o.root, j);
+          case Coll::all_gather:
+          case Coll::gather: return pat.input(static_cast<int>(j / blk), j % blk);
+          case Coll::reduce_scatter: return pat.reduce(0, n - 1, static_cast<std::size_t>(me) * blk + j);
+          // out[s*blk + k] = in_s[me*blk + k]
+          case Coll::all_to_all: return pat.input(static_cast<int>(j / blk), static_cast<std::size_t>(me) * blk + j % blk);
+          case Coll::scatter: return pat.input(o.root, static_cast<std::size_t>(me) * blk + j);
+          case Coll::scan: return pat.reduce(0, me, j);
+          case Coll::barrier: break;
+        }
+        return 0;
+      };
+      const bool has_output = !((ci.coll == Coll::reduce || ci.coll == Coll::gather) && me != o.root);
+      long mine = 0;
+      if (has_output)
+        for (std::size_t j = 0; j < nres; ++j)
+          if (!(Elem<T>::value(res[j]) == static_cast<double>(expect(j)))) ++mine;
+      team.wrong[static_cast<std::size_t>(me)] = mine;
+      team.sync();
+      long sum = 0;
+      for (long w : team.wrong) sum += w;
+      team.sync();
+      wrong = sum;
+      total_wrong += sum;
+    }
+
+    const std::uint64_t bytes = count * sizeof(T);
+    const double algbw = static_cast<double>(bytes) / (us * 1e-6) / 1e9;
+    const double busbw = algbw * busbw_factor(ci.coll, n);
+    bw_sum += busbw;
+    ++bw_cnt;
+    if (print) report.row(bytes, count, tname, redop, root, us, algbw, busbw, wrong);
+  }
+  result = {total_wrong, bw_cnt ? bw_sum / bw_cnt : 0.0};
+}
+
+/// run_rank for the element type of `t`.
+void run_rank_typed(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team& team, SweepResult& r) {
+  switch (o.dtype) {
+    case DataType::f32: return run_rank<float>(comm, o, ci, team, r);
+    case DataType::f64: return run_rank<double>(comm, o, ci, team, r);
+    case DataType::f16: return run_rank<half>(comm, o, ci, team, r);
+    case DataType::bf16: return run_rank<bfloat16>(comm, o, ci, team, r);
+    case DataType::i8: return run_rank<std::int8_t>(comm, o, ci, team, r);
+    case DataType::u8: return run_rank<std::uint8_t>(comm, o, ci, team, r);
+    case DataType::i32: return run_rank<std::int32_t>(comm, o, ci, team, r);
+    case DataType::u32: return run_rank<std::uint32_t>(comm, o, ci, team, r);
+    case DataType::i64: return run_rank<std::int64_t>(comm, o, ci, team, r);
+    case DataType::u64: return run_rank<std::uint64_t>(comm, o, ci, team, r);
+  }
+}
+
+// ---- launcher environments ------------------------------------------------------------------
+
+/// If a launcher started this process as one of several ranks, a description of it.
+std::optional<std::string> launched_as_rank() {
+  struct Vars {
+    const char* launcher;
+    const char* rank;
+    const char* size;  // nullptr: the rank variable alone says so
+  };
+  static constexpr Vars kVars[] = {
+      {"nexar-run", "NEXAR_RANK", nullptr},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"a PMI launcher", "PMI_RANK", "PMI_SIZE"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS"},
+      {"torchrun-style RANK/WORLD_SIZE", "RANK", "WORLD_SIZE"},
+  };
+  for (auto& v : kVars) {
+    const char* r = std::getenv(v.rank);
+    if (!r) continue;
+    const char* s = v.size ? std::getenv(v.size) : nullptr;
+    if (v.size && (!s || std::atol(s) <= 1)) continue;  // a world of one process: run as usual
+    return fmt::format("{} ({}={}{}{})", v.launcher, v.rank, r, s ? fmt::format(", {}=", v.size) : "", s ? s : "");
+  }
+  return std::nullopt;
+}
+
+// ---- the subcommand ----------------------------------------------------------------------------
+
+/// Kills the process when the run takes longer than --timeout.
+class Deadline {
+ public:
+  Deadline(int seconds, std::string who) {
+    if (seconds <= 0) return;
+    thread_ = std::thread([this, seconds, who = std::move(who)] {
+      std::unique_lock lk(mu_);
+      if (!cv_.wait_for(lk, std::chrono::seconds(seconds), [&] { return done_; })) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s: still running after %d s (--timeout), giving up\n", who.c_str(), seconds);
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    });
+  }
+  ~Deadline() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+int run_collective(const CollOptions& o, const CollInfo& ci) {
+  const std::string who = fmt::format("nexar-bench {}", ci.name);
+  const int n = o.ranks;
+  Config cfg;
+  try {
+    if (auto l = launched_as_rank())
+      throw std::invalid_argument(fmt::format(
+          "started by {} as one rank of several. One rank per process comes with nexar-run and is not "
+          "available yet; run nexar-bench once, without a launcher, with --ranks N (N threads)",
+          *l));
+    cfg = Config::from_env();
+    if (o.iters < 1) throw std::invalid_argument("-n must be >= 1");
+    if (o.warmup < 0) throw std::invalid_argument("-w must be >= 0");
+    if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b must be <= -e");
+    if (o.factor <= 1.0 && o.step_bytes == 0 && o.min_bytes != o.max_bytes)
+      throw std::invalid_argument("-f must be > 1 (or give -i)");
+    if (o.root < 0 || o.root >= n) throw std::invalid_argument(fmt::format("-r {} is not a rank of {}", o.root, n));
+    if (ci.reduces && o.op == ReduceOp::avg && !is_floating(o.dtype))
+      throw std::invalid_argument(fmt::format("-o avg needs a floating -d (float, double, half, bfloat16), not {}",
+                                              type_name(o.dtype)));
+    if (ci.coll == Coll::scan && o.op == ReduceOp::avg)
+      throw std::invalid_argument("scan: -o avg is not measured (a prefix average has no agreed divisor)");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
+    return 2;
+  }
+
+  Deadline deadline(o.timeout_s, who);
+  std::vector<Communicator> comms;
+  try {
+    comms = bootstrap_local(n, cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: bootstrap_local(%d): %s\n", who.c_str(), n, e.what());
+    return 2;
+  }
+
+  std::string algo = algo_name(o.algo);
+  if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
+    algo += fmt::format(" (halving_doubling below {}, ring from there)", human_size(cfg.allreduce_ring_bytes));
+  else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
+    algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
+  std::printf("# nexar-bench %s: nexar, QUIC over loopback (127.0.0.1), bootstrap_local: %d ranks as threads of "
+              "one process; algorithm %s; segment %s\n",
+              ci.name, n, algo.c_str(), human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
+  std::printf("# ranks %d  minBytes %llu  maxBytes %llu  step: %g(factor)  warmup iters: %d  iters: %d  "
+              "validation: %d  timing: median over iters of max over ranks\n",
+              n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
+              o.factor, o.warmup, o.iters, o.check);
+  std::fflush(stdout);
+
+  Team team(n);
+  std::vector<SweepResult> results(static_cast<std::size_t>(n));
+  std::atomic<int> failed{0};
+  std::mutex err_mu;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      auto& comm = comms[static_cast<std::size_t>(r)];
+      try {
+        run_rank_typed(comm, o, ci, team, results[static_cast<std::size_t>(r)]);
+        team.sync();  // nobody closes while another still runs a collective
+      } catch (const TeamAborted&) {
+        failed.fetch_add(1);
+        comm.close();
+      } catch (const std::exception& e) {
+        failed.fetch_add(1);
+        {
+          std::lock_guard lk(err_mu);
+          std::fflush(stdout);
+          std::fprintf(stderr, "%s: rank %d: error: %s\n", who.c_str(), r, e.what());
+        }
+        // Stop the others: those waiting here at once, those inside a collective when
+        // their operations on this rank fail with peer_closed.
+        team.abort();
+        comm.close();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& c : comms) c.close();
+  if (failed.load() > 0) return 2;
+
+  const SweepResult& r0 = results[0];
+  CollectiveReport::footer(r0.wrong, r0.avg_busbw, o.check && ci.coll != Coll::barrier);
+  return r0.wrong ? 1 : 0;
+}
+
+Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
+  auto o = std::make_shared<CollOptions>();
+  CLI::App* app =
+      parent.add_subcommand(ci.name, fmt::format("nccl-tests-style sweep of {}: {}", ci.name, ci.what));
+  auto size_opt = [&](const char* flags, std::uint64_t* dst, const char* help) {
+    app->add_option_function<std::string>(
+           flags,
+           [dst](const std::string& s) {
+             try {
+               *dst = parse_size(s);
+             } catch (const std::invalid_argument& e) {
+               throw CLI::ValidationError(e.what());
+             }
+           },
+           help)
+        ->type_name("SIZE");
+  };
+  size_opt("-b,--minbytes", &o->min_bytes, "Smallest size, K/M/G suffixes (default 32M)");
+  size_opt("-e,--maxbytes", &o->max_bytes, "Largest size (default 32M)");
+  app->add_option("-f,--stepfactor", o->factor, "Multiply the size by this between steps")->capture_default_str();
+  size_opt("-i,--stepbytes", &o->step_bytes, "Add this many bytes between steps (used when -f is 1)");
+  app->add_option("-n,--iters", o->iters, "Timed iterations per size")->capture_default_str();
+  app->add_option("-w,--warmup_iters", o->warmup, "Untimed warm-up iterations per size")->capture_default_str();
+  app->add_option("-c,--check", o->check, "Check results element by element (0/1); #wrong > 0 exits with 1")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1));
+  app->add_option_function<std::string>(
+         "-d,--datatype", [o](const std::string& s) { o->dtype = parse_type(s); },
+         "float (default), double, half, bfloat16, int8, uint8, int32, uint32, int64, uint64")
+      ->type_name("TYPE");
+  app->add_option_function<std::string>(
+         "-o,--op", [o](const std::string& s) { o->op = parse_op(s); },
+         ci.reduces ? "Reduction: sum (default), prod, min, max, avg (floating types only)"
+                    : "Reduction: sum (default), prod, min, max, avg (ignored: this collective does not reduce)")
+      ->type_name("OP");
+  app->add_option("-r,--root", o->root, ci.rooted ? "Root rank" : "Root rank (ignored: this collective has none)")
+      ->capture_default_str();
+  app->add_option("--ranks", o->ranks, "Number of ranks, run as threads of this process")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app->add_option_function<std::string>(
+         "-a,--algo", [o](const std::string& s) { o->algo = parse_algo(s); },
+         "Algorithm: automatic (default), ring, halving_doubling, tree, linear, pairwise, dissemination; "
+         "one the collective lacks is an error")
+      ->type_name("ALGO");
+  size_opt("--segment", &o->segment, "Pipelining segment in bytes (default: NEXAR_SEGMENT_BYTES, 512K)");
+  app->add_option("--timeout", o->timeout_s, "Overall deadline in seconds (exit 124); 0 disables it")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->footer(fmt::format(
+      "{name}: size = {size}; busbw = algbw * {bus}.\n"
+      "Ranks: --ranks N threads of this process, one communicator each from nexar::bootstrap_local(N),\n"
+      "connected by QUIC over 127.0.0.1. Multi-process mode (one rank per process, started by a\n"
+      "launcher) comes with nexar-run and is not available yet: under a launcher's environment with\n"
+      "more than one rank (NEXAR_RANK, OMPI_COMM_WORLD_*, PMI_*, SLURM_*, RANK/WORLD_SIZE) the\n"
+      "benchmark refuses to run rather than start N threads in every process.\n"
+      "Measurement (as bench/peers/common.hpp): a nexar barrier before every iteration, each rank\n"
+      "times its own call, iteration time = slowest rank, printed time = median over -n iterations;\n"
+      "out-of-place buffers. -c 1: one more call on fresh inputs and poisoned outputs, every element\n"
+      "compared with results computed without the library; #wrong is summed over ranks.\n"
+      "Exit status: 0 ok, 1 #wrong > 0, 2 error, 124 --timeout.\n"
+      "nexar settings come from the NEXAR_* environment variables (docs/CONFIG.md).",
+      fmt::arg("name", ci.name), fmt::arg("size", ci.size), fmt::arg("bus", ci.busbw)));
+  return {app, [o, &ci] { return run_collective(*o, ci); }};
+}
+
+}  // namespace
+
+std::vector<Subcommand> add_collectives(CLI::App& parent) {
+  std::vector<Subcommand> v;
+  for (const CollInfo& ci : kColls) v.push_back(add_one(parent, ci));
+  return v;
+}
+
+}  // namespace nexar::bench
