@@ -200,10 +200,12 @@ class Communicator {
   /// Block r (count elements) of root's send goes to rank r's recv.
   Request iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
                    const CollectiveOptions& o = {});
-  /// recv on rank r = op over ranks 0..r of send (inclusive prefix).
+  /// recv on rank r = op over ranks 0..r of send (inclusive prefix); for avg, the sum over
+  /// ranks 0..r divided by r + 1.
   Request iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
                 const CollectiveOptions& o = {});
-  /// recv on rank r = op over ranks 0..r-1 of send; rank 0's recv is left unchanged.
+  /// recv on rank r = op over ranks 0..r-1 of send (avg: divided by r); rank 0's recv is
+  /// left unchanged.
   Request iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
                           ReduceOp op, const CollectiveOptions& o = {});
   /// Completes once every rank has entered it.

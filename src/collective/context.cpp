@@ -64,6 +64,8 @@ void Coll::accumulate(void* dst, const void* src, std::size_t n) const {
   reduce::accumulate(dtype, op, dst, src, n);
 }
 
-void Coll::finish(void* data, std::size_t n) const { reduce::finish(dtype, op, data, n, size()); }
+void Coll::finish_over(void* data, std::size_t n, int ranks) const {
+  reduce::finish(dtype, op, data, n, ranks);
+}
 
 }  // namespace nexar::detail

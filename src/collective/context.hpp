@@ -56,7 +56,9 @@ struct Coll {
   /// dst[i] = op(dst[i], src[i]) for n elements of dtype.
   void accumulate(void* dst, const void* src, std::size_t n) const;
   /// The final step of avg over size() ranks (no-op for other ops).
-  void finish(void* data, std::size_t n) const;
+  void finish(void* data, std::size_t n) const { finish_over(data, n, size()); }
+  /// The final step of avg over `ranks` contributions (no-op for other ops).
+  void finish_over(void* data, std::size_t n, int ranks) const;
 
   /// Byte offset of element i.
   std::size_t bytes(std::size_t n) const noexcept { return n * elem(); }

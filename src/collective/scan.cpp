@@ -11,16 +11,24 @@ void scan(const Coll& c, const void* send, void* recv, std::size_t count, bool e
   const int r = c.rank(), n = c.size();
   std::vector<std::byte> prefix(c.bytes(count)), mine(c.bytes(count));
   if (count) std::memcpy(mine.data(), send, c.bytes(count));
+  // The chain carries the raw prefix (for avg: the sum); each rank's output is finished
+  // over the number of ranks it covers (avg: divided by it).
   if (r > 0) {
     c.recv(r - 1, prefix.data(), c.bytes(count));
-    if (exclusive && count) std::memcpy(recv, prefix.data(), c.bytes(count));
+    if (exclusive && count) {
+      std::memcpy(recv, prefix.data(), c.bytes(count));
+      c.finish_over(recv, count, r);
+    }
     // prefix(0..r-1) op own, in rank order.
     c.accumulate(prefix.data(), mine.data(), count);
   } else {
     prefix = mine;
   }
   if (r + 1 < n) c.send(r + 1, prefix.data(), c.bytes(count));
-  if (!exclusive && count) std::memcpy(recv, prefix.data(), c.bytes(count));
+  if (!exclusive && count) {
+    std::memcpy(recv, prefix.data(), c.bytes(count));
+    c.finish_over(recv, count, r + 1);
+  }
 }
 
 }  // namespace nexar::detail::coll

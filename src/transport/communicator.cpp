@@ -386,7 +386,6 @@ Request Communicator::iscan(const void* send, void* recv, std::size_t count, Dat
   auto& g = self();
   const char* name = "scan";
   check_op(g, name, t, op);
-  if (op == ReduceOp::avg) bad(g, name, "avg is not defined for scans");
   check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
@@ -398,7 +397,6 @@ Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t 
   auto& g = self();
   const char* name = "exclusive_scan";
   check_op(g, name, t, op);
-  if (op == ReduceOp::avg) bad(g, name, "avg is not defined for scans");
   check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
