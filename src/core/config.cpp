@@ -255,14 +255,14 @@ std::string Config::describe() const {
   fmt::format_to(it, "eager_limit = {}\n", format_bytes(eager_limit));
   fmt::format_to(it, "unexpected_limit = {}\n", format_bytes(unexpected_limit));
   fmt::format_to(it, "stream_window = {}\n", format_bytes(stream_window));
+  fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
+  fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
+  fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
   if (udp_payload == 0) {
     out += "udp_payload = auto (8952 bytes on loopback, 1452 bytes elsewhere)\n";
   } else {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }
-  fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
-  fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
-  fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
   fmt::format_to(it, "spin = {} us\n", spin.count());
   fmt::format_to(it, "log_level = {}", log::to_string(log_level));
