@@ -364,7 +364,8 @@ class Communicator {
 
 /// Creates `n` communicators in this process, ranks 0..n-1, each with its own UDP socket
 /// on 127.0.0.1 and its own progress thread, fully connected over real QUIC with mutual
-/// TLS rooted in a fresh in-memory cluster CA. Throws nexar::Error on failure
+/// TLS rooted in a fresh in-memory cluster CA. With more ranks than cores, waiting threads
+/// do not spin (Config::spin is taken as 0). Throws nexar::Error on failure
 /// (invalid_argument for n < 1, io, tls, timeout).
 std::vector<Communicator> bootstrap_local(int n, const Config& config = Config::from_env());
 

@@ -3,6 +3,7 @@
 #include <gnutls/crypto.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <exception>
 #include <future>
 #include <thread>
@@ -77,7 +78,13 @@ Communicator start_node(NodePlan plan, const Config& config) {
 
 namespace nexar {
 
-std::vector<Communicator> bootstrap_local(int n, const Config& config) {
+std::vector<Communicator> bootstrap_local(int n, const Config& given) {
+  Config config = given;
+  // More ranks than cores in one process: spinning waiters would take the cores from the
+  // threads they wait for (measured: 8 B all_reduce over 4 ranks on 2 cores 1.6 ms with
+  // spinning, 0.66 ms without).
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (static_cast<unsigned>(n) > cores) config.spin = std::chrono::microseconds(0);
   auto plans = cluster::plan_local(n, config);
   std::vector<std::future<Communicator>> started;
   for (auto& p : plans) {
