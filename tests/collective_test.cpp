@@ -1585,3 +1585,19 @@ TEST(Collective, TypedSpanForms) {
 }
 
 }  // namespace
+
+// Regression: wait_for(d) on a collective ran the whole collective inline, returning only
+// when every rank had joined, long after d.
+TEST(Collective, WaitForRespectsItsBoundWhileOthersAreLate) {
+  auto comms = nexar::bootstrap_local(2, test_config());
+  float a = 1, b = 2;
+  nexar::Request r = comms[1].iall_reduce(&b, &b, 1, DataType::f32, ReduceOp::sum);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(r.wait_for(std::chrono::milliseconds(1)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(400));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  comms[0].all_reduce(&a, &a, 1, DataType::f32, ReduceOp::sum);
+  r.wait();
+  EXPECT_EQ(a, 3.0f);
+  EXPECT_EQ(b, 3.0f);
+}

@@ -37,6 +37,7 @@ void Engine::run() {
   // Let handlers already queued (completions, close notifications) run once more.
   io_.poll();
   thread_id_.store(std::thread::id{}, std::memory_order_relaxed);
+  exited_.store(true, std::memory_order_release);
 }
 
 }  // namespace nexar::detail

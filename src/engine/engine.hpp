@@ -76,6 +76,9 @@ class Engine {
     busy_until_.store(std::chrono::steady_clock::now() + spin_, std::memory_order_relaxed);
   }
 
+  /// True once the progress thread has exited: posted work will not run any more.
+  bool stopped() const noexcept { return exited_.load(std::memory_order_acquire); }
+
   bool on_engine_thread() const noexcept {
     return std::this_thread::get_id() == thread_id_.load(std::memory_order_relaxed);
   }
@@ -92,6 +95,7 @@ class Engine {
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> exited_{false};
   std::thread thread_;
   std::atomic<std::thread::id> thread_id_{};
 };

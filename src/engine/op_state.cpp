@@ -49,7 +49,7 @@ bool OpState::complete(Errc code, std::string message, Status status) {
   return true;
 }
 
-bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for) {
+bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin_for, bool bounded) {
   if (done()) return true;
   auto spin_end = Clock::now() + spin_for;
   std::shared_ptr<Progress> engine = helper ? helper : progress.lock();
@@ -58,7 +58,7 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
     // thread wake-ups of the engine thread handing it to us.
     if (engine) engine->waiting(1);
     while (Clock::now() < spin_end && !done()) {
-      if (!(engine && engine->poll())) {
+      if (!(engine && engine->poll(bounded))) {
         for (int i = 0; i < 16 && !done(); ++i) cpu_relax();
         // The thread that will complete us may be waiting for this very core.
         std::this_thread::yield();

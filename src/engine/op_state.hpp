@@ -18,8 +18,10 @@ namespace nexar::detail {
 class Progress {
  public:
   virtual ~Progress() = default;
-  /// Makes progress if the engine is free right now; returns whether it ran.
-  virtual bool poll() = 0;
+  /// Makes progress if the engine is free right now; returns whether it ran. With
+  /// `bounded`, the caller has a short deadline of its own: do nothing that may take long
+  /// (such as running a whole collective).
+  virtual bool poll(bool bounded) = 0;
   /// A waiter starts (+1) or stops (-1) polling.
   virtual void waiting(int delta) = 0;
   /// A waiter is about to sleep until the operation completes: whatever completes it must
@@ -40,8 +42,9 @@ class OpState {
 
   bool done() const noexcept { return state_.load(std::memory_order_acquire) == done_state; }
 
-  /// Waits until done or `until`; spins for `spin` first. Returns done().
-  bool wait_until(Clock::time_point until, std::chrono::microseconds spin);
+  /// Waits until done or `until`; spins for `spin` first. Returns done(). `bounded`: the
+  /// caller's deadline is its own (wait_for), see Progress::poll.
+  bool wait_until(Clock::time_point until, std::chrono::microseconds spin, bool bounded = false);
 
   Errc code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }

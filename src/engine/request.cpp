@@ -29,7 +29,8 @@ Status Request::wait() const {
 bool Request::wait_for(std::chrono::nanoseconds d) const {
   if (!state_) return true;
   auto until = OpState::Clock::now() + d;
-  if (!state_->wait_until(until, std::min(state_->spin, std::chrono::duration_cast<std::chrono::microseconds>(d)))) {
+  if (!state_->wait_until(until, std::min(state_->spin, std::chrono::duration_cast<std::chrono::microseconds>(d)),
+                          /*bounded=*/true)) {
     return false;
   }
   finish(*state_);

@@ -161,9 +161,14 @@ void check_v(const Group& g, const char* op, std::span<const std::size_t> counts
 class CollectiveHelper final : public detail::Progress {
  public:
   CollectiveHelper(std::weak_ptr<Group> g, std::uint64_t task) : g_(std::move(g)), task_(task) {}
-  bool poll() override {
+  bool poll(bool bounded) override {
     auto g = g_.lock();
     if (!g) return false;
+    if (bounded) {
+      // wait_for(d) must return by d: leave the collective to its thread.
+      g->runner().kick();
+      return g->node().poll();
+    }
     return g->runner().help(task_) || g->node().poll();
   }
   void waiting(int delta) override {
@@ -443,6 +448,9 @@ Request Communicator::igather_v(const void* send, std::size_t send_count, void* 
   std::shared_ptr<std::vector<std::size_t>> cs, ds;
   if (g.rank() == root) {
     check_v(g, name, counts, displs);
+    if (counts[static_cast<std::size_t>(root)] != send_count)
+      bad(g, name, "send_count " + std::to_string(send_count) + " differs from counts[root] " +
+                       std::to_string(counts[static_cast<std::size_t>(root)]));
     cs = copy_of(counts);
     ds = copy_of(displs);
   } else {
@@ -465,6 +473,9 @@ Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> 
   std::shared_ptr<std::vector<std::size_t>> cs, ds;
   if (g.rank() == root) {
     check_v(g, name, counts, displs);
+    if (counts[static_cast<std::size_t>(root)] != recv_count)
+      bad(g, name, "recv_count " + std::to_string(recv_count) + " differs from counts[root] " +
+                       std::to_string(counts[static_cast<std::size_t>(root)]));
     cs = copy_of(counts);
     ds = copy_of(displs);
   } else {
@@ -486,6 +497,12 @@ Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_
   const char* name = "all_to_all_v";
   check_v(g, name, send_counts, send_displs);
   check_v(g, name, recv_counts, recv_displs);
+  {
+    auto me = static_cast<std::size_t>(g.rank());
+    if (send_counts[me] != recv_counts[me])
+      bad(g, name, "send_counts[rank] " + std::to_string(send_counts[me]) + " differs from recv_counts[rank] " +
+                       std::to_string(recv_counts[me]));
+  }
   check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
   auto sc = copy_of(send_counts), sd = copy_of(send_displs), rc = copy_of(recv_counts),
        rd = copy_of(recv_displs);

@@ -255,7 +255,7 @@ std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseco
   return s;
 }
 
-bool CommImpl::poll() {
+bool CommImpl::poll(bool) {
   if (engine_.engine_waiting()) return false;
   std::unique_lock lk(engine_.lock(), std::try_to_lock);
   if (!lk.owns_lock() || !ep_ || !is_open()) return false;
@@ -316,7 +316,11 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     st->succeed(shape.status(dest, tag, static_cast<std::size_t>(size)));
     return Request(st);
   }
-  std::vector<ConstBuffer> copy(parts.begin(), parts.end());
+  // Empty parts carry nothing; the last queued part is the one whose acknowledgement
+  // completes the send, so it must hold bytes.
+  std::vector<ConstBuffer> copy;
+  for (auto& part : parts)
+    if (part.bytes) copy.push_back(part);
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
                     [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
   submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
@@ -339,6 +343,11 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
     return;
   }
   if (!u->complete) {
+    if (p->gone()) {  // the rest will never come
+      queue(d).erase(it);
+      fail(r->op, p->gone_code(), u->source, p->gone_why());
+      return;
+    }
     // Still arriving: the rest goes straight to the receive buffer.
     if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
     p->release_unexpected(u->data.size());
@@ -404,7 +413,7 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   r->exact = a.exact;
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
-  install_canceller(st, -1, "no matching message arrived in time", "receive cancelled",
+  install_canceller(st, source, "no matching message arrived in time", "receive cancelled",
                     [d](CommImpl& c, OpState* s) { return c.queue(d).remove_posted(s); });
   submit([this, d, r] {
     if (r->source != any_source) {
@@ -468,6 +477,16 @@ void CommImpl::finish_call(std::uint64_t call, wire::RpcStatus status, std::vect
 
 void CommImpl::send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus st,
                                  std::span<const std::byte> payload) {
+  if (payload.size() > cfg_.max_frame_bytes) {
+    // The caller would take an oversized frame for a protocol violation and drop the
+    // whole connection: answer with an error instead.
+    std::string why = "reply of " + std::to_string(payload.size()) + " bytes from rank " +
+                      std::to_string(rank_) + " exceeds max_frame_bytes " +
+                      std::to_string(cfg_.max_frame_bytes);
+    send_rpc_response(dest, call, wire::RpcStatus::handler_failed,
+                      std::as_bytes(std::span<const char>(why.data(), why.size())));
+    return;
+  }
   PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
   FrameHeader h;
   h.type = FrameType::rpc_response;

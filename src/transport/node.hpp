@@ -74,7 +74,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   RpcService& rpc() noexcept { return *rpc_; }
 
   // Progress: waiting user threads drive the engine while they spin.
-  bool poll() override;
+  bool poll(bool bounded = false) override;
   void waiting(int delta) override { engine_.add_progressing(delta); }
 
   // ---- engine-thread internals used by Peer and RpcService ---------------------------
@@ -118,16 +118,23 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
                      peer_rank, on_timeout, on_cancel, withdraw](Errc code) {
       auto self = weak.lock();
       if (!self) return;
-      self->engine_.post([self, raw, st_weak, peer_rank, on_timeout, on_cancel, withdraw, code] {
+      if (self->engine_.stopped()) {
+        // Nothing will run posted work any more: the operation can only be given up.
+        if (auto s = st_weak.lock()) self->fail(s, Errc::closed, peer_rank, "communicator closed");
+        return;
+      }
+      // The posted work holds a raw pointer: a shared_ptr there could make the engine
+      // thread drop the last reference and destroy (and join) itself. The engine is
+      // stopped before CommImpl is destroyed, so queued work never outlives it.
+      CommImpl* node = self.get();
+      node->engine_.post([node, raw, st_weak, peer_rank, on_timeout, on_cancel, withdraw, code] {
         auto s = st_weak.lock();
         if (!s || s->done()) return;
-        if (withdraw(*self, raw))
-          self->fail(s, code, peer_rank, code == Errc::timeout ? on_timeout : on_cancel);
+        if (withdraw(*node, raw))
+          node->fail(s, code, peer_rank, code == Errc::timeout ? on_timeout : on_cancel);
       });
     };
   }
-  /// Runs `f` under the engine lock: right here when the lock is free (then flushes what
-  /// it queued), else on the engine thread.
   /// Submissions keep their order: nothing runs inline while earlier ones wait in the
   /// engine's queue.
   template <class F>

@@ -172,17 +172,15 @@ void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::u
     slot->id = stream;
   }
   InStream& s = *slot;
-  s.consumed = 0;
+  s.deferred_now = 0;
   Reader r{*this, s};
   auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
-  std::uint64_t before_deferred = s.deferred;
   if (auto err = s.reader.feed(in, r)) {
     if (!gone()) protocol_error("stream " + std::to_string(stream) + ": " + err.error);
     return;
   }
   // Everything not parked as over-budget unexpected data is credited back at once.
-  std::uint64_t newly_deferred = s.deferred - before_deferred;
-  if (!c.closed()) c.consumed(stream, len - newly_deferred);
+  if (!c.closed()) c.consumed(stream, len - s.deferred_now);
   node_.engine().note_activity();
 }
 
@@ -216,6 +214,20 @@ void Peer::mark_gone(Errc code, const std::string& why) {
     if (s->sink.kind == Sink::user) node_.fail(s->sink.recv->op, gone_code_, rank_, gone_why_);
     if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter)
       node_.fail(s->sink.unexp->waiter->op, gone_code_, rank_, gone_why_);
+  }
+  // Messages from it that will never be completed (eager ones cut off mid-way, announced
+  // rendezvous ones) must not be matched by later receives; whole ones stay receivable.
+  for (Domain d : {Domain::data, Domain::bulk}) {
+    auto& list = node_.queue(d).unexpected();
+    for (auto it = list.begin(); it != list.end();) {
+      const Unexpected& u = **it;
+      if (u.source == rank_ && (u.rendezvous || !u.complete) && !u.waiter) {
+        unexpected_bytes_ -= std::min<std::uint64_t>(unexpected_bytes_, u.data.size());
+        it = list.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   // A frame reader of one of these streams may be running below us: free them later.
   if (!in_.empty()) {
@@ -365,7 +377,10 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
       } else {
         k.unexp->data.insert(k.unexp->data.end(), chunk.begin(), chunk.end());
         unexpected_bytes_ += chunk.size();
-        if (unexpected_bytes_ > node_.config().unexpected_limit) s.deferred += chunk.size();
+        if (unexpected_bytes_ > node_.config().unexpected_limit) {
+          s.deferred += chunk.size();
+          s.deferred_now += chunk.size();
+        }
       }
       break;
     case Sink::rpc_request:

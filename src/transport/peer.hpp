@@ -86,8 +86,8 @@ class Peer final : public quic::ConnectionHandler {
     std::int64_t id = -1;
     wire::FrameReader reader;
     Sink sink;
-    std::uint64_t consumed = 0;  // bytes to credit after this delivery
-    std::uint64_t deferred = 0;  // bytes held back while unexpected data is over budget
+    std::uint64_t deferred = 0;      // bytes held back while unexpected data is over budget
+    std::uint64_t deferred_now = 0;  // of those, bytes deferred by the current delivery
     explicit InStream(std::uint64_t max) : reader(max) {}
   };
   struct RdvOut {
