@@ -156,6 +156,16 @@ void check_v(const Group& g, const char* op, std::span<const std::size_t> counts
                    std::to_string(counts.size()) + " and " + std::to_string(displs.size()));
 }
 
+// counts/displs of `count` elements per rank, back to back.
+std::pair<std::shared_ptr<std::vector<std::size_t>>, std::shared_ptr<std::vector<std::size_t>>>
+uniform_layout(int ranks, std::size_t count) {
+  auto n = static_cast<std::size_t>(ranks);
+  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
+  auto displs = std::make_shared<std::vector<std::size_t>>(n);
+  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  return {counts, displs};
+}
+
 // Lets the thread waiting for a collective run it when it is next in line, and otherwise
 // poll the engine like any waiter.
 class CollectiveHelper final : public detail::Progress {
@@ -343,10 +353,7 @@ Request Communicator::iall_to_all(const void* send, void* recv, std::size_t coun
   check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
-  auto n = static_cast<std::size_t>(g.size());
-  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
-  auto displs = std::make_shared<std::vector<std::size_t>>(n);
-  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  auto [counts, displs] = uniform_layout(g.size(), count);
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
     detail::coll::all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
   });
@@ -360,10 +367,7 @@ Request Communicator::igather(const void* send, void* recv, std::size_t count, D
   check_buffer(g, name, "send", send, count);
   if (g.rank() == root) check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
-  auto n = static_cast<std::size_t>(g.size());
-  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
-  auto displs = std::make_shared<std::vector<std::size_t>>(n);
-  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  auto [counts, displs] = uniform_layout(g.size(), count);
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
     detail::coll::gather_v(c, send, count, recv, *counts, *displs, root);
   });
@@ -377,10 +381,7 @@ Request Communicator::iscatter(const void* send, void* recv, std::size_t count, 
   if (g.rank() == root) check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
-  auto n = static_cast<std::size_t>(g.size());
-  auto counts = std::make_shared<std::vector<std::size_t>>(n, count);
-  auto displs = std::make_shared<std::vector<std::size_t>>(n);
-  for (std::size_t i = 0; i < n; ++i) (*displs)[i] = i * count;
+  auto [counts, displs] = uniform_layout(g.size(), count);
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
     detail::coll::scatter_v(c, send, *counts, *displs, recv, count, root);
   });
@@ -415,8 +416,32 @@ Request Communicator::ibarrier(const CollectiveOptions& o) {
 }
 
 namespace {
-std::shared_ptr<std::vector<std::size_t>> copy_of(std::span<const std::size_t> s) {
-  return std::make_shared<std::vector<std::size_t>>(s.begin(), s.end());
+using Counts = std::shared_ptr<std::vector<std::size_t>>;
+
+Counts copy_of(std::span<const std::size_t> s) { return std::make_shared<std::vector<std::size_t>>(s.begin(), s.end()); }
+
+// The own entry of a v-collective's counts must match the count this rank passes.
+void check_own(const Group& g, const char* op, const char* what, std::size_t value,
+               std::span<const std::size_t> counts, int index) {
+  const std::size_t c = counts[static_cast<std::size_t>(index)];
+  if (c != value)
+    bad(g, op, std::string(what) + " " + std::to_string(value) + " differs from its entry in counts, " +
+                   std::to_string(c));
+}
+
+// counts/displs of a rooted v-collective: checked and copied at the root, the only rank
+// that reads them; empty elsewhere.
+std::pair<Counts, Counts> root_layout(const Group& g, const char* op, int root,
+                                      std::span<const std::size_t> counts,
+                                      std::span<const std::size_t> displs, const char* own_name,
+                                      std::size_t own) {
+  if (g.rank() != root) {
+    auto none = std::make_shared<std::vector<std::size_t>>();
+    return {none, none};
+  }
+  check_v(g, op, counts, displs);
+  check_own(g, op, own_name, own, counts, root);
+  return {copy_of(counts), copy_of(displs)};
 }
 }  // namespace
 
@@ -428,9 +453,7 @@ Request Communicator::iall_gather_v(const void* send, std::size_t send_count, vo
   const char* name = "all_gather_v";
   check_v(g, name, counts, displs);
   check_buffer(g, name, "send", send, send_count);
-  if (counts[static_cast<std::size_t>(g.rank())] != send_count)
-    bad(g, name, "send_count " + std::to_string(send_count) + " differs from counts[rank] " +
-                     std::to_string(counts[static_cast<std::size_t>(g.rank())]));
+  check_own(g, name, "send_count", send_count, counts, g.rank());
   check_algorithm(g, name, o.algorithm, {Algorithm::ring});
   auto cs = copy_of(counts), ds = copy_of(displs);
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
@@ -445,18 +468,7 @@ Request Communicator::igather_v(const void* send, std::size_t send_count, void* 
   const char* name = "gather_v";
   check_root(g, name, root);
   check_buffer(g, name, "send", send, send_count);
-  std::shared_ptr<std::vector<std::size_t>> cs, ds;
-  if (g.rank() == root) {
-    check_v(g, name, counts, displs);
-    if (counts[static_cast<std::size_t>(root)] != send_count)
-      bad(g, name, "send_count " + std::to_string(send_count) + " differs from counts[root] " +
-                       std::to_string(counts[static_cast<std::size_t>(root)]));
-    cs = copy_of(counts);
-    ds = copy_of(displs);
-  } else {
-    cs = std::make_shared<std::vector<std::size_t>>();
-    ds = cs;
-  }
+  auto [cs, ds] = root_layout(g, name, root, counts, displs, "send_count", send_count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
     detail::coll::gather_v(c, send, send_count, recv, *cs, *ds, root);
@@ -470,18 +482,7 @@ Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> 
   const char* name = "scatter_v";
   check_root(g, name, root);
   check_buffer(g, name, "recv", recv, recv_count);
-  std::shared_ptr<std::vector<std::size_t>> cs, ds;
-  if (g.rank() == root) {
-    check_v(g, name, counts, displs);
-    if (counts[static_cast<std::size_t>(root)] != recv_count)
-      bad(g, name, "recv_count " + std::to_string(recv_count) + " differs from counts[root] " +
-                       std::to_string(counts[static_cast<std::size_t>(root)]));
-    cs = copy_of(counts);
-    ds = copy_of(displs);
-  } else {
-    cs = std::make_shared<std::vector<std::size_t>>();
-    ds = cs;
-  }
+  auto [cs, ds] = root_layout(g, name, root, counts, displs, "recv_count", recv_count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
   return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
     detail::coll::scatter_v(c, send, *cs, *ds, recv, recv_count, root);
@@ -497,12 +498,8 @@ Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_
   const char* name = "all_to_all_v";
   check_v(g, name, send_counts, send_displs);
   check_v(g, name, recv_counts, recv_displs);
-  {
-    auto me = static_cast<std::size_t>(g.rank());
-    if (send_counts[me] != recv_counts[me])
-      bad(g, name, "send_counts[rank] " + std::to_string(send_counts[me]) + " differs from recv_counts[rank] " +
-                       std::to_string(recv_counts[me]));
-  }
+  check_own(g, name, "send_counts[rank]", send_counts[static_cast<std::size_t>(g.rank())], recv_counts,
+            g.rank());
   check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
   auto sc = copy_of(send_counts), sd = copy_of(send_displs), rc = copy_of(recv_counts),
        rd = copy_of(recv_displs);

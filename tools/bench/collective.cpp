@@ -748,17 +748,7 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
   CLI::App* app =
       parent.add_subcommand(ci.name, fmt::format("nccl-tests-style sweep of {}: {}", ci.name, ci.what));
   auto size_opt = [&](const char* flags, std::uint64_t* dst, const char* help) {
-    app->add_option_function<std::string>(
-           flags,
-           [dst](const std::string& s) {
-             try {
-               *dst = parse_size(s);
-             } catch (const std::invalid_argument& e) {
-               throw CLI::ValidationError(e.what());
-             }
-           },
-           help)
-        ->type_name("SIZE");
+    add_size_option(app, flags, dst, help);
   };
   size_opt("-b,--minbytes", &o->min_bytes, "Smallest size, K/M/G suffixes (default 32M)");
   size_opt("-e,--maxbytes", &o->max_bytes, "Largest size (default 32M)");

@@ -5,10 +5,31 @@
 //   nexar-bench all_reduce ...  collective sweeps in nccl-tests format (collective.cpp)
 #include <CLI/CLI.hpp>
 
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "subcommands.hpp"
+#include "table.hpp"
+
+namespace nexar::bench {
+
+void add_size_option(CLI::App* app, const char* flags, std::uint64_t* dst, const char* help) {
+  app->add_option_function<std::string>(
+         flags,
+         [dst](const std::string& s) {
+           try {
+             *dst = parse_size(s);
+           } catch (const std::invalid_argument& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         help)
+      ->type_name("SIZE");
+}
+
+}  // namespace nexar::bench
 
 int main(int argc, char** argv) {
   CLI::App app{"nexar-bench: benchmarks of the nexar communication runtime over QUIC"};

@@ -482,17 +482,7 @@ Subcommand add_p2p(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand(
       "p2p", "Latency and bandwidth between two processes on 127.0.0.1: nexar (QUIC) vs a plain TCP socket pair");
   auto size_opt = [&](const char* flags, std::uint64_t* dst, const char* help) {
-    app->add_option_function<std::string>(
-           flags,
-           [dst](const std::string& s) {
-             try {
-               *dst = parse_size(s);
-             } catch (const std::invalid_argument& e) {
-               throw CLI::ValidationError(e.what());
-             }
-           },
-           help)
-        ->type_name("SIZE");
+    add_size_option(app, flags, dst, help);
   };
   size_opt("-b,--minbytes", &o->min_bytes, "Smallest message of the bandwidth sweep, K/M/G suffixes (default 1M)");
   size_opt("-e,--maxbytes", &o->max_bytes, "Largest message of the bandwidth sweep, K/M/G suffixes (default 1G)");

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -13,6 +14,9 @@ struct Subcommand {
   CLI::App* app = nullptr;    ///< the CLI11 subcommand (owned by the parent app)
   std::function<int()> run;   ///< runs the benchmark after parsing; returns the exit code
 };
+
+/// Adds an option taking a byte size with K/M/G suffixes (parse_size) written to `*dst`.
+void add_size_option(CLI::App* app, const char* flags, std::uint64_t* dst, const char* help);
 
 /// `nexar-bench p2p`: latency and bandwidth between two processes, nexar vs TCP.
 Subcommand add_p2p(CLI::App& parent);
