@@ -1601,3 +1601,48 @@ TEST(Collective, WaitForRespectsItsBoundWhileOthersAreLate) {
   EXPECT_EQ(a, 3.0f);
   EXPECT_EQ(b, 3.0f);
 }
+
+// Typed forms of the rooted and personalized collectives, against hand-computed values.
+TEST(Collective, MoreTypedSpanForms) {
+  constexpr int n = 3;
+  auto comms = nexar::bootstrap_local(n, test_config());
+  std::vector<std::thread> ts;
+  std::vector<std::string> errors(n);
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        auto& c = comms[static_cast<std::size_t>(r)];
+        std::vector<int> s(6), g(18), a2a(6), sc(6), red(6), scn(6);
+        for (int i = 0; i < 6; ++i) s[static_cast<std::size_t>(i)] = r * 10 + i;
+        c.gather(std::span<const int>(s), std::span<int>(g), 1);
+        if (r == 1)
+          for (int i = 0; i < 18; ++i)
+            if (g[static_cast<std::size_t>(i)] != (i / 6) * 10 + i % 6) errors[1] += "gather ";
+        c.all_to_all(std::span<const int>(s), std::span<int>(a2a));
+        for (int j = 0; j < n; ++j)  // block j came from rank j: its block r
+          for (int k = 0; k < 2; ++k)
+            if (a2a[static_cast<std::size_t>(2 * j + k)] != j * 10 + 2 * r + k) errors[static_cast<std::size_t>(r)] += "all_to_all ";
+        c.scatter(std::span<const int>(g), std::span<int>(sc), 1);
+        for (int i = 0; i < 6; ++i)
+          if (sc[static_cast<std::size_t>(i)] != r * 10 + i) errors[static_cast<std::size_t>(r)] += "scatter ";
+        c.reduce(std::span<const int>(s), std::span<int>(red), ReduceOp::sum, 0);
+        if (r == 0 && red[2] != 0 + 10 + 20 + 3 * 2) errors[0] += "reduce ";
+        c.scan(std::span<const int>(s), std::span<int>(scn), ReduceOp::sum);
+        const int want = r == 0 ? 0 : r == 1 ? 10 : 30;
+        if (scn[0] != want) errors[static_cast<std::size_t>(r)] += "scan ";
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] += e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < n; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  std::vector<int> s(6), small(2);
+  try {
+    comms[0].gather(std::span<const int>(s), std::span<int>(small), 0);
+    ADD_FAILURE() << "a too small gather span was accepted";
+  } catch (const nexar::Error& e) {
+    EXPECT_EQ(e.code(), nexar::Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("gather"), std::string::npos) << e.what();
+  }
+}
+

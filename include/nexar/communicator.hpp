@@ -329,6 +329,41 @@ class Communicator {
     check_span_size("reduce_scatter", recv.size(), block_of(send.size(), size(), rank()).second);
     reduce_scatter(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
   }
+  /// recv must hold send.size() elements at `root`; it is not touched (may be empty)
+  /// elsewhere.
+  template <class T>
+  void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root,
+              const CollectiveOptions& o = {}) {
+    if (rank() == root) check_span_size("reduce", recv.size(), send.size());
+    reduce(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, root, o);
+  }
+  /// send holds size() equal blocks; recv as many elements.
+  template <class T>
+  void all_to_all(std::span<const T> send, std::span<T> recv, const CollectiveOptions& o = {}) {
+    const auto n = static_cast<std::size_t>(size());
+    check_span_size("all_to_all", n * (send.size() / n), send.size());
+    check_span_size("all_to_all", recv.size(), send.size());
+    all_to_all(send.data(), recv.data(), send.size() / n, dtype_of_v<T>, o);
+  }
+  /// recv must hold size() * send.size() elements at `root`.
+  template <class T>
+  void gather(std::span<const T> send, std::span<T> recv, int root, const CollectiveOptions& o = {}) {
+    if (rank() == root)
+      check_span_size("gather", recv.size(), send.size() * static_cast<std::size_t>(size()));
+    gather(send.data(), recv.data(), send.size(), dtype_of_v<T>, root, o);
+  }
+  /// send must hold size() * recv.size() elements at `root`.
+  template <class T>
+  void scatter(std::span<const T> send, std::span<T> recv, int root, const CollectiveOptions& o = {}) {
+    if (rank() == root)
+      check_span_size("scatter", send.size(), recv.size() * static_cast<std::size_t>(size()));
+    scatter(send.data(), recv.data(), recv.size(), dtype_of_v<T>, root, o);
+  }
+  template <class T>
+  void scan(std::span<const T> send, std::span<T> recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    check_span_size("scan", recv.size(), send.size());
+    scan(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  }
 
   // ---- lifetime ------------------------------------------------------------------------
 
