@@ -146,6 +146,27 @@ quic::ConnectionSettings short_idle() {
   return s;
 }
 
+
+// The client dials node "srv" with these credentials; the handshake must fail on both
+// sides. Returns how the client's connection ended.
+std::pair<Errc, std::string> dial_rejected(const tls::NodeCredentials& server_creds,
+                                           const tls::NodeCredentials& client_creds) {
+  Side server(server_creds, short_idle());
+  Side client(client_creds, short_idle());
+  server.listen();
+  client.listen();
+  client.run([&] { client.ep->connect(server.ep->local(), "srv", &client.events); });
+  auto f = client.events.closed.get_future();
+  if (f.wait_for(10s) != std::future_status::ready) {
+    ADD_FAILURE() << "the client's connection did not end";
+    return {Errc::ok, {}};
+  }
+  auto result = f.get();
+  EXPECT_FALSE(client.events.established_set);
+  EXPECT_FALSE(server.events.established_set);
+  return result;
+}
+
 }  // namespace
 
 TEST(Connection, HandshakeChecksBothCertificatesAndCarriesOrderedData) {
@@ -200,29 +221,13 @@ TEST(Connection, OrderlyCloseReachesThePeer) {
 TEST(Connection, CertificateFromAnotherClusterIsRejected) {
   auto ca = tls::ClusterCa::create("alpha");
   auto other = tls::ClusterCa::create("beta");
-  Side server(tls::issue_local(ca, "srv"), short_idle());
-  Side client(tls::issue_local(other, "cli"), short_idle());
-  server.listen();
-  client.listen();
-  client.run([&] { client.ep->connect(server.ep->local(), "srv", &client.events); });
-  auto f = client.events.closed.get_future();
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  auto [code, why] = f.get();
+  auto [code, why] = dial_rejected(tls::issue_local(ca, "srv"), tls::issue_local(other, "cli"));
   EXPECT_TRUE(code == Errc::tls || code == Errc::timeout) << why;
-  EXPECT_FALSE(client.events.established_set);
-  EXPECT_FALSE(server.events.established_set);
 }
 
 TEST(Connection, WrongNodeNameIsRejected) {
   auto ca = tls::ClusterCa::create("quic-test");
-  Side server(tls::issue_local(ca, "impostor"), short_idle());
-  Side client(tls::issue_local(ca, "cli"), short_idle());
-  server.listen();
-  client.listen();
-  client.run([&] { client.ep->connect(server.ep->local(), "srv", &client.events); });
-  auto f = client.events.closed.get_future();
-  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
-  auto [code, why] = f.get();
+  auto [code, why] = dial_rejected(tls::issue_local(ca, "impostor"), tls::issue_local(ca, "cli"));
   EXPECT_EQ(code, Errc::tls) << why;
   EXPECT_NE(why.find("impostor"), std::string::npos) << why;
 }

@@ -65,6 +65,7 @@ void Endpoint::wait_readable() {
 
 void Endpoint::on_readable() {
   bool check_errors = false;
+  bool got = false;
   // Bounded batch so timers and submitted work are not starved under a flood.
   for (int i = 0; i < 256; ++i) {
     Address from;
@@ -79,6 +80,7 @@ void Endpoint::on_readable() {
       if (n != -EAGAIN && n != -EWOULDBLOCK) log::debug("udp recv: {}", std::strerror(static_cast<int>(-n)));
       break;
     }
+    got = true;
     std::uint64_t ts = now();
     auto len = static_cast<std::size_t>(n);
     if (seg == 0) seg = len;
@@ -96,7 +98,8 @@ void Endpoint::on_readable() {
       }
     }
   });
-  engine_.note_activity();
+  // Only packets count as activity: an empty poll must not keep the engine spinning.
+  if (got) engine_.note_activity();
   flush_dirty();
 }
 

@@ -42,12 +42,9 @@ class Endpoint {
   void schedule_flush(Connection& c);
   /// Closes every connection with `reason` and stops reading.
   void shutdown(const std::string& reason);
-  /// Reads whatever the socket holds, runs due ngtcp2 timers, and sends what that
-  /// produced (engine lock held).
-  void poll() {
-    on_readable();
-    service_timers();
-  }
+  /// Reads whatever the socket holds, runs due ngtcp2 timers (through flush_dirty's
+  /// re-arm) and sends what that produced (engine lock held).
+  void poll() { on_readable(); }
   /// Handles connections whose ngtcp2 expiry has passed (engine lock held).
   void service_timers();
   /// Sends what connections have queued now rather than from posted work.
