@@ -133,6 +133,7 @@ TEST(Error, ToStringNamesEveryCode) {
       {Errc::closed, "closed"},
       {Errc::io, "io"},
       {Errc::cancelled, "cancelled"},
+      {Errc::rejected, "rejected"},
   };
   for (const auto& [code, name] : names) {
     EXPECT_STREQ(nexar::to_string(code), name);

@@ -35,6 +35,7 @@ enum class Errc : int {
   closed = 10,           ///< the local communicator was closed
   io = 11,               ///< a local socket or system call failed
   cancelled = 12,        ///< the operation was cancelled before it completed
+  rejected = 13,         ///< the seed refused to admit this node (token, rank, world size)
 };
 
 /// The std::error_category of nexar::Errc values.

@@ -57,8 +57,19 @@ void discard(std::vector<NodePlan>& plans, int keep_rank) {
   }
 }
 
-Communicator start_node(NodePlan plan, const Config& config) {
+Communicator start_member(detail::NodeOptions o, const Config& config) {
   log::set_level(config.log_level);
+  const int rank = o.rank;
+  const int world = o.world;
+  auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
+  if (rank == 0) log::info("effective config:\n{}", config.describe());
+  impl->start();
+  std::vector<int> members(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) members[static_cast<std::size_t>(r)] = r;
+  return Communicator(std::make_shared<detail::Group>(std::move(impl), 0, std::move(members), rank));
+}
+
+Communicator start_node(NodePlan plan, const Config& config) {
   detail::NodeOptions o;
   o.rank = plan.rank;
   o.world = plan.world;
@@ -66,12 +77,7 @@ Communicator start_node(NodePlan plan, const Config& config) {
   for (auto& a : plan.addrs) o.addrs.push_back(quic::Address::parse(a));
   o.creds = std::move(plan.creds);
   o.udp_fd = plan.udp_fd;
-  auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
-  if (plan.rank == 0) log::info("effective config:\n{}", config.describe());
-  impl->start();
-  std::vector<int> members(static_cast<std::size_t>(plan.world));
-  for (int r = 0; r < plan.world; ++r) members[static_cast<std::size_t>(r)] = r;
-  return Communicator(std::make_shared<detail::Group>(std::move(impl), 0, std::move(members), plan.rank));
+  return start_member(std::move(o), config);
 }
 
 }  // namespace nexar::cluster

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tls/credentials.hpp"
+#include "transport/node.hpp"
 
 namespace nexar::cluster {
 
@@ -26,6 +27,12 @@ struct NodePlan {
 /// from a fresh in-memory cluster CA. Starts no thread, so the caller may fork() afterwards.
 /// Throws nexar::Error (invalid_argument for n < 1, io, tls).
 std::vector<NodePlan> plan_local(int n, const Config& config);
+
+/// Starts a member whose identity, credentials, peers and socket are settled: creates its
+/// progress engine, connects to every peer (ranks below it dial in, it dials the ranks
+/// above it), and returns once every connection is established and authenticated.
+/// Throws nexar::Error (timeout, tls, io).
+Communicator start_member(detail::NodeOptions options, const Config& config);
 
 /// Starts rank `plan.rank`: creates its progress engine, connects to every peer (ranks
 /// below it dial in, it dials the ranks above it), and returns once every connection is

@@ -22,6 +22,7 @@ const char* describe(Errc e) noexcept {
     case Errc::closed: return "the local communicator was closed";
     case Errc::io: return "a local socket or system call failed";
     case Errc::cancelled: return "the operation was cancelled";
+    case Errc::rejected: return "the seed refused to admit this node";
   }
   return nullptr;
 }
@@ -63,6 +64,7 @@ const char* to_string(Errc e) noexcept {
     case Errc::closed: return "closed";
     case Errc::io: return "io";
     case Errc::cancelled: return "cancelled";
+    case Errc::rejected: return "rejected";
   }
   // Values outside the enumeration (casts from the wire, for instance) still get a
   // printable name rather than a null pointer.

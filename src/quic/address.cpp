@@ -1,6 +1,7 @@
 #include "quic/address.hpp"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 
 #include <cstring>
 
@@ -44,26 +45,35 @@ std::string Address::to_string() const {
   return "?";
 }
 
-Address Address::parse(std::string_view text) {
+namespace {
+
+struct HostPort {
+  std::string host;
+  std::uint16_t port = 0;
+};
+
+// Splits "host:port" / "[ip6]:port"; the host is not interpreted.
+HostPort split_host_port(std::string_view text) {
   auto fail = [&](const char* why) {
     return Error(Errc::invalid_argument,
                  "address '" + std::string(text) + "': " + why + " (expected ip:port or [ip6]:port)");
   };
-  std::string host;
+  HostPort hp;
   std::string_view port_text;
   if (!text.empty() && text.front() == '[') {
     auto close = text.find(']');
     if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':')
       throw fail("unbalanced brackets");
-    host = std::string(text.substr(1, close - 1));
+    hp.host = std::string(text.substr(1, close - 1));
     port_text = text.substr(close + 2);
   } else {
     auto colon = text.rfind(':');
     if (colon == std::string_view::npos) throw fail("missing port");
-    host = std::string(text.substr(0, colon));
-    if (host.find(':') != std::string::npos) throw fail("IPv6 addresses need brackets");
+    hp.host = std::string(text.substr(0, colon));
+    if (hp.host.find(':') != std::string::npos) throw fail("IPv6 addresses need brackets");
     port_text = text.substr(colon + 1);
   }
+  if (hp.host.empty()) throw fail("missing host");
   if (port_text.empty() || port_text.size() > 5) throw fail("bad port");
   unsigned port = 0;
   for (char c : port_text) {
@@ -71,21 +81,94 @@ Address Address::parse(std::string_view text) {
     port = port * 10 + unsigned(c - '0');
   }
   if (port > 65535) throw fail("port out of range");
+  hp.port = static_cast<std::uint16_t>(port);
+  return hp;
+}
 
-  Address a;
+bool numeric(const std::string& host, std::uint16_t port, Address& a) {
+  a = Address{};
   auto* in = reinterpret_cast<sockaddr_in*>(&a.storage);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&a.storage);
   if (inet_pton(AF_INET, host.c_str(), &in->sin_addr) == 1) {
     in->sin_family = AF_INET;
-    in->sin_port = htons(static_cast<std::uint16_t>(port));
+    in->sin_port = htons(port);
     a.len = sizeof(sockaddr_in);
-  } else if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(static_cast<std::uint16_t>(port));
-    a.len = sizeof(sockaddr_in6);
-  } else {
-    throw fail("not a numeric IPv4 or IPv6 address");
+    return true;
   }
+  if (inet_pton(AF_INET6, host.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(port);
+    a.len = sizeof(sockaddr_in6);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Address Address::parse(std::string_view text) {
+  HostPort hp = split_host_port(text);
+  Address a;
+  if (!numeric(hp.host, hp.port, a))
+    throw Error(Errc::invalid_argument, "address '" + std::string(text) +
+                                            "': not a numeric IPv4 or IPv6 address "
+                                            "(expected ip:port or [ip6]:port)");
+  return a;
+}
+
+Address Address::resolve(std::string_view text) {
+  HostPort hp = split_host_port(text);
+  Address a;
+  if (numeric(hp.host, hp.port, a)) return a;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(hp.host.c_str(), nullptr, &hints, &res);
+  if (rc != 0 || res == nullptr)
+    throw Error(Errc::invalid_argument, "address '" + std::string(text) + "': cannot resolve '" +
+                                            hp.host + "': " + gai_strerror(rc));
+  // Prefer IPv4, as most launchers' host names are meant for it.
+  const addrinfo* pick = res;
+  for (const addrinfo* p = res; p != nullptr; p = p->ai_next)
+    if (p->ai_family == AF_INET) {
+      pick = p;
+      break;
+    }
+  std::memcpy(&a.storage, pick->ai_addr, pick->ai_addrlen);
+  a.len = static_cast<socklen_t>(pick->ai_addrlen);
+  ::freeaddrinfo(res);
+  a.set_port(hp.port);
+  return a;
+}
+
+void Address::set_port(std::uint16_t p) noexcept {
+  if (family() == AF_INET) reinterpret_cast<sockaddr_in*>(&storage)->sin_port = htons(p);
+  if (family() == AF_INET6) reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port = htons(p);
+}
+
+std::string Address::host() const {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (family() == AF_INET)
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, buf, sizeof buf);
+  else if (family() == AF_INET6)
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, buf, sizeof buf);
+  return buf;
+}
+
+bool Address::is_wildcard() const noexcept {
+  if (family() == AF_INET)
+    return reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr == htonl(INADDR_ANY);
+  if (family() == AF_INET6)
+    return IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr);
+  return false;
+}
+
+Address Address::with_host(std::string_view host, std::uint16_t port) {
+  Address a;
+  if (!numeric(std::string(host), port, a))
+    throw Error(Errc::invalid_argument,
+                "'" + std::string(host) + "' is not a numeric IPv4 or IPv6 address");
   return a;
 }
 

@@ -77,7 +77,10 @@ void Connection::init_tls(const tls::TlsContext& tls, const std::string& alpn_id
   if (int r = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, tls.get()); r != 0)
     throw Error(Errc::tls, std::string("gnutls credentials: ") + gnutls_strerror(r));
   if (server_) {
-    gnutls_certificate_server_set_request(session_, GNUTLS_CERT_REQUIRE);
+    // Members authenticate each other; joiners of a seed have no certificate yet (the
+    // token proof after the handshake authenticates them).
+    gnutls_certificate_server_set_request(
+        session_, tls.wants_client_cert() ? GNUTLS_CERT_REQUIRE : GNUTLS_CERT_IGNORE);
     // Do not advertise our CA names: a client holding a certificate from another cluster
     // must still present it, so the rejection can say which cluster it came from.
     gnutls_certificate_send_x509_rdn_sequence(session_, 1);
@@ -88,6 +91,17 @@ void Connection::init_tls(const tls::TlsContext& tls, const std::string& alpn_id
   gnutls_alpn_set_protocols(session_, &proto, 1, GNUTLS_ALPN_MANDATORY);
   gnutls_session_set_ptr(session_, &conn_ref_);
   ngtcp2_conn_set_tls_native_handle(conn_, session_);
+}
+
+std::array<std::uint8_t, 32> Connection::export_secret(std::string_view label) const {
+  std::array<std::uint8_t, 32> out{};
+  if (session_ == nullptr || !established_)
+    throw Error(Errc::tls, "exporting a secret from a connection that is not established");
+  if (int rv = gnutls_prf_rfc5705(session_, label.size(), label.data(), 0, nullptr, out.size(),
+                                  reinterpret_cast<char*>(out.data()));
+      rv < 0)
+    throw Error(Errc::tls, std::string("TLS exporter: ") + gnutls_strerror(rv));
+  return out;
 }
 
 // ---- callbacks -------------------------------------------------------------------------
@@ -122,7 +136,7 @@ int Connection::cb_remove_cid(ngtcp2_conn*, const ngtcp2_cid* cid, void* user_da
 int Connection::cb_verify(gnutls_session_t session) {
   auto* ref = static_cast<ngtcp2_crypto_conn_ref*>(gnutls_session_get_ptr(session));
   Connection* c = static_cast<Connection*>(ref->user_data);
-  tls::PeerCheck check = tls::verify_peer(session, c->ep_.tls().cluster());
+  tls::PeerCheck check = c->ep_.tls().check(session);
   if (!check.ok) {
     c->verify_error_ = check.error;
     return GNUTLS_E_CERTIFICATE_ERROR;

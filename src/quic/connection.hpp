@@ -7,10 +7,12 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 #include <gnutls/gnutls.h>
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nexar/error.hpp>
@@ -59,6 +61,9 @@ struct ConnectionSettings {
   std::uint64_t conn_window = 64u << 20;
   std::uint64_t idle_timeout_ns = 15'000'000'000ull;
   std::uint64_t handshake_timeout_ns = 20'000'000'000ull;
+  /// The one ALPN protocol id offered and accepted: peers of another protocol (a worker
+  /// dialling a seed port with the mesh protocol, say) fail the handshake.
+  std::string alpn = "nexar/1";
 };
 
 class Connection {
@@ -85,6 +90,11 @@ class Connection {
   std::uint64_t unacked(std::int64_t stream) const;
   /// Returns `n` bytes of flow-control credit to the peer on `stream`.
   void consumed(std::int64_t stream, std::uint64_t n);
+
+  /// 32 bytes of keying material exported from the TLS session under `label` (RFC 5705 /
+  /// RFC 8446 7.5): equal on both ends of this connection only, so a proof computed over it
+  /// cannot be replayed on another. Throws nexar::Error(Errc::tls) before the handshake ends.
+  std::array<std::uint8_t, 32> export_secret(std::string_view label) const;
 
   /// Closes with an application error code; the peer sees `reason`. Idempotent.
   void close(std::uint64_t app_code, const std::string& reason);

@@ -168,7 +168,7 @@ Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t
     return nullptr;
   }
   try {
-    c->init_tls(tls_, alpn);
+    c->init_tls(tls_, settings_.alpn);
   } catch (const std::exception& e) {
     log::warn("quic: cannot accept from {}: {}", from.to_string(), e.what());
     return nullptr;
@@ -203,7 +203,7 @@ Connection& Endpoint::connect(const Address& to, const std::string& node, Connec
   int rv = ngtcp2_conn_client_new(&c->conn_, &dcid, &scid, &c->path_.path, NGTCP2_PROTO_VER_V1,
                                   &cb, &st, &params, nullptr, c.get());
   if (rv != 0) throw Error(Errc::protocol, std::string("ngtcp2_conn_client_new: ") + ngtcp2_strerror(rv));
-  c->init_tls(tls_, alpn);
+  c->init_tls(tls_, settings_.alpn);
   ngtcp2_conn_set_keep_alive_timeout(c->conn_, settings_.idle_timeout_ns / 3);
   Connection& ref = *c;
   add_cid(scid, &ref);

@@ -19,7 +19,6 @@
 
 namespace nexar::quic {
 
-inline constexpr const char* alpn = "nexar/1";
 inline constexpr std::size_t scid_len = 16;
 
 class Endpoint {

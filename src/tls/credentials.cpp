@@ -8,6 +8,7 @@
 #include <gnutls/x509.h>
 
 #include <array>
+#include <cctype>
 #include <ctime>
 #include <exception>
 #include <memory>
@@ -57,7 +58,7 @@ struct Datum {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(Errc::tls, msg); }
 
-void check(int rc, const std::string& what) {
+void check_rc(int rc, const std::string& what) {
   if (rc < 0) fail(what + ": " + gnutls_strerror(rc));
 }
 
@@ -79,31 +80,31 @@ std::string node_uri(std::string_view cluster, std::string_view node) {
 
 PrivKey new_privkey() {
   gnutls_x509_privkey_t k = nullptr;
-  check(gnutls_x509_privkey_init(&k), "allocating private key");
+  check_rc(gnutls_x509_privkey_init(&k), "allocating private key");
   return PrivKey(k);
 }
 
 Crq new_crq() {
   gnutls_x509_crq_t c = nullptr;
-  check(gnutls_x509_crq_init(&c), "allocating certificate request");
+  check_rc(gnutls_x509_crq_init(&c), "allocating certificate request");
   return Crq(c);
 }
 
 Crt new_crt() {
   gnutls_x509_crt_t c = nullptr;
-  check(gnutls_x509_crt_init(&c), "allocating certificate");
+  check_rc(gnutls_x509_crt_init(&c), "allocating certificate");
   return Crt(c);
 }
 
 PubKey new_pubkey() {
   gnutls_pubkey_t p = nullptr;
-  check(gnutls_pubkey_init(&p), "allocating public key");
+  check_rc(gnutls_pubkey_init(&p), "allocating public key");
   return PubKey(p);
 }
 
 PrivKey generate_p256() {
   PrivKey key = new_privkey();
-  check(gnutls_x509_privkey_generate(key.get(), GNUTLS_PK_ECDSA,
+  check_rc(gnutls_x509_privkey_generate(key.get(), GNUTLS_PK_ECDSA,
                                      GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1), 0),
         "generating ECDSA P-256 key");
   return key;
@@ -111,7 +112,7 @@ PrivKey generate_p256() {
 
 std::string export_pkcs8(gnutls_x509_privkey_t key) {
   Datum out;
-  check(gnutls_x509_privkey_export2_pkcs8(key, GNUTLS_X509_FMT_PEM, nullptr, GNUTLS_PKCS_PLAIN,
+  check_rc(gnutls_x509_privkey_export2_pkcs8(key, GNUTLS_X509_FMT_PEM, nullptr, GNUTLS_PKCS_PLAIN,
                                           &out.d),
         "exporting private key as PKCS#8 PEM");
   return out.str();
@@ -120,7 +121,7 @@ std::string export_pkcs8(gnutls_x509_privkey_t key) {
 PrivKey import_privkey(std::string_view pem, const char* what) {
   PrivKey key = new_privkey();
   gnutls_datum_t in = view(pem);
-  check(gnutls_x509_privkey_import2(key.get(), &in, GNUTLS_X509_FMT_PEM, nullptr, 0),
+  check_rc(gnutls_x509_privkey_import2(key.get(), &in, GNUTLS_X509_FMT_PEM, nullptr, 0),
         std::string("importing ") + what + " private key PEM");
   return key;
 }
@@ -128,14 +129,14 @@ PrivKey import_privkey(std::string_view pem, const char* what) {
 Crt import_crt(std::string_view pem, const char* what) {
   Crt crt = new_crt();
   gnutls_datum_t in = view(pem);
-  check(gnutls_x509_crt_import(crt.get(), &in, GNUTLS_X509_FMT_PEM),
+  check_rc(gnutls_x509_crt_import(crt.get(), &in, GNUTLS_X509_FMT_PEM),
         std::string("importing ") + what + " certificate PEM");
   return crt;
 }
 
 Crt import_crt_der(const gnutls_datum_t& der, const char* what) {
   Crt crt = new_crt();
-  check(gnutls_x509_crt_import(crt.get(), &der, GNUTLS_X509_FMT_DER),
+  check_rc(gnutls_x509_crt_import(crt.get(), &der, GNUTLS_X509_FMT_DER),
         std::string("parsing ") + what + " certificate");
   return crt;
 }
@@ -169,10 +170,10 @@ std::vector<std::string> dn_values(Handle h, Get get, const char* oid) {
     size_t size = 0;
     int rc = get(h, oid, idx, 1, nullptr, &size);
     if (rc == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE) break;
-    if (rc != GNUTLS_E_SHORT_MEMORY_BUFFER) check(rc, "reading subject attribute");
+    if (rc != GNUTLS_E_SHORT_MEMORY_BUFFER) check_rc(rc, "reading subject attribute");
     std::vector<unsigned char> buf(size + 1);
     size = buf.size();
-    check(get(h, oid, idx, 1, buf.data(), &size), "reading subject attribute");
+    check_rc(get(h, oid, idx, 1, buf.data(), &size), "reading subject attribute");
     buf.resize(size);
     values.push_back(decode_dir_string(buf));
   }
@@ -193,9 +194,9 @@ std::string dn_single(Handle h, Get get, const char* oid, const char* label,
 // URIs from a DER subjectAltName extension.
 std::vector<std::string> san_uris(const gnutls_datum_t& ext, const char* where) {
   gnutls_subject_alt_names_t raw = nullptr;
-  check(gnutls_subject_alt_names_init(&raw), "allocating subjectAltName");
+  check_rc(gnutls_subject_alt_names_init(&raw), "allocating subjectAltName");
   Sans sans(raw);
-  check(gnutls_x509_ext_import_subject_alt_names(&ext, sans.get(), 0),
+  check_rc(gnutls_x509_ext_import_subject_alt_names(&ext, sans.get(), 0),
         std::string("parsing subjectAltName of ") + where);
   std::vector<std::string> uris;
   for (unsigned seq = 0;; ++seq) {
@@ -204,7 +205,7 @@ std::vector<std::string> san_uris(const gnutls_datum_t& ext, const char* where) 
     gnutls_datum_t other{nullptr, 0};
     int rc = gnutls_subject_alt_names_get(sans.get(), seq, &type, &san, &other);
     if (rc == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE) break;
-    check(rc, std::string("reading subjectAltName of ") + where);
+    check_rc(rc, std::string("reading subjectAltName of ") + where);
     if (type == GNUTLS_SAN_URI)
       uris.emplace_back(reinterpret_cast<const char*>(san.data), san.size);
   }
@@ -219,35 +220,35 @@ std::vector<std::string> san_uris_of(Handle h, GetExt get_ext, const char* where
     unsigned critical = 0;
     int rc = get_ext(h, GNUTLS_X509EXT_OID_SAN, idx, &ext.d, &critical);
     if (rc == GNUTLS_E_REQUESTED_DATA_NOT_AVAILABLE) break;
-    check(rc, std::string("reading subjectAltName of ") + where);
+    check_rc(rc, std::string("reading subjectAltName of ") + where);
     for (auto& u : san_uris(ext.d, where)) uris.push_back(std::move(u));
   }
   return uris;
 }
 
 void set_subject(gnutls_x509_crt_t crt, std::string_view org, std::string_view cn) {
-  check(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_ORGANIZATION_NAME, 0, org.data(),
+  check_rc(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_ORGANIZATION_NAME, 0, org.data(),
                                       static_cast<unsigned>(org.size())),
         "setting certificate subject O");
-  check(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, cn.data(),
+  check_rc(gnutls_x509_crt_set_dn_by_oid(crt, GNUTLS_OID_X520_COMMON_NAME, 0, cn.data(),
                                       static_cast<unsigned>(cn.size())),
         "setting certificate subject CN");
 }
 
 void set_random_serial(gnutls_x509_crt_t crt) {
   std::array<unsigned char, 16> serial{};
-  check(gnutls_rnd(GNUTLS_RND_NONCE, serial.data(), serial.size()), "generating serial number");
+  check_rc(gnutls_rnd(GNUTLS_RND_NONCE, serial.data(), serial.size()), "generating serial number");
   // DER integers are signed: keep the serial positive and its length fixed.
   serial[0] = static_cast<unsigned char>((serial[0] & 0x7f) | 0x40);
-  check(gnutls_x509_crt_set_serial(crt, serial.data(), serial.size()),
+  check_rc(gnutls_x509_crt_set_serial(crt, serial.data(), serial.size()),
         "setting certificate serial number");
 }
 
 void set_validity(gnutls_x509_crt_t crt, time_t lifetime) {
   const time_t now = std::time(nullptr);
-  check(gnutls_x509_crt_set_activation_time(crt, now - kBackdate),
+  check_rc(gnutls_x509_crt_set_activation_time(crt, now - kBackdate),
         "setting certificate notBefore");
-  check(gnutls_x509_crt_set_expiration_time(crt, now + lifetime),
+  check_rc(gnutls_x509_crt_set_expiration_time(crt, now + lifetime),
         "setting certificate notAfter");
 }
 
@@ -255,21 +256,21 @@ void set_validity(gnutls_x509_crt_t crt, time_t lifetime) {
 void set_key_ids(gnutls_x509_crt_t crt, gnutls_x509_crt_t issuer) {
   std::array<unsigned char, 64> id{};
   size_t size = id.size();
-  check(gnutls_x509_crt_get_key_id(crt, GNUTLS_KEYID_USE_SHA1, id.data(), &size),
+  check_rc(gnutls_x509_crt_get_key_id(crt, GNUTLS_KEYID_USE_SHA1, id.data(), &size),
         "computing subject key identifier");
-  check(gnutls_x509_crt_set_subject_key_id(crt, id.data(), size),
+  check_rc(gnutls_x509_crt_set_subject_key_id(crt, id.data(), size),
         "setting subject key identifier");
   size = id.size();
   unsigned critical = 0;
-  check(gnutls_x509_crt_get_subject_key_id(issuer, id.data(), &size, &critical),
+  check_rc(gnutls_x509_crt_get_subject_key_id(issuer, id.data(), &size, &critical),
         "reading issuer subject key identifier");
-  check(gnutls_x509_crt_set_authority_key_id(crt, id.data(), size),
+  check_rc(gnutls_x509_crt_set_authority_key_id(crt, id.data(), size),
         "setting authority key identifier");
 }
 
 std::string export_crt(gnutls_x509_crt_t crt) {
   Datum out;
-  check(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &out.d), "exporting certificate PEM");
+  check_rc(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &out.d), "exporting certificate PEM");
   return out.str();
 }
 
@@ -302,21 +303,21 @@ std::string NodeKey::make_csr(std::string_view cluster, std::string_view node) c
   require_name(node, "node");
   PrivKey key = import_privkey(key_pem_, "node");
   Crq crq = new_crq();
-  check(gnutls_x509_crq_set_version(crq.get(), 1), "setting CSR version");
-  check(gnutls_x509_crq_set_dn_by_oid(crq.get(), GNUTLS_OID_X520_ORGANIZATION_NAME, 0,
+  check_rc(gnutls_x509_crq_set_version(crq.get(), 1), "setting CSR version");
+  check_rc(gnutls_x509_crq_set_dn_by_oid(crq.get(), GNUTLS_OID_X520_ORGANIZATION_NAME, 0,
                                       cluster.data(), static_cast<unsigned>(cluster.size())),
         "setting CSR subject O");
-  check(gnutls_x509_crq_set_dn_by_oid(crq.get(), GNUTLS_OID_X520_COMMON_NAME, 0, node.data(),
+  check_rc(gnutls_x509_crq_set_dn_by_oid(crq.get(), GNUTLS_OID_X520_COMMON_NAME, 0, node.data(),
                                       static_cast<unsigned>(node.size())),
         "setting CSR subject CN");
   const std::string uri = node_uri(cluster, node);
-  check(gnutls_x509_crq_set_subject_alt_name(crq.get(), GNUTLS_SAN_URI, uri.data(),
+  check_rc(gnutls_x509_crq_set_subject_alt_name(crq.get(), GNUTLS_SAN_URI, uri.data(),
                                              static_cast<unsigned>(uri.size()), GNUTLS_FSAN_SET),
         "setting CSR subjectAltName URI");
-  check(gnutls_x509_crq_set_key(crq.get(), key.get()), "setting CSR public key");
-  check(gnutls_x509_crq_sign2(crq.get(), key.get(), GNUTLS_DIG_SHA256, 0), "signing CSR");
+  check_rc(gnutls_x509_crq_set_key(crq.get(), key.get()), "setting CSR public key");
+  check_rc(gnutls_x509_crq_sign2(crq.get(), key.get(), GNUTLS_DIG_SHA256, 0), "signing CSR");
   Datum out;
-  check(gnutls_x509_crq_export2(crq.get(), GNUTLS_X509_FMT_PEM, &out.d), "exporting CSR PEM");
+  check_rc(gnutls_x509_crq_export2(crq.get(), GNUTLS_X509_FMT_PEM, &out.d), "exporting CSR PEM");
   return out.str();
 }
 
@@ -326,17 +327,17 @@ ClusterCa ClusterCa::create(std::string cluster) {
   require_name(cluster, "cluster");
   PrivKey key = generate_p256();
   Crt crt = new_crt();
-  check(gnutls_x509_crt_set_version(crt.get(), 3), "setting CA certificate version");
+  check_rc(gnutls_x509_crt_set_version(crt.get(), 3), "setting CA certificate version");
   set_random_serial(crt.get());
   set_validity(crt.get(), kCaLifetime);
   set_subject(crt.get(), cluster, kCaCommonName);
-  check(gnutls_x509_crt_set_key(crt.get(), key.get()), "setting CA public key");
-  check(gnutls_x509_crt_set_basic_constraints(crt.get(), 1, 0),
+  check_rc(gnutls_x509_crt_set_key(crt.get(), key.get()), "setting CA public key");
+  check_rc(gnutls_x509_crt_set_basic_constraints(crt.get(), 1, 0),
         "setting CA basicConstraints");
-  check(gnutls_x509_crt_set_key_usage(crt.get(), GNUTLS_KEY_KEY_CERT_SIGN | GNUTLS_KEY_CRL_SIGN),
+  check_rc(gnutls_x509_crt_set_key_usage(crt.get(), GNUTLS_KEY_KEY_CERT_SIGN | GNUTLS_KEY_CRL_SIGN),
         "setting CA keyUsage");
   set_key_ids(crt.get(), crt.get());
-  check(gnutls_x509_crt_sign2(crt.get(), crt.get(), key.get(), GNUTLS_DIG_SHA256, 0),
+  check_rc(gnutls_x509_crt_sign2(crt.get(), crt.get(), key.get(), GNUTLS_DIG_SHA256, 0),
         "self-signing CA certificate");
 
   ClusterCa ca;
@@ -350,8 +351,8 @@ std::string ClusterCa::sign(std::string_view csr_pem, std::string_view node) con
   require_name(node, "node");
   Crq crq = new_crq();
   gnutls_datum_t in = view(csr_pem);
-  check(gnutls_x509_crq_import(crq.get(), &in, GNUTLS_X509_FMT_PEM), "importing CSR PEM");
-  check(gnutls_x509_crq_verify(crq.get(), 0), "CSR self-signature does not verify");
+  check_rc(gnutls_x509_crq_import(crq.get(), &in, GNUTLS_X509_FMT_PEM), "importing CSR PEM");
+  check_rc(gnutls_x509_crq_verify(crq.get(), 0), "CSR self-signature does not verify");
 
   const std::string org =
       dn_single(crq.get(), gnutls_x509_crq_get_dn_by_oid, GNUTLS_OID_X520_ORGANIZATION_NAME,
@@ -367,7 +368,7 @@ std::string ClusterCa::sign(std::string_view csr_pem, std::string_view node) con
     if (u != uri) fail("CSR subjectAltName URI is '" + u + "', expected '" + uri + "'");
 
   PubKey pub = new_pubkey();
-  check(gnutls_pubkey_import_x509_crq(pub.get(), crq.get(), 0), "reading CSR public key");
+  check_rc(gnutls_pubkey_import_x509_crq(pub.get(), crq.get(), 0), "reading CSR public key");
   unsigned bits = 0;
   const int algo = gnutls_pubkey_get_pk_algorithm(pub.get(), &bits);
   if (algo != GNUTLS_PK_ECDSA) {
@@ -376,7 +377,7 @@ std::string ClusterCa::sign(std::string_view csr_pem, std::string_view node) con
          ", expected ECDSA P-256");
   }
   gnutls_ecc_curve_t curve = GNUTLS_ECC_CURVE_INVALID;
-  check(gnutls_pubkey_export_ecc_raw(pub.get(), &curve, nullptr, nullptr),
+  check_rc(gnutls_pubkey_export_ecc_raw(pub.get(), &curve, nullptr, nullptr),
         "reading CSR key curve");
   if (curve != GNUTLS_ECC_CURVE_SECP256R1) {
     const char* name = gnutls_ecc_curve_get_name(curve);
@@ -386,24 +387,24 @@ std::string ClusterCa::sign(std::string_view csr_pem, std::string_view node) con
   Crt ca_crt = import_crt(cert_pem_, "CA");
   PrivKey ca_key = import_privkey(key_pem_, "CA");
   Crt crt = new_crt();
-  check(gnutls_x509_crt_set_version(crt.get(), 3), "setting certificate version");
+  check_rc(gnutls_x509_crt_set_version(crt.get(), 3), "setting certificate version");
   set_random_serial(crt.get());
   set_validity(crt.get(), kLeafLifetime);
   set_subject(crt.get(), cluster_, node);
-  check(gnutls_x509_crt_set_pubkey(crt.get(), pub.get()), "setting certificate public key");
-  check(gnutls_x509_crt_set_subject_alt_name(crt.get(), GNUTLS_SAN_URI, uri.data(),
+  check_rc(gnutls_x509_crt_set_pubkey(crt.get(), pub.get()), "setting certificate public key");
+  check_rc(gnutls_x509_crt_set_subject_alt_name(crt.get(), GNUTLS_SAN_URI, uri.data(),
                                              static_cast<unsigned>(uri.size()), GNUTLS_FSAN_SET),
         "setting certificate subjectAltName URI");
-  check(gnutls_x509_crt_set_basic_constraints(crt.get(), 0, -1),
+  check_rc(gnutls_x509_crt_set_basic_constraints(crt.get(), 0, -1),
         "setting certificate basicConstraints");
-  check(gnutls_x509_crt_set_key_usage(crt.get(), GNUTLS_KEY_DIGITAL_SIGNATURE),
+  check_rc(gnutls_x509_crt_set_key_usage(crt.get(), GNUTLS_KEY_DIGITAL_SIGNATURE),
         "setting certificate keyUsage");
-  check(gnutls_x509_crt_set_key_purpose_oid(crt.get(), GNUTLS_KP_TLS_WWW_SERVER, 0),
+  check_rc(gnutls_x509_crt_set_key_purpose_oid(crt.get(), GNUTLS_KP_TLS_WWW_SERVER, 0),
         "setting certificate extendedKeyUsage");
-  check(gnutls_x509_crt_set_key_purpose_oid(crt.get(), GNUTLS_KP_TLS_WWW_CLIENT, 0),
+  check_rc(gnutls_x509_crt_set_key_purpose_oid(crt.get(), GNUTLS_KP_TLS_WWW_CLIENT, 0),
         "setting certificate extendedKeyUsage");
   set_key_ids(crt.get(), ca_crt.get());
-  check(gnutls_x509_crt_sign2(crt.get(), ca_crt.get(), ca_key.get(), GNUTLS_DIG_SHA256, 0),
+  check_rc(gnutls_x509_crt_sign2(crt.get(), ca_crt.get(), ca_key.get(), GNUTLS_DIG_SHA256, 0),
         "signing certificate with the CA key");
   return export_crt(crt.get());
 }
@@ -422,7 +423,54 @@ NodeCredentials issue_local(const ClusterCa& ca, std::string node) {
 
 // ---- TlsContext -----------------------------------------------------------------------
 
-TlsContext::TlsContext(const NodeCredentials& creds) : cluster_(creds.cluster), node_(creds.node) {
+// ---- fingerprints ---------------------------------------------------------------------
+
+namespace {
+
+std::string fingerprint_der(const gnutls_datum_t& der) {
+  unsigned char digest[32];
+  if (gnutls_hash_fast(GNUTLS_DIG_SHA256, der.data, der.size, digest) < 0)
+    fail("hashing certificate");
+  std::string out = "sha256:";
+  for (unsigned char c : digest) {
+    out += "0123456789abcdef"[c >> 4];
+    out += "0123456789abcdef"[c & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string fingerprint(std::string_view cert_pem) {
+  Crt crt = import_crt(cert_pem, "fingerprinted");
+  Datum der;
+  check_rc(gnutls_x509_crt_export2(crt.get(), GNUTLS_X509_FMT_DER, &der.d), "exporting certificate DER");
+  return fingerprint_der(der.d);
+}
+
+// ---- TlsContext -----------------------------------------------------------------------
+
+namespace {
+
+CertCred new_cred() {
+  gnutls_certificate_credentials_t raw = nullptr;
+  check_rc(gnutls_certificate_allocate_credentials(&raw), "allocating certificate credentials");
+  return CertCred(raw);
+}
+
+void add_trust(gnutls_certificate_credentials_t cred, std::string_view ca_pem) {
+  gnutls_datum_t ca = view(ca_pem);
+  const int n = gnutls_certificate_set_x509_trust_mem(cred, &ca, GNUTLS_X509_FMT_PEM);
+  check_rc(n, "loading cluster CA certificate PEM");
+  if (n != 1)
+    fail("cluster CA PEM holds " + std::to_string(n) + " certificates, expected exactly 1");
+}
+
+}  // namespace
+
+TlsContext::TlsContext(const NodeCredentials& creds, Role role)
+    : role_(role), cluster_(creds.cluster), node_(creds.node) {
+  if (role == Role::joiner) fail("a joiner context is made from a SeedTrust");
   // Our own certificate must carry the identity we claim, or every peer would reject us
   // with a far less obvious error.
   {
@@ -436,20 +484,27 @@ TlsContext::TlsContext(const NodeCredentials& creds) : cluster_(creds.cluster), 
     if (cn != node_)
       fail("node certificate is for node '" + cn + "', expected '" + node_ + "'");
   }
-
-  gnutls_certificate_credentials_t raw = nullptr;
-  check(gnutls_certificate_allocate_credentials(&raw), "allocating certificate credentials");
-  CertCred cred(raw);
+  CertCred cred = new_cred();
   gnutls_datum_t cert = view(creds.cert_pem);
   gnutls_datum_t key = view(creds.key_pem);
-  check(gnutls_certificate_set_x509_key_mem2(cred.get(), &cert, &key, GNUTLS_X509_FMT_PEM,
+  check_rc(gnutls_certificate_set_x509_key_mem2(cred.get(), &cert, &key, GNUTLS_X509_FMT_PEM,
                                              nullptr, 0),
         "loading node certificate and private key");
-  gnutls_datum_t ca = view(creds.ca_pem);
-  const int n = gnutls_certificate_set_x509_trust_mem(cred.get(), &ca, GNUTLS_X509_FMT_PEM);
-  check(n, "loading cluster CA certificate PEM");
-  if (n != 1)
-    fail("cluster CA PEM holds " + std::to_string(n) + " certificates, expected exactly 1");
+  add_trust(cred.get(), creds.ca_pem);
+  cred_ = cred.release();
+}
+
+TlsContext::TlsContext(const SeedTrust& trust) : role_(Role::joiner), node_("joiner") {
+  CertCred cred = new_cred();
+  if (!trust.ca_pem.empty()) {
+    Crt ca = import_crt(trust.ca_pem, "seed CA");
+    cluster_ = dn_single(ca.get(), gnutls_x509_crt_get_dn_by_oid,
+                         GNUTLS_OID_X520_ORGANIZATION_NAME, "O", "seed CA certificate");
+    add_trust(cred.get(), trust.ca_pem);
+    have_ca_ = true;
+  }
+  fingerprint_ = trust.fingerprint;
+  for (char& c : fingerprint_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   cred_ = cred.release();
 }
 
@@ -496,17 +551,52 @@ PeerCheck check_peer(gnutls_session_t session, std::string_view cluster) {
   return ok;
 }
 
-}  // namespace
+// A joiner checks the seed: pinned fingerprint and/or chain to the given CA. With neither,
+// the token proof after the handshake is what authenticates the seed.
+PeerCheck check_seed(gnutls_session_t session, const std::string& pinned, bool have_ca,
+                     std::string_view cluster) {
+  unsigned count = 0;
+  const gnutls_datum_t* chain = gnutls_certificate_get_peers(session, &count);
+  if (chain == nullptr || count == 0) return reject("seed sent no certificate");
+  if (!pinned.empty()) {
+    const std::string got = fingerprint_der(chain[0]);
+    if (got != pinned)
+      return reject("seed certificate fingerprint is " + got + ", expected " + pinned);
+  }
+  if (have_ca) {
+    PeerCheck c = check_peer(session, cluster);
+    if (!c.ok) return c;
+    if (c.node != seed_node) return reject("seed certificate names node '" + c.node + "', expected 'seed'");
+  }
+  PeerCheck ok;
+  ok.ok = true;
+  ok.node = std::string(seed_node);
+  return ok;
+}
 
-PeerCheck verify_peer(gnutls_session_t session, std::string_view cluster) {
-  // Runs inside C handshake callbacks, where an exception must not propagate.
+// Checks run inside C handshake callbacks, where an exception must not propagate.
+template <class F>
+PeerCheck no_throw(F&& f) {
   try {
-    return check_peer(session, cluster);
+    return f();
   } catch (const std::exception& e) {
     return reject(e.what());
   } catch (...) {
     return reject("unexpected error while checking the peer certificate");
   }
+}
+
+}  // namespace
+
+PeerCheck TlsContext::check(gnutls_session_t session) const {
+  return no_throw([&] {
+    return role_ == Role::joiner ? check_seed(session, fingerprint_, have_ca_, cluster_)
+                                 : check_peer(session, cluster_);
+  });
+}
+
+PeerCheck verify_peer(gnutls_session_t session, std::string_view cluster) {
+  return no_throw([&] { return check_peer(session, cluster); });
 }
 
 }  // namespace nexar::tls

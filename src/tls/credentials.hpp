@@ -58,31 +58,64 @@ struct NodeCredentials {
 /// Generates a key for `node`, makes a CSR and has `ca` sign it (in-process clusters).
 NodeCredentials issue_local(const ClusterCa& ca, std::string node);
 
-/// GnuTLS certificate credentials loaded from NodeCredentials: our chain and key, and the
-/// cluster CA as the only trust anchor.
-class TlsContext {
- public:
-  /// Throws nexar::Error(Errc::tls) if the PEMs do not load.
-  explicit TlsContext(const NodeCredentials& creds);
-  ~TlsContext();
-  TlsContext(const TlsContext&) = delete;
-  TlsContext& operator=(const TlsContext&) = delete;
+/// The node name of a seed's certificate.
+inline constexpr std::string_view seed_node = "seed";
 
-  gnutls_certificate_credentials_t get() const noexcept { return cred_; }
-  const std::string& cluster() const noexcept { return cluster_; }
-  const std::string& node() const noexcept { return node_; }
-
- private:
-  gnutls_certificate_credentials_t cred_ = nullptr;
-  std::string cluster_;
-  std::string node_;
+/// What a joiner checks about the seed during the handshake, besides the token proof that
+/// follows it. Both empty: nothing (the token proof alone authenticates the seed).
+struct SeedTrust {
+  std::string fingerprint;  ///< "sha256:<hex>" of the seed certificate, or empty
+  std::string ca_pem;       ///< the cluster CA the seed certificate must chain to, or empty
 };
+
+/// "sha256:<64 lowercase hex digits>" of a PEM certificate's DER encoding.
+/// Throws nexar::Error(Errc::tls) if the PEM does not parse.
+std::string fingerprint(std::string_view cert_pem);
 
 /// Outcome of checking a peer's certificate.
 struct PeerCheck {
   bool ok = false;
   std::string node;   ///< the peer's node name, when ok
   std::string error;  ///< why not, when !ok (e.g. "certificate is from cluster 'x'")
+};
+
+/// GnuTLS certificate credentials and the rule for checking peers, for one of three roles:
+///  * member: our chain and key, the cluster CA as the only trust anchor, and mutual
+///    authentication (a server requires the client's certificate);
+///  * seed: our chain and key; clients (joiners) have no certificate yet and present none;
+///  * joiner: no certificate of our own; the seed is checked against a SeedTrust.
+class TlsContext {
+ public:
+  enum class Role { member, seed, joiner };
+
+  /// A member or seed context. Throws nexar::Error(Errc::tls) if the PEMs do not load or
+  /// the certificate does not name creds.cluster and creds.node.
+  explicit TlsContext(const NodeCredentials& creds, Role role = Role::member);
+  /// A joiner context. Throws nexar::Error(Errc::tls) if trust.ca_pem does not load.
+  explicit TlsContext(const SeedTrust& trust);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  gnutls_certificate_credentials_t get() const noexcept { return cred_; }
+  Role role() const noexcept { return role_; }
+  /// Whether a server asks its clients for a certificate (members only).
+  bool wants_client_cert() const noexcept { return role_ == Role::member; }
+  /// The cluster name; for a joiner, the CA's cluster when a CA was given, else empty.
+  const std::string& cluster() const noexcept { return cluster_; }
+  const std::string& node() const noexcept { return node_; }
+
+  /// Checks the certificate the peer presented on `session` by this context's rule.
+  /// Call from the handshake's verify hook; never throws.
+  PeerCheck check(gnutls_session_t session) const;
+
+ private:
+  gnutls_certificate_credentials_t cred_ = nullptr;
+  Role role_ = Role::member;
+  std::string cluster_;
+  std::string node_;
+  std::string fingerprint_;  // joiner: the pinned seed fingerprint
+  bool have_ca_ = false;     // joiner: a CA was given
 };
 
 /// Checks the certificate the peer presented on `session`: it chains to the cluster CA

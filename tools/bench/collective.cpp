@@ -3,9 +3,11 @@
 //   nexar-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -n 20 -w 5 -c 1
 //
 // One subcommand per collective (all_reduce, broadcast, reduce, all_gather, reduce_scatter,
-// all_to_all, gather, scatter, scan, barrier), all with the flags of nccl-tests. The N ranks
-// are N threads of this process, each holding one communicator of bootstrap_local(N): real
-// QUIC connections over 127.0.0.1 between every pair.
+// all_to_all, gather, scatter, scan, barrier), all with the flags of nccl-tests. Ranks:
+//   * started by a launcher (nexar-run, torchrun, mpirun, srun: see cluster::launched), this
+//     process is one rank and joins through join_from_env(); rank 0 prints;
+//   * otherwise --ranks N threads of this process, each holding one communicator of
+//     bootstrap_local(N): real QUIC connections over 127.0.0.1 between every pair.
 //
 // Measurement and output are those of the peer benchmarks (bench/peers/common.hpp), so that
 // bench/peers/compare.sh puts nexar next to Open MPI and Gloo:
@@ -18,10 +20,11 @@
 //   * with -c 1, one more call on fresh inputs and poisoned outputs is compared element by
 //     element with results computed here without the library; #wrong is summed over ranks
 //     and a non-zero total makes the program exit 1.
-// The per-rank times and #wrong counts are combined through shared memory, not through the
-// library under test.
+// The per-rank times and #wrong counts are combined through shared memory (threads) or, after
+// the timed region, with the communicator's own all_reduce (processes).
 #include <fmt/format.h>
 
+#include <nexar/cluster.hpp>
 #include <nexar/nexar.hpp>
 
 #include <algorithm>
@@ -47,6 +50,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cluster/launch_env.hpp"
 #include "subcommands.hpp"
 #include "table.hpp"
 
@@ -397,13 +401,21 @@ struct TeamAborted : std::exception {
   const char* what() const noexcept override { return "another rank failed"; }
 };
 
-/// What the rank threads share: a barrier that gives up when one of them fails, and slots
-/// for the per-rank times and #wrong counts (combined here, not by the library under test).
+/// How the ranks combine their per-iteration times and #wrong counts (combined here, not by
+/// the collective under test's result). Ranks as threads share slots and a barrier that
+/// gives up when one of them fails; ranks as processes (started by a launcher) use the
+/// communicator itself, after the timed region.
 class Team {
  public:
-  explicit Team(int n) : times(static_cast<std::size_t>(n)), wrong(static_cast<std::size_t>(n), 0), n_(n) {}
+  /// `n` threads of this process, or one rank of a multi-process run (`distributed`).
+  Team(int n, bool distributed)
+      : times_(distributed ? 0 : static_cast<std::size_t>(n)),
+        wrong_(distributed ? 0 : static_cast<std::size_t>(n), 0),
+        n_(n),
+        distributed_(distributed) {}
 
-  void sync() {
+  void sync(Communicator& comm) {
+    if (distributed_) return comm.barrier();
     std::unique_lock lk(mu_);
     if (aborted_) throw TeamAborted{};
     const std::uint64_t gen = gen_;
@@ -422,11 +434,41 @@ class Team {
     cv_.notify_all();
   }
 
-  std::vector<std::vector<double>> times;  ///< [rank][iteration], microseconds
-  std::vector<long> wrong;                 ///< [rank]
+  /// Per iteration, the slowest rank's time.
+  std::vector<double> slowest(Communicator& comm, std::vector<double> mine) {
+    if (distributed_) {
+      comm.all_reduce(std::span<double>(mine), ReduceOp::max);
+      return mine;
+    }
+    times_[static_cast<std::size_t>(comm.rank())] = mine;
+    sync(comm);
+    std::vector<double> out(mine.size(), 0.0);
+    for (auto& rt : times_)
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] = std::max(out[i], rt[i]);
+    sync(comm);  // every rank has read the times before any writes the next ones
+    return out;
+  }
+
+  /// The sum over ranks.
+  long total(Communicator& comm, long mine) {
+    if (distributed_) {
+      std::int64_t v = mine;
+      comm.all_reduce(std::span<std::int64_t>(&v, 1), ReduceOp::sum);
+      return static_cast<long>(v);
+    }
+    wrong_[static_cast<std::size_t>(comm.rank())] = mine;
+    sync(comm);
+    long sum = 0;
+    for (long w : wrong_) sum += w;
+    sync(comm);
+    return sum;
+  }
 
  private:
+  std::vector<std::vector<double>> times_;  ///< [rank][iteration], microseconds
+  std::vector<long> wrong_;                 ///< [rank]
   int n_;
+  bool distributed_;
   std::mutex mu_;
   std::condition_variable cv_;
   int arrived_ = 0;
@@ -471,17 +513,12 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
       auto t1 = Clock::now();
       ti = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
-    team.times[static_cast<std::size_t>(me)] = std::move(t);
-    team.sync();
-    std::vector<double> slowest(static_cast<std::size_t>(o.iters), 0.0);
-    for (auto& rt : team.times)
-      for (std::size_t i = 0; i < slowest.size(); ++i) slowest[i] = std::max(slowest[i], rt[i]);
+    std::vector<double> slowest = team.slowest(comm, std::move(t));
     if (print && std::getenv("PEERS_VERBOSE")) {
       std::string line = "# iter times (us):";
       for (double x : slowest) line += fmt::format(" {:.1f}", x);
       std::fprintf(stderr, "%s\n", line.c_str());
     }
-    team.sync();  // every rank has read the times before any writes the next ones
     return median_midpoint(std::move(slowest));
   };
 
@@ -562,11 +599,7 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
       if (has_output)
         for (std::size_t j = 0; j < nres; ++j)
           if (!(Elem<T>::value(res[j]) == static_cast<double>(expect(j)))) ++mine;
-      team.wrong[static_cast<std::size_t>(me)] = mine;
-      team.sync();
-      long sum = 0;
-      for (long w : team.wrong) sum += w;
-      team.sync();
+      const long sum = team.total(comm, mine);
       wrong = sum;
       total_wrong += sum;
     }
@@ -595,32 +628,6 @@ void run_rank_typed(Communicator& comm, const CollOptions& o, const CollInfo& ci
     case DataType::i64: return run_rank<std::int64_t>(comm, o, ci, team, r);
     case DataType::u64: return run_rank<std::uint64_t>(comm, o, ci, team, r);
   }
-}
-
-// ---- launcher environments ------------------------------------------------------------------
-
-/// If a launcher started this process as one of several ranks, a description of it.
-std::optional<std::string> launched_as_rank() {
-  struct Vars {
-    const char* launcher;
-    const char* rank;
-    const char* size;  // nullptr: the rank variable alone says so
-  };
-  static constexpr Vars kVars[] = {
-      {"nexar-run", "NEXAR_RANK", nullptr},
-      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-      {"a PMI launcher", "PMI_RANK", "PMI_SIZE"},
-      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS"},
-      {"torchrun-style RANK/WORLD_SIZE", "RANK", "WORLD_SIZE"},
-  };
-  for (auto& v : kVars) {
-    const char* r = std::getenv(v.rank);
-    if (!r) continue;
-    const char* s = v.size ? std::getenv(v.size) : nullptr;
-    if (v.size && (!s || std::atol(s) <= 1)) continue;  // a world of one process: run as usual
-    return fmt::format("{} ({}={}{}{})", v.launcher, v.rank, r, s ? fmt::format(", {}=", v.size) : "", s ? s : "");
-  }
-  return std::nullopt;
 }
 
 // ---- the subcommand ----------------------------------------------------------------------------
@@ -656,34 +663,87 @@ class Deadline {
   std::thread thread_;
 };
 
+/// Checks the options that do not depend on the world size; throws std::invalid_argument.
+void check_options(const CollOptions& o, const CollInfo& ci) {
+  if (o.iters < 1) throw std::invalid_argument("-n must be >= 1");
+  if (o.warmup < 0) throw std::invalid_argument("-w must be >= 0");
+  if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b must be <= -e");
+  if (o.factor <= 1.0 && o.step_bytes == 0 && o.min_bytes != o.max_bytes)
+    throw std::invalid_argument("-f must be > 1 (or give -i)");
+  if (ci.reduces && o.op == ReduceOp::avg && !is_floating(o.dtype))
+    throw std::invalid_argument(fmt::format("-o avg needs a floating -d (float, double, half, bfloat16), not {}",
+                                            type_name(o.dtype)));
+  if (ci.coll == Coll::scan && o.op == ReduceOp::avg)
+    throw std::invalid_argument("scan: -o avg is not measured (a prefix average has no agreed divisor)");
+}
+
+void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how) {
+  std::string algo = algo_name(o.algo);
+  if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
+    algo += fmt::format(" (halving_doubling below {}, ring from there)", human_size(cfg.allreduce_ring_bytes));
+  else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
+    algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
+  std::printf("# nexar-bench %s: nexar over QUIC, %s; algorithm %s; segment %s\n", ci.name, ranks_how.c_str(),
+              algo.c_str(), human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
+  std::printf("# ranks %d  minBytes %llu  maxBytes %llu  step: %g(factor)  warmup iters: %d  iters: %d  "
+              "validation: %d  timing: median over iters of max over ranks\n",
+              n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
+              o.factor, o.warmup, o.iters, o.check);
+  std::fflush(stdout);
+}
+
+/// One rank per process: this process is one rank of a cluster a launcher started
+/// (nexar-run, torchrun, mpirun, srun); it joins through join_from_env and rank 0 prints.
+int run_launched(const CollOptions& o, const CollInfo& ci, const Config& cfg, const std::string& who) {
+  Communicator comm;
+  try {
+    comm = join_from_env(cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: join_from_env: %s\n", who.c_str(), e.what());
+    return 2;
+  }
+  const int n = comm.size();
+  if (o.root < 0 || o.root >= n) {
+    std::fprintf(stderr, "%s: error: -r %d is not a rank of %d\n", who.c_str(), o.root, n);
+    comm.close();
+    return 2;
+  }
+  if (comm.rank() == 0)
+    print_header(o, ci, cfg, n, fmt::format("one rank per process ({} processes)", n));
+  Team team(n, true);
+  SweepResult result;
+  try {
+    run_rank_typed(comm, o, ci, team, result);
+    team.sync(comm);  // nobody closes while another still runs a collective
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: rank %d: error: %s\n", who.c_str(), comm.rank(), e.what());
+    comm.close();
+    return 2;
+  }
+  if (comm.rank() == 0)
+    CollectiveReport::footer(result.wrong, result.avg_busbw, o.check && ci.coll != Coll::barrier);
+  comm.close();
+  return result.wrong ? 1 : 0;
+}
+
 int run_collective(const CollOptions& o, const CollInfo& ci) {
   const std::string who = fmt::format("nexar-bench {}", ci.name);
   const int n = o.ranks;
+  const bool launched = cluster::launched(cluster::process_env());
   Config cfg;
   try {
-    if (auto l = launched_as_rank())
-      throw std::invalid_argument(fmt::format(
-          "started by {} as one rank of several. One rank per process comes with nexar-run and is not "
-          "available yet; run nexar-bench once, without a launcher, with --ranks N (N threads)",
-          *l));
     cfg = Config::from_env();
-    if (o.iters < 1) throw std::invalid_argument("-n must be >= 1");
-    if (o.warmup < 0) throw std::invalid_argument("-w must be >= 0");
-    if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b must be <= -e");
-    if (o.factor <= 1.0 && o.step_bytes == 0 && o.min_bytes != o.max_bytes)
-      throw std::invalid_argument("-f must be > 1 (or give -i)");
-    if (o.root < 0 || o.root >= n) throw std::invalid_argument(fmt::format("-r {} is not a rank of {}", o.root, n));
-    if (ci.reduces && o.op == ReduceOp::avg && !is_floating(o.dtype))
-      throw std::invalid_argument(fmt::format("-o avg needs a floating -d (float, double, half, bfloat16), not {}",
-                                              type_name(o.dtype)));
-    if (ci.coll == Coll::scan && o.op == ReduceOp::avg)
-      throw std::invalid_argument("scan: -o avg is not measured (a prefix average has no agreed divisor)");
+    check_options(o, ci);
+    if (!launched && (o.root < 0 || o.root >= n))
+      throw std::invalid_argument(fmt::format("-r {} is not a rank of {}", o.root, n));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: %s\n", who.c_str(), e.what());
     return 2;
   }
 
   Deadline deadline(o.timeout_s, who);
+  if (launched) return run_launched(o, ci, cfg, who);
   std::vector<Communicator> comms;
   try {
     comms = bootstrap_local(n, cfg);
@@ -691,22 +751,10 @@ int run_collective(const CollOptions& o, const CollInfo& ci) {
     std::fprintf(stderr, "%s: error: bootstrap_local(%d): %s\n", who.c_str(), n, e.what());
     return 2;
   }
+  print_header(o, ci, cfg, n,
+               fmt::format("loopback (127.0.0.1), bootstrap_local: {} ranks as threads of one process", n));
 
-  std::string algo = algo_name(o.algo);
-  if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
-    algo += fmt::format(" (halving_doubling below {}, ring from there)", human_size(cfg.allreduce_ring_bytes));
-  else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
-    algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
-  std::printf("# nexar-bench %s: nexar, QUIC over loopback (127.0.0.1), bootstrap_local: %d ranks as threads of "
-              "one process; algorithm %s; segment %s\n",
-              ci.name, n, algo.c_str(), human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
-  std::printf("# ranks %d  minBytes %llu  maxBytes %llu  step: %g(factor)  warmup iters: %d  iters: %d  "
-              "validation: %d  timing: median over iters of max over ranks\n",
-              n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
-              o.factor, o.warmup, o.iters, o.check);
-  std::fflush(stdout);
-
-  Team team(n);
+  Team team(n, false);
   std::vector<SweepResult> results(static_cast<std::size_t>(n));
   std::atomic<int> failed{0};
   std::mutex err_mu;
@@ -716,7 +764,7 @@ int run_collective(const CollOptions& o, const CollInfo& ci) {
       auto& comm = comms[static_cast<std::size_t>(r)];
       try {
         run_rank_typed(comm, o, ci, team, results[static_cast<std::size_t>(r)]);
-        team.sync();  // nobody closes while another still runs a collective
+        team.sync(comm);  // nobody closes while another still runs a collective
       } catch (const TeamAborted&) {
         failed.fetch_add(1);
         comm.close();
@@ -785,10 +833,9 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
   app->footer(fmt::format(
       "{name}: size = {size}; busbw = algbw * {bus}.\n"
       "Ranks: --ranks N threads of this process, one communicator each from nexar::bootstrap_local(N),\n"
-      "connected by QUIC over 127.0.0.1. Multi-process mode (one rank per process, started by a\n"
-      "launcher) comes with nexar-run and is not available yet: under a launcher's environment with\n"
-      "more than one rank (NEXAR_RANK, OMPI_COMM_WORLD_*, PMI_*, SLURM_*, RANK/WORLD_SIZE) the\n"
-      "benchmark refuses to run rather than start N threads in every process.\n"
+      "connected by QUIC over 127.0.0.1. Under a launcher (nexar-run -n N, torchrun, mpirun, srun:\n"
+      "NEXAR_RANK/NEXAR_SEED_ADDR, RANK, OMPI_COMM_WORLD_*, PMI_*, SLURM_*) each process is one rank\n"
+      "and joins with nexar::join_from_env(); --ranks is ignored and rank 0 prints.\n"
       "Measurement (as bench/peers/common.hpp): a nexar barrier before every iteration, each rank\n"
       "times its own call, iteration time = slowest rank, printed time = median over -n iterations;\n"
       "out-of-place buffers. -c 1: one more call on fresh inputs and poisoned outputs, every element\n"

@@ -1,0 +1,246 @@
+// Seed protocol v1 codec. Integers are little-endian and assembled byte by byte; strings
+// are a u32 length followed by that many bytes, checked against what is left of the body.
+#include "wire/seed_message.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace nexar::wire {
+namespace {
+
+constexpr std::uint8_t kMagic[4] = {'N', 'X', 'S', 'D'};
+// String lengths need no cap of their own: each is checked against the rest of a body
+// whose size the header already bounded. Member counts are capped before reserving.
+constexpr std::uint32_t kMaxMembers = 1u << 20;
+
+class Writer {
+ public:
+  explicit Writer(SeedMsgType t) {
+    out_.insert(out_.end(), kMagic, kMagic + 4);
+    out_.push_back(seed_protocol_version);
+    out_.push_back(static_cast<std::uint8_t>(t));
+    out_.push_back(0);
+    out_.push_back(0);
+    u32(0);  // body length, patched by finish()
+  }
+  void u16(std::uint16_t v) {
+    for (int i = 0; i < 2; ++i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  void i32(std::int32_t v) { u32(static_cast<std::uint32_t>(v)); }
+  void bytes(const std::uint8_t* p, std::size_t n) { out_.insert(out_.end(), p, p + n); }
+  void str(const std::string& s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    bytes(reinterpret_cast<const std::uint8_t*>(s.data()), s.size());
+  }
+  std::vector<std::uint8_t> finish() {
+    const auto body = static_cast<std::uint32_t>(out_.size() - seed_header_size);
+    for (int i = 0; i < 4; ++i) out_[8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(body >> (8 * i));
+    return std::move(out_);
+  }
+
+ private:
+  std::vector<std::uint8_t> out_;
+};
+
+struct Malformed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Reader {
+ public:
+  Reader(const std::uint8_t* p, std::size_t n) : p_(p), n_(n) {}
+  void need(std::size_t k, const char* field) {
+    if (n_ - off_ < k)
+      throw Malformed(std::string("seed message truncated in field '") + field + "'");
+  }
+  std::uint16_t u16(const char* f) {
+    need(2, f);
+    std::uint16_t v = static_cast<std::uint16_t>(p_[off_] | (p_[off_ + 1] << 8));
+    off_ += 2;
+    return v;
+  }
+  std::uint32_t u32(const char* f) {
+    need(4, f);
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= std::uint32_t{p_[off_ + static_cast<std::size_t>(i)]} << (8 * i);
+    off_ += 4;
+    return v;
+  }
+  std::int32_t i32(const char* f) { return static_cast<std::int32_t>(u32(f)); }
+  void bytes(std::uint8_t* dst, std::size_t k, const char* f) {
+    need(k, f);
+    std::memcpy(dst, p_ + off_, k);
+    off_ += k;
+  }
+  std::string str(const char* f) {
+    const std::uint32_t len = u32(f);
+    need(len, f);
+    std::string s(reinterpret_cast<const char*>(p_ + off_), len);
+    off_ += len;
+    return s;
+  }
+  void end() {
+    if (off_ != n_)
+      throw Malformed("seed message has " + std::to_string(n_ - off_) + " trailing bytes");
+  }
+
+ private:
+  const std::uint8_t* p_;
+  std::size_t n_;
+  std::size_t off_ = 0;
+};
+
+SeedMessage decode_body(SeedMsgType type, Reader& r) {
+  switch (type) {
+    case SeedMsgType::hello: {
+      SeedHello m;
+      r.bytes(m.proof.data(), m.proof.size(), "proof");
+      m.cluster = r.str("cluster");
+      r.end();
+      return m;
+    }
+    case SeedMsgType::join: {
+      JoinRequest m;
+      r.bytes(m.proof.data(), m.proof.size(), "proof");
+      m.rank = r.i32("rank");
+      m.world = r.i32("world");
+      m.advertise = r.str("advertise");
+      m.port = r.u16("port");
+      m.node = r.str("node");
+      m.host = r.str("host");
+      m.csr_pem = r.str("csr");
+      r.end();
+      return m;
+    }
+    case SeedMsgType::accept: {
+      JoinAccept m;
+      m.rank = r.i32("rank");
+      m.ca_pem = r.str("ca");
+      m.cert_pem = r.str("cert");
+      const std::uint32_t n = r.u32("members");
+      if (n == 0 || n > kMaxMembers)
+        throw Malformed("seed accept names " + std::to_string(n) + " members");
+      // Each member needs at least its two length fields: bound the reservation by the body.
+      r.need(std::size_t{n} * 8, "members");
+      m.members.resize(n);
+      for (auto& mem : m.members) {
+        mem.node = r.str("member node");
+        mem.addr = r.str("member address");
+      }
+      r.end();
+      if (m.rank < 0 || static_cast<std::uint32_t>(m.rank) >= n)
+        throw Malformed("seed accept assigns rank " + std::to_string(m.rank) + " of " +
+                        std::to_string(n));
+      return m;
+    }
+    case SeedMsgType::reject: {
+      JoinReject m;
+      m.code = r.u16("code");
+      m.reason = r.str("reason");
+      r.end();
+      return m;
+    }
+  }
+  throw Malformed("unknown seed message type " + std::to_string(static_cast<int>(type)));
+}
+
+// Checks the header; returns the body length.
+std::uint32_t check_header(const std::uint8_t* p, std::uint32_t limit) {
+  if (std::memcmp(p, kMagic, 4) != 0) throw Malformed("not a nexar seed message (bad magic)");
+  if (p[4] != seed_protocol_version)
+    throw Malformed("seed protocol version " + std::to_string(p[4]) + ", expected " +
+                    std::to_string(seed_protocol_version));
+  if (p[5] < 1 || p[5] > 4) throw Malformed("unknown seed message type " + std::to_string(p[5]));
+  if (p[6] != 0 || p[7] != 0) throw Malformed("seed message reserved bytes are not zero");
+  const std::uint32_t len = static_cast<std::uint32_t>(p[8]) | static_cast<std::uint32_t>(p[9]) << 8 |
+                            static_cast<std::uint32_t>(p[10]) << 16 |
+                            static_cast<std::uint32_t>(p[11]) << 24;
+  if (len > limit)
+    throw Malformed("seed message body of " + std::to_string(len) + " bytes exceeds limit " +
+                    std::to_string(limit));
+  return len;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> encode(const SeedHello& m) {
+  Writer w(SeedMsgType::hello);
+  w.bytes(m.proof.data(), m.proof.size());
+  w.str(m.cluster);
+  return w.finish();
+}
+
+std::vector<std::uint8_t> encode(const JoinRequest& m) {
+  Writer w(SeedMsgType::join);
+  w.bytes(m.proof.data(), m.proof.size());
+  w.i32(m.rank);
+  w.i32(m.world);
+  w.str(m.advertise);
+  w.u16(m.port);
+  w.str(m.node);
+  w.str(m.host);
+  w.str(m.csr_pem);
+  return w.finish();
+}
+
+std::vector<std::uint8_t> encode(const JoinAccept& m) {
+  Writer w(SeedMsgType::accept);
+  w.i32(m.rank);
+  w.str(m.ca_pem);
+  w.str(m.cert_pem);
+  w.u32(static_cast<std::uint32_t>(m.members.size()));
+  for (const auto& mem : m.members) {
+    w.str(mem.node);
+    w.str(mem.addr);
+  }
+  return w.finish();
+}
+
+std::vector<std::uint8_t> encode(const JoinReject& m) {
+  Writer w(SeedMsgType::reject);
+  w.u16(m.code);
+  w.str(m.reason);
+  return w.finish();
+}
+
+std::optional<SeedMessage> decode_seed_message(const std::uint8_t* data, std::size_t len,
+                                               std::uint32_t limit, std::string& error) {
+  try {
+    if (len < seed_header_size) throw Malformed("seed message shorter than its header");
+    const std::uint32_t body = check_header(data, limit);
+    if (len - seed_header_size != body)
+      throw Malformed("seed message body is " + std::to_string(len - seed_header_size) +
+                      " bytes, header says " + std::to_string(body));
+    Reader r(data + seed_header_size, body);
+    return decode_body(static_cast<SeedMsgType>(data[5]), r);
+  } catch (const Malformed& e) {
+    error = e.what();
+    return std::nullopt;
+  }
+}
+
+bool SeedMessageReader::feed(const std::uint8_t* data, std::size_t len, std::vector<SeedMessage>& out) {
+  if (!error_.empty()) return false;
+  buf_.insert(buf_.end(), data, data + len);
+  for (;;) {
+    if (buf_.size() < seed_header_size) return true;
+    std::uint32_t body = 0;
+    try {
+      body = check_header(buf_.data(), limit_);
+    } catch (const Malformed& e) {
+      error_ = e.what();
+      return false;
+    }
+    const std::size_t total = seed_header_size + body;
+    if (buf_.size() < total) return true;
+    auto m = decode_seed_message(buf_.data(), total, limit_, error_);
+    if (!m) return false;
+    out.push_back(std::move(*m));
+    buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(total));
+  }
+}
+
+}  // namespace nexar::wire

@@ -1,0 +1,96 @@
+// Seed protocol v1: the messages a seed and a joining worker exchange over QUIC (ALPN
+// "nexar-seed/1"), one unidirectional stream each way. Byte layout in docs/PROTOCOL.md,
+// "Seed protocol". Every decoder checks every length before trusting it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace nexar::wire {
+
+inline constexpr const char* seed_alpn = "nexar-seed/1";
+inline constexpr std::uint8_t seed_protocol_version = 1;
+/// Fixed header in front of every seed message: "NXSD", version, type, 2 zero bytes,
+/// body length (u32 LE).
+inline constexpr std::size_t seed_header_size = 12;
+/// Largest body a seed accepts from a joiner (a CSR and a few names).
+inline constexpr std::uint32_t max_join_request = 64 * 1024;
+/// Largest body a joiner accepts from a seed (certificates and one address per rank).
+inline constexpr std::uint32_t max_seed_reply = 64 * 1024 * 1024;
+
+using Proof = std::array<std::uint8_t, 32>;
+
+enum class SeedMsgType : std::uint8_t { hello = 1, join = 2, accept = 3, reject = 4 };
+
+/// Seed -> joiner, first: the seed proves it knows the token and names the cluster.
+struct SeedHello {
+  Proof proof{};
+  std::string cluster;
+};
+
+/// Joiner -> seed, after checking the hello.
+struct JoinRequest {
+  Proof proof{};
+  std::int32_t rank = -1;     ///< requested rank, -1 = any
+  std::int32_t world = 0;     ///< expected world size, 0 = no expectation
+  std::string advertise;      ///< IP literal peers should dial; empty = as the seed sees us
+  std::uint16_t port = 0;     ///< the joiner's data port
+  std::string node;           ///< the joiner's node name (certificate common name)
+  std::string host;           ///< host name, for messages
+  std::string csr_pem;        ///< certificate request for `node` in the hello's cluster
+};
+
+struct Member {
+  std::string node;
+  std::string addr;  ///< "ip:port" / "[ip]:port"
+};
+
+/// Seed -> joiner, when the cluster formed.
+struct JoinAccept {
+  std::int32_t rank = 0;
+  std::string ca_pem;
+  std::string cert_pem;
+  std::vector<Member> members;  ///< indexed by rank; the world size is its size
+};
+
+/// Seed -> joiner, when it will not be admitted; `code` is a nexar::Errc value.
+struct JoinReject {
+  std::uint16_t code = 0;
+  std::string reason;
+};
+
+using SeedMessage = std::variant<SeedHello, JoinRequest, JoinAccept, JoinReject>;
+
+std::vector<std::uint8_t> encode(const SeedHello& m);
+std::vector<std::uint8_t> encode(const JoinRequest& m);
+std::vector<std::uint8_t> encode(const JoinAccept& m);
+std::vector<std::uint8_t> encode(const JoinReject& m);
+
+/// Incremental decoder of one direction of a seed stream. Never buffers more than the
+/// header's announced body, and refuses bodies over `limit` from the header alone.
+class SeedMessageReader {
+ public:
+  explicit SeedMessageReader(std::uint32_t limit) : limit_(limit) {}
+
+  /// Appends bytes and adds the messages they complete to `out`. Returns false on malformed
+  /// input (error() says why); the stream is unusable afterwards.
+  bool feed(const std::uint8_t* data, std::size_t len, std::vector<SeedMessage>& out);
+  const std::string& error() const noexcept { return error_; }
+
+ private:
+  std::uint32_t limit_;
+  std::vector<std::uint8_t> buf_;
+  std::string error_;
+};
+
+/// Decodes one complete message (header + body). Returns std::nullopt and sets `error` on
+/// malformed input. Exposed for tests and the fuzzer.
+std::optional<SeedMessage> decode_seed_message(const std::uint8_t* data, std::size_t len,
+                                               std::uint32_t limit, std::string& error);
+
+}  // namespace nexar::wire
