@@ -1,12 +1,15 @@
 // hello_cluster — a first tour of nexar.
 //
-// Four ranks live in this one process, one thread each, connected to each other over
-// real QUIC on 127.0.0.1 by bootstrap_local(). Each rank then
+// Started by a launcher (`nexar-run -n 4 build/bin/hello_cluster`, torchrun, mpirun, srun),
+// every process is one rank and joins the cluster with join_from_env(). Started alone, four
+// ranks live in this one process, one thread each, connected to each other over real QUIC
+// on 127.0.0.1 by bootstrap_local(). Either way, each rank then
 //   1. greets the next rank of the ring (send/recv on the data lane),
 //   2. answers a "whoami" RPC, which rank 0 calls on every other rank,
 //   3. sends 64 MiB to the next rank of the ring (stream_send/stream_recv on the bulk lane),
 //   4. reports what it saw to rank 0, which prints a summary.
 // Every result is checked; the program exits non-zero on any mismatch or error.
+#include <nexar/cluster.hpp>
 #include <nexar/nexar.hpp>
 
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <functional>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -49,7 +53,8 @@ std::vector<std::byte> to_bytes(const std::string& s) {
   return {p, p + s.size()};
 }
 
-void run_rank(nexar::Communicator comm, std::barrier<>& start_line) {
+// `start_line` returns once every rank got there.
+void run_rank(nexar::Communicator comm, const std::function<void()>& start_line) {
   const int me = comm.rank(), n = comm.size();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   Report report;
@@ -72,7 +77,7 @@ void run_rank(nexar::Communicator comm, std::barrier<>& start_line) {
   // 3. Ring exchange of 64 MiB. Post the receive, send, then wait for the receive.
   std::vector<std::uint32_t> out(kRingBytes / 4), in(kRingBytes / 4);
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = word(me, i);
-  start_line.arrive_and_wait();  // start the clock on every rank at the same moment
+  start_line();  // start the clock on every rank at the same moment
   auto t0 = std::chrono::steady_clock::now();
   nexar::Request rx = comm.istream_recv(prev, kRingTag, in.data(), kRingBytes);
   comm.stream_send(next, kRingTag, out.data(), kRingBytes);
@@ -91,7 +96,9 @@ void run_rank(nexar::Communicator comm, std::barrier<>& start_line) {
   for (int r = 1; r < n; ++r) comm.recv(r, kReportTag, &all[static_cast<std::size_t>(r)], sizeof(Report));
 
   bool ok = true;
-  std::printf("hello_cluster: %d ranks in one process, one thread each, QUIC on 127.0.0.1\n", n);
+  std::printf("hello_cluster: %d ranks, %s\n", n,
+              nexar::launched_from_env() ? "one process each, joined through a seed"
+                                         : "in one process, one thread each, QUIC on 127.0.0.1");
   std::printf("ring greetings:\n");
   for (int r = 0; r < n; ++r) {
     const Report& x = all[static_cast<std::size_t>(r)];
@@ -117,37 +124,59 @@ void run_rank(nexar::Communicator comm, std::barrier<>& start_line) {
   std::printf("all checks passed\n");
 }
 
+void answer_whoami(nexar::Communicator& c) {
+  // Handlers run on the communicator's own RPC thread.
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  std::string me = "rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " on " + host +
+                   ", pid " + std::to_string(::getpid());
+  c.register_rpc(kWhoami, [me](int /*caller*/, std::span<const std::byte>) { return to_bytes(me); });
+}
+
+// One rank per process, as a launcher started us.
+int run_launched() {
+  nexar::Communicator c = nexar::join_from_env();
+  try {
+    answer_whoami(c);
+    c.barrier();  // every handler is registered before rank 0 calls them
+    run_rank(c, [&] { c.barrier(); });
+    c.barrier();  // nobody closes while rank 0 still reads its reports
+    c.close();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", c.rank(), e.what());
+    c.close();  // make the others' operations with us fail fast
+    return 1;
+  }
+}
+
+// kRanks threads of this process.
+int run_threads() {
+  std::vector<nexar::Communicator> comms = nexar::bootstrap_local(kRanks);
+  for (auto& c : comms) answer_whoami(c);
+  std::barrier<> start_line(kRanks);
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (auto& c : comms)
+    threads.emplace_back([&, c]() mutable {
+      try {
+        run_rank(c, [&] { start_line.arrive_and_wait(); });
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", c.rank(), e.what());
+        failed = 1;
+        start_line.arrive_and_drop();  // do not leave the others waiting at the start line
+        c.close();                       // and make their operations with us fail fast
+      }
+    });
+  for (auto& t : threads) t.join();
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main() {
   try {
-    std::vector<nexar::Communicator> comms = nexar::bootstrap_local(kRanks);
-
-    // Every rank answers "whoami". Handlers run on the communicator's own RPC thread.
-    char host[256] = "?";
-    ::gethostname(host, sizeof host - 1);
-    for (auto& c : comms) {
-      std::string me = "rank " + std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " on " + host +
-                       ", pid " + std::to_string(::getpid());
-      c.register_rpc(kWhoami, [me](int /*caller*/, std::span<const std::byte>) { return to_bytes(me); });
-    }
-
-    std::barrier<> start_line(kRanks);
-    std::atomic<int> failed{0};
-    std::vector<std::thread> threads;
-    for (auto& c : comms)
-      threads.emplace_back([&, c]() mutable {
-        try {
-          run_rank(c, start_line);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "rank %d: %s\n", c.rank(), e.what());
-          failed = 1;
-          start_line.arrive_and_drop();  // do not leave the others waiting at the start line
-          c.close();                       // and make their operations with us fail fast
-        }
-      });
-    for (auto& t : threads) t.join();
-    return failed ? 1 : 0;
+    return nexar::launched_from_env() ? run_launched() : run_threads();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hello_cluster: %s\n", e.what());
     return 1;

@@ -122,4 +122,9 @@ Communicator join(const JoinOptions& options, const Config& config = Config::fro
 /// inconsistent, and whatever join() throws.
 Communicator join_from_env(const Config& config = Config::from_env());
 
+/// True when the environment describes one rank of a launched cluster: a rank variable of
+/// any convention above, or NEXAR_SEED_ADDR. Programs use it to choose between
+/// join_from_env() and running all ranks in one process.
+bool launched_from_env();
+
 }  // namespace nexar

@@ -359,6 +359,8 @@ Communicator join(const JoinOptions& o, const Config& config) {
   return cluster::start_member(std::move(no), config);
 }
 
+bool launched_from_env() { return cluster::launched(cluster::process_env()); }
+
 Communicator join_from_env(const Config& config) {
   const cluster::LaunchEnv env = cluster::resolve_launch_env();
   JoinOptions o;
