@@ -34,7 +34,7 @@ for stage in $stages; do
       ;;
     asan)
       cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEXAR_SANITIZE=ON \
-        -DNEXAR_BUILD_TOOLS=OFF -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
+        -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_ctest build-asan asan

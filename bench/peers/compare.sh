@@ -2,6 +2,8 @@
 # Runs one collective on Open MPI (TCP), Open MPI (shared memory), Gloo (TCP) and — when
 # build/bin/nexar-bench supports the collective — nexar, with the same sizes and iteration
 # counts for everyone, and prints busbw side by side plus the 8 B all_reduce latency.
+# nexar runs twice: "nexar" is one rank per process (nexar-run -n N nexar-bench, like the
+# peers), "nexar-thr" is N ranks as threads of one process (nexar-bench --ranks N).
 #
 #   bench/peers/compare.sh [-np "2 4"] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1]
 #                          [-d float] [-o sum] [--coll all_reduce] [--gloo-algo ring]
@@ -28,6 +30,7 @@ coll=all_reduce
 gloo_algo=ring
 bindir=""
 nexar="$repo/build/bin/nexar-bench"
+nexar_run=""
 outdir=""
 run_timeout=900
 
@@ -99,7 +102,11 @@ fi
 impls=()
 [ -x "$bindir/mpi_bench" ] && impls+=(ompi-tcp ompi-shm)
 [ -x "$bindir/gloo_bench" ] && impls+=(gloo)
-[ "$have_nexar" = 1 ] && impls+=(nexar)
+if [ "$have_nexar" = 1 ]; then
+  nexar_run="$(dirname "$nexar")/nexar-run"
+  [ -x "$nexar_run" ] && impls+=(nexar)
+  impls+=(nexar-thr)
+fi
 
 # run IMPL NP COLL LOG ARGS... -> nccl-tests-style output in LOG; returns the exit status.
 run_one() {
@@ -113,7 +120,8 @@ run_one() {
       local algo=()
       [ "$c" = all_reduce ] && algo=(--algo "$gloo_algo")
       cmd=("$bindir/gloo_bench" --launch "$np" "${algo[@]}" "$c" "$@") ;;
-    nexar) cmd=("$nexar" "$c" --ranks "$np" "$@") ;;
+    nexar) cmd=("$nexar_run" -n "$np" --no-prefix "$nexar" "$c" "$@") ;;
+    nexar-thr) cmd=("$nexar" "$c" --ranks "$np" "$@") ;;
   esac
   echo "\$ ${cmd[*]}" >"$log"
   timeout -k 10 "$run_timeout" "${cmd[@]}" >>"$log" 2>&1 </dev/null

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# netns_allreduce.sh — nexar all_reduce across 4 "hosts" joined by shaped links.
+#
+#   bench/netns_allreduce.sh [BUILD_DIR]        (default: build)
+#
+# Builds (tests/netns_lib.sh) a switch namespace with a bridge and 5 host namespaces: host 0
+# runs nexar-seed, hosts 1..4 one rank each of
+#     nexar-bench all_reduce -b 1M -e 64M -f 2 -n 5 -w 1 -c 1
+# (NEXAR_RANK = host - 1, NEXAR_WORLD_SIZE = 4, the seed's variables). Every link is shaped in
+# both directions with tbf at RATE (bucket max(128 KiB, 1 ms at RATE), latency 10ms) and
+# every veth receive queue has rps_cpus set. It runs once per entry of PAYLOADS
+# ("default" leaves NEXAR_UDP_PAYLOAD_BYTES unset, which means 1452 off loopback; a number
+# sets it), and, with MPI=1 (default) when Open MPI and build/bin/mpi_bench are there, runs
+# Open MPI's all_reduce (TCP BTL) over the same namespaces and links as a TCP baseline.
+# Prints rank 0's nccl-tests table of each run and a summary table: size, busbw (GB/s),
+# link rate (GB/s), busbw / link rate.
+#
+# The Open MPI run: mpirun in host 0 starts its daemons in hosts 1..4 through an rsh agent
+# that enters the namespace of the host's address; MPI_ARGS (default: yield when idle, since
+# 4 spinning ranks on 2 cores starve each other, and the ring all_reduce, which Open MPI's
+# default rules do not pick here) are added to its command line.
+#
+# Environment: RATE (default 1gbit), MTU (default 9000, so that 8952-byte payloads fit),
+# PAYLOADS (default "default 8952"; empty for none), MPI (1 or 0), MPI_ARGS, BENCH_ARGS (default
+# "-b 1M -e 64M -f 2 -n 5 -w 1 -c 1"), TIMEOUT (seconds per run, default 600), PORT (seed
+# port, default 29400), NETNS_SUBNET4 (default 10.77.0), OUT (directory for the raw logs,
+# default a new /tmp directory, kept).
+#
+# Needs root and network namespaces; exits 77 when they are missing.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+bin="$build/bin"
+
+rate=${RATE:-1gbit}
+payloads=${PAYLOADS-default 8952}
+want_mpi=${MPI:-1}
+read -r -a mpi_args <<<"${MPI_ARGS-"--mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4"}"
+read -r -a bench_args <<<"${BENCH_ARGS:--b 1M -e 64M -f 2 -n 5 -w 1 -c 1}"
+limit=${TIMEOUT:-600}
+port=${PORT:-29400}
+workers=4
+export NETNS_MTU=${MTU:-9000}
+export NETNS_IPV6=0
+
+# shellcheck source=tests/netns_lib.sh
+source "$repo/tests/netns_lib.sh"
+
+if ! why=$(netns_check); then
+  echo "netns_allreduce: skipped: needs root and ip netns ($why)"
+  exit 77
+fi
+rate_bits=$(netns_rate_bits "$rate") || exit 2
+link_gbs=$(awk -v b="$rate_bits" 'BEGIN { printf "%.4g", b / 8 / 1e9 }')
+for exe in nexar-seed nexar-bench; do
+  [ -x "$bin/$exe" ] || { echo "netns_allreduce: $bin/$exe not found (build it first)"; exit 2; }
+done
+
+out=${OUT:-$(mktemp -d /tmp/nexar-netns-allreduce.XXXXXX)}
+mkdir -p "$out"
+tmp=$(mktemp -d /tmp/nexar-netns-bench.XXXXXX)
+bg_pids=()
+# shellcheck disable=SC2317  # reached through the trap
+cleanup() {
+  local p
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  netns_cleanup
+  for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "netns_allreduce: interrupted" >&2; exit 130' INT
+trap 'echo "netns_allreduce: terminated" >&2; exit 143' TERM
+
+netns_cleanup_stale
+netns_setup $((workers + 1)) "$rate" || { echo "netns_allreduce: could not build the namespaces"; exit 1; }
+echo "# netns_allreduce: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
+  "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs; logs in $out"
+# shellcheck disable=SC2119  # the default port
+netns_probe || { echo "netns_allreduce: the namespaces cannot reach each other"; exit 1; }
+
+# run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log.
+run_nexar() {
+  local label=$1 envf="$tmp/$1.env" seed t i rc status=0 vars=() pids=()
+  shift
+  rm -f "$envf"
+  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" \
+    --listen "${NETNS_ADDR4[0]}:$port" -n "$workers" --env-file "$envf" \
+    --formation-timeout-ms 60000 >"$out/$label.seed.log" 2>&1 &
+  seed=$!
+  bg_pids+=("$seed")
+  for ((t = 0; t < 100; t++)); do
+    grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" && break
+    kill -0 "$seed" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
+    echo "# $label: nexar-seed wrote no env file; see $out/$label.seed.log" >&2
+    return 1
+  fi
+  sleep 0.1
+  mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
+  echo "\$ nexar-bench all_reduce ${bench_args[*]}  (1 rank per host; $*)" >"$out/$label.log"
+  for ((i = 1; i <= workers; i++)); do
+    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" NEXAR_RANK=$((i - 1)) NEXAR_WORLD_SIZE="$workers" \
+      timeout -k 5 "$limit" "$bin/nexar-bench" all_reduce "${bench_args[@]}" \
+      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
+    pids[i]=$!
+    bg_pids+=("${pids[i]}")
+  done
+  for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i]}"
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "# $label: rank $((i - 1)) exited $rc" >&2
+      status=1
+    fi
+  done
+  wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
+  return $status
+}
+
+# run_mpi LABEL: Open MPI's all_reduce over the same hosts. mpirun runs in host 0 and starts
+# its daemons in hosts 1..4 through an rsh agent that enters the namespace of the address.
+run_mpi() {
+  local label=$1 agent="$tmp/rsh-agent" hostfile="$tmp/hosts" i
+  # shellcheck disable=SC2016  # the agent's own variables
+  {
+    echo '#!/bin/sh'
+    echo '# rsh agent for mpirun: [options] HOST COMMAND... -> COMMAND inside HOST'"'"'s namespace'
+    echo 'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done'
+    echo 'host=$1; shift'
+    echo 'case "$host" in'
+    for ((i = 1; i <= workers; i++)); do echo "  ${NETNS_ADDR4[i]}) ns=${NETNS_HOST[i]} ;;"; done
+    echo '  *) echo "rsh-agent: unknown host $host" >&2; exit 1 ;;'
+    echo 'esac'
+    echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+  } >"$agent"
+  chmod +x "$agent"
+  : >"$hostfile"
+  for ((i = 1; i <= workers; i++)); do echo "${NETNS_ADDR4[i]} slots=1" >>"$hostfile"; done
+  # shellcheck disable=SC2054  # the commas are part of MCA values
+  local cmd=(mpirun --allow-run-as-root --bind-to none -np "$workers" --hostfile "$hostfile"
+    --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
+    --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include "$NETNS_DEV"
+    --mca oob_tcp_if_include "$NETNS_DEV" --mca orte_keep_fqdn_hostnames 1 "${mpi_args[@]}"
+    "$mpi_bin" all_reduce "${bench_args[@]}")
+  echo "\$ ${cmd[*]}" >"$out/$label.log"
+  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "${cmd[@]}" >>"$out/$label.log" 2>&1 </dev/null &
+  local p=$!
+  bg_pids+=("$p")
+  wait "$p"
+}
+
+# Data rows of an nccl-tests table as "size busbw wrong", busbw recomputed from the time
+# column (us) with more digits than the table's 2 decimals: size / time x 2(n-1)/n.
+rows() {
+  awk -v n="$workers" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 + 0 > 0 {
+      printf "%s %.4f %s\n", $1, $1 / ($6 * 1e3) * 2 * (n - 1) / n, $9 }' "$1" 2>/dev/null
+}
+
+labels=()
+status=0
+for p in $payloads; do
+  if [ "$p" = default ]; then
+    label="nexar-default"
+    run_nexar "$label" || status=1
+  else
+    label="nexar-udp$p"
+    run_nexar "$label" NEXAR_UDP_PAYLOAD_BYTES="$p" || status=1
+  fi
+  labels+=("$label")
+  echo
+  echo "## $label (rank 0's output)"
+  sed -n '2,$p' "$out/$label.log"
+done
+
+mpi_bin=""
+for d in "$bin" "$repo/build/bin" "$repo/build-peers/bin"; do
+  [ -x "$d/mpi_bench" ] && { mpi_bin="$d/mpi_bench"; break; }
+done
+if [ "$want_mpi" = 1 ] && [ -n "$mpi_bin" ] && command -v mpirun >/dev/null 2>&1; then
+  label="ompi-tcp"
+  if run_mpi "$label"; then
+    labels+=("$label")
+    echo
+    echo "## $label (Open MPI $(mpirun --version 2>/dev/null | head -n 1 | awk '{print $NF}'), TCP BTL, ${mpi_args[*]})"
+    sed -n '2,$p' "$out/$label.log"
+  else
+    echo "# Open MPI baseline failed (see $out/$label.log); left out" >&2
+  fi
+elif [ "$want_mpi" = 1 ]; then
+  echo "# Open MPI baseline skipped: mpirun or mpi_bench missing" >&2
+fi
+
+# Summary: one busbw column and one busbw/link column per run.
+echo
+echo "## all_reduce busbw over $workers hosts, links $rate ($link_gbs GB/s) each way"
+declare -A bw=() wrong=()
+sizes=()
+for label in "${labels[@]}"; do
+  while read -r size b w; do
+    bw["$label,$size"]=$b
+    wrong["$label,$size"]=$w
+    case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
+  done < <(rows "$out/$label.log")
+done
+hdr=$(printf "%12s  %9s" "size(B)" "link GB/s")
+for label in "${labels[@]}"; do hdr+=$(printf "  %15s  %6s" "$label GB/s" "/link"); done
+echo "$hdr"
+for size in "${sizes[@]}"; do
+  line=$(printf "%12s  %9s" "$size" "$link_gbs")
+  for label in "${labels[@]}"; do
+    b=${bw["$label,$size"]:--}
+    w=${wrong["$label,$size"]:-}
+    ratio=$(awk -v b="$b" -v l="$link_gbs" 'BEGIN { if (b == "-" || b == "") print "-"; else printf "%.3f", b / l }')
+    [ "$b" = - ] || b=$(awk -v b="$b" 'BEGIN { printf "%.3f", b }')
+    if [ -n "$w" ] && [ "$w" != 0 ] && [ "$w" != N/A ]; then b="$b!"; status=1; fi
+    line+=$(printf "  %15s  %6s" "$b" "$ratio")
+  done
+  echo "$line"
+done
+echo "# busbw = algbw x 2(n-1)/n (nccl-tests); '!' marks #wrong > 0. Raw logs: $out"
+exit $status

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# multiprocess_test.sh — a nexar cluster of separate processes on 127.0.0.1.
+#
+#   tests/multiprocess_test.sh [BUILD_DIR]    (default: build)
+#
+#  (a) nexar-run -n 4 nexar-cluster-check --quick: the launcher starts the seed and 4 ranks.
+#  (b) nexar-seed --listen 127.0.0.1:0 -n 4 --env-file F in the background, then 4
+#      nexar-cluster-check --quick started by hand with the variables of F and
+#      NEXAR_WORLD_SIZE=4 but no NEXAR_RANK: the seed assigns the ranks.
+# Every process runs under `timeout` (MP_TIMEOUT seconds, default 120) and everything still
+# running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+bin="$build/bin"
+limit=${MP_TIMEOUT:-120}
+ranks=4
+
+for exe in nexar-run nexar-seed nexar-cluster-check; do
+  if [ ! -x "$bin/$exe" ]; then
+    echo "multiprocess test: FAIL: $bin/$exe not found (build it first)"
+    exit 1
+  fi
+done
+
+tmp=$(mktemp -d /tmp/nexar-mp-test.XXXXXX)
+pids=()  # every background process this script started (each a `timeout`)
+# shellcheck disable=SC2317  # reached through the trap
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done  # timeout passes TERM on
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "multiprocess test: interrupted" >&2; exit 130' INT
+trap 'echo "multiprocess test: terminated" >&2; exit 143' TERM
+
+# Do not let the caller's environment pick a seed, rank or launcher for us.
+unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
+  NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME \
+  RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
+  PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST
+
+status=0
+show_log() { sed 's/^/     /' "$1" | tail -n "${2:-30}"; }
+why() { [ "$1" = 124 ] || [ "$1" = 137 ] && echo " (timed out after $limit s)"; }
+
+# ---- (a) nexar-run ------------------------------------------------------------------------
+part_a() {
+  local log="$tmp/a.log" p rc
+  echo "== (a) nexar-run -n $ranks nexar-cluster-check --quick"
+  timeout -k 5 "$limit" "$bin/nexar-run" -n "$ranks" "$bin/nexar-cluster-check" --quick >"$log" 2>&1 &
+  p=$!
+  pids+=("$p")
+  wait "$p"
+  rc=$?
+  grep -E '(^|\] )rank [0-9]+(/[0-9]+)?:' "$log" | sed 's/^/   /'
+  local passed
+  passed=$(grep -cE '(^|\] )rank [0-9]+/[0-9]+: [0-9]+ checks passed' "$log")
+  if [ "$rc" = 0 ] && [ "$passed" = "$ranks" ]; then
+    echo "(a) PASS"
+    return 0
+  fi
+  echo "   nexar-run exited $rc$(why "$rc"); $passed of $ranks ranks reported success; output:"
+  show_log "$log" 40
+  echo "(a) FAIL"
+  return 1
+}
+
+# ---- (b) nexar-seed + hand-started workers ---------------------------------------------------
+part_b() {
+  local envf="$tmp/seed.env" seed_log="$tmp/seed.log" seed t i rc seed_rc ok=0 vars=() wp=()
+  echo "== (b) nexar-seed --listen 127.0.0.1:0 -n $ranks --env-file F; $ranks x nexar-cluster-check --quick (no NEXAR_RANK)"
+  timeout -k 5 "$limit" "$bin/nexar-seed" --listen 127.0.0.1:0 -n "$ranks" --env-file "$envf" \
+    --formation-timeout-ms $((limit * 1000 / 2)) >"$seed_log" 2>&1 &
+  seed=$!
+  pids+=("$seed")
+  for ((t = 0; t < 100; t++)); do
+    if grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf"; then
+      break
+    fi
+    kill -0 "$seed" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
+    echo "   nexar-seed wrote no env file within 10 s; its output:"
+    show_log "$seed_log"
+    echo "(b) FAIL"
+    return 1
+  fi
+  sleep 0.1  # the file may still be being written
+  mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
+  echo "   seed env: $(printf '%s ' "${vars[@]}" | sed 's/NEXAR_CLUSTER_TOKEN=[^ ]*/NEXAR_CLUSTER_TOKEN=.../')"
+  for ((i = 0; i < ranks; i++)); do
+    env "${vars[@]}" NEXAR_WORLD_SIZE="$ranks" \
+      timeout -k 5 "$limit" "$bin/nexar-cluster-check" --quick >"$tmp/b.w$i.log" 2>&1 &
+    wp[i]=$!
+    pids+=("${wp[i]}")
+  done
+  for ((i = 0; i < ranks; i++)); do
+    wait "${wp[i]}"
+    rc=$?
+    if [ "$rc" = 0 ]; then
+      echo "   worker $i: $(grep -E '^rank [0-9]+/[0-9]+:' "$tmp/b.w$i.log" | tail -n 1)"
+    else
+      echo "   worker $i: exit $rc$(why "$rc"); output:"
+      show_log "$tmp/b.w$i.log"
+      ok=1
+    fi
+  done
+  # The seed assigned ranks: each of 0..ranks-1 exactly once.
+  local got
+  got=$(cat "$tmp"/b.w*.log | sed -nE 's/^rank ([0-9]+)\/[0-9]+:.*/\1/p' | sort -n | tr '\n' ' ')
+  if [ "$ok" = 0 ] && [ "$got" != "$(seq -s ' ' 0 $((ranks - 1))) " ]; then
+    echo "   ranks reported: $got; expected each of 0..$((ranks - 1)) once"
+    ok=1
+  fi
+  wait "$seed"
+  seed_rc=$?
+  if [ "$seed_rc" != 0 ]; then
+    echo "   nexar-seed exited $seed_rc$(why "$seed_rc"); output:"
+    show_log "$seed_log"
+    ok=1
+  fi
+  if [ "$ok" = 0 ]; then echo "(b) PASS"; else echo "(b) FAIL"; fi
+  return $ok
+}
+
+part_a || status=1
+part_b || status=1
+if [ "$status" = 0 ]; then echo "multiprocess test: PASS"; else echo "multiprocess test: FAIL"; fi
+exit $status

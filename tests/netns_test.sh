@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# netns_test.sh — a nexar cluster across "hosts" made of network namespaces.
+#
+#   tests/netns_test.sh [BUILD_DIR]      (default: build; needs BUILD_DIR/bin/nexar-seed and
+#                                         BUILD_DIR/bin/nexar-cluster-check)
+#
+# Builds (tests/netns_lib.sh) a switch namespace with a bridge and 5 host namespaces on one
+# subnet: host 0 runs nexar-seed, hosts 1..4 one nexar-cluster-check --allreduce-only each,
+# with the seed's environment file and NEXAR_WORLD_SIZE=4 but no NEXAR_RANK (the seed assigns
+# the ranks). Every link's receive queues have rps_cpus set. Before nexar runs, a UDP echo
+# between every pair of hosts checks the plumbing. Then the same over IPv6.
+#
+# Exit status: 0 pass, 1 fail, 77 skipped (not root, or no network namespaces here).
+# Everything it creates (namespaces, veths, the bridge, temporary files, processes) is
+# removed on exit, on failure and on Ctrl-C, and leftovers of an interrupted earlier run
+# with the same names are removed first.
+#
+# Environment: NETNS_SUBNET4 (default 10.77.0), NETNS_SUBNET6 (default fd77::), NETNS_IPV6=0
+# to skip the IPv6 part, NETNS_CHECK_ARGS (default --allreduce-only), NETNS_TIMEOUT (seconds
+# per process, default 120), NETNS_PORT (seed port, default 29400).
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+bin="$build/bin"
+
+# shellcheck source=tests/netns_lib.sh
+source "$here/netns_lib.sh"
+
+workers=4
+port=${NETNS_PORT:-29400}
+limit=${NETNS_TIMEOUT:-120}
+read -r -a check_args <<<"${NETNS_CHECK_ARGS:---allreduce-only}"
+
+if ! why=$(netns_check); then
+  echo "netns test skipped: needs root and ip netns ($why)"
+  exit 77
+fi
+for exe in nexar-seed nexar-cluster-check; do
+  if [ ! -x "$bin/$exe" ]; then
+    echo "netns test: FAIL: $bin/$exe not found (build it first)"
+    exit 1
+  fi
+done
+
+# Do not let the caller's environment pick a seed, rank or launcher for the workers.
+unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
+  NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME \
+  RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
+  PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST
+
+tmp=$(mktemp -d /tmp/nexar-netns-test.XXXXXX)
+bg_pids=()
+# shellcheck disable=SC2317  # reached through the trap
+cleanup() {
+  local p
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  netns_cleanup
+  for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'echo "netns test: interrupted" >&2; exit 130' INT
+trap 'echo "netns test: terminated" >&2; exit 143' TERM
+
+netns_cleanup_stale
+if ! netns_setup $((workers + 1)); then
+  echo "netns test: FAIL: could not build the namespaces"
+  exit 1
+fi
+echo "netns test: switch $NETNS_SWITCH (bridge $NETNS_BRIDGE), hosts ${NETNS_HOST[*]}"
+echo "netns test: addresses ${NETNS_ADDR4[*]}$([ "$NETNS_IPV6" = 1 ] && echo " ${NETNS_ADDR6[*]}")"
+# shellcheck disable=SC2119  # the default port
+if ! netns_probe; then
+  echo "netns test: FAIL: the namespaces cannot reach each other over UDP"
+  exit 1
+fi
+echo "netns test: UDP echo between every pair of hosts: ok"
+
+# Lines NEXAR_X=value of an env file, one per array element.
+read_env() { grep -E '^NEXAR_[A-Z0-9_]+=' "$1"; }
+
+# run_part NAME SEED_LISTEN 4|6: the seed in host 0, the workers in hosts 1..4.
+run_part() {
+  local name=$1 listen=$2 fam=$3 envf="$tmp/$1.env" i t seed_pid rc seed_rc status=0
+  local pids=() vars=()
+  rm -f "$envf"
+  echo "== $name: nexar-seed --listen $listen -n $workers in ${NETNS_HOST[0]}; nexar-cluster-check ${check_args[*]} in ${NETNS_HOST[*]:1}"
+  # Started with ip netns exec directly (not through a function) so that $! is the process
+  # itself (ip execs timeout), which a kill reaches.
+  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" --listen "$listen" -n "$workers" \
+    --env-file "$envf" --formation-timeout-ms $((limit * 1000 / 2)) >"$tmp/$name.seed.log" 2>&1 &
+  seed_pid=$!
+  bg_pids+=("$seed_pid")
+  for ((t = 0; t < 100; t++)); do
+    if [ -s "$envf" ] && grep -q '^NEXAR_SEED_ADDR=' "$envf" && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf"; then
+      break
+    fi
+    kill -0 "$seed_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
+    echo "$name: FAIL: nexar-seed wrote no env file within 10 s; its output:"
+    sed 's/^/  seed: /' "$tmp/$name.seed.log"
+    kill "$seed_pid" 2>/dev/null
+    wait "$seed_pid" 2>/dev/null
+    return 1
+  fi
+  sleep 0.1  # the file may still be being written
+  mapfile -t vars < <(read_env "$envf")
+  echo "   seed env: $(read_env "$envf" | sed 's/^\(NEXAR_CLUSTER_TOKEN=\).*/\1.../' | tr '\n' ' ')"
+  for ((i = 1; i <= workers; i++)); do
+    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" NEXAR_WORLD_SIZE="$workers" \
+      timeout -k 5 "$limit" "$bin/nexar-cluster-check" "${check_args[@]}" >"$tmp/$name.w$i.log" 2>&1 &
+    pids[i]=$!
+    bg_pids+=("${pids[i]}")
+  done
+  for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i]}"
+    rc=$?
+    local summary
+    summary=$(grep -E '^rank [0-9]+/[0-9]+:' "$tmp/$name.w$i.log" | tail -n 1)
+    local addr=${NETNS_ADDR4[i]}
+    [ "$fam" = 6 ] && addr=${NETNS_ADDR6[i]}
+    if [ "$rc" = 0 ]; then
+      echo "   host $i ($addr): ${summary:-exit 0}"
+    else
+      echo "   host $i ($addr): exit $rc$([ "$rc" = 124 ] && echo " (timed out after $limit s)"); output:"
+      sed 's/^/     /' "$tmp/$name.w$i.log" | tail -n 30
+      status=1
+    fi
+  done
+  # The seed assigned the ranks: each of 0..workers-1 exactly once.
+  local got
+  got=$(cat "$tmp/$name".w*.log | sed -nE 's/^rank ([0-9]+)\/[0-9]+:.*/\1/p' | sort -n | tr '\n' ' ')
+  if [ "$status" = 0 ] && [ "$got" != "$(seq -s ' ' 0 $((workers - 1))) " ]; then
+    echo "   ranks reported: $got; expected each of 0..$((workers - 1)) once"
+    status=1
+  fi
+  wait "$seed_pid"
+  seed_rc=$?
+  if [ "$seed_rc" != 0 ]; then
+    echo "   nexar-seed: exit $seed_rc; output:"
+    sed 's/^/     /' "$tmp/$name.seed.log" | tail -n 30
+    status=1
+  fi
+  if [ "$status" = 0 ]; then echo "$name: PASS"; else echo "$name: FAIL"; fi
+  return $status
+}
+
+status=0
+run_part ipv4 "${NETNS_ADDR4[0]}:$port" 4 || status=1
+if [ "$NETNS_IPV6" = 1 ]; then
+  run_part ipv6 "[${NETNS_ADDR6[0]}]:$port" 6 || status=1
+fi
+if [ "$status" = 0 ]; then echo "netns test: PASS"; else echo "netns test: FAIL"; fi
+exit $status

@@ -1,0 +1,111 @@
+// nexar-run's process side: starts the ranks, forwards their output line by line, forwards
+// signals to them, and reaps them, terminating the rest when one fails.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nexar_run {
+
+struct LauncherOptions {
+  /// Put "[<rank>] " in front of every forwarded line.
+  bool prefix = true;
+  /// After the first failure, how long the other ranks get to finish on their own before
+  /// SIGTERM; SIGKILL follows `kill_after` later.
+  std::chrono::milliseconds grace{3000};
+  std::chrono::milliseconds kill_after{5000};
+};
+
+class Launcher {
+ public:
+  /// Blocks SIGINT, SIGTERM, SIGHUP (unless it is ignored, as under nohup) and SIGCHLD in
+  /// the calling thread (call it from main before any thread starts, so every thread
+  /// inherits the mask and only the launcher's signalfd sees them) and ignores SIGPIPE.
+  /// Returns the previous mask, for the children.
+  static sigset_t block_signals();
+
+  /// `child_mask`: the signal mask the children start with (block_signals()' result).
+  Launcher(LauncherOptions options, const sigset_t& child_mask);
+  /// Kills (SIGKILL, whole process group) and reaps every child still running.
+  ~Launcher();
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  /// Starts `argv` (argv[0] searched in PATH) with exactly `env` as its environment, in its
+  /// own process group, stdout and stderr piped to the launcher. Throws std::runtime_error
+  /// when the process cannot be created; a program that cannot be executed is a child that
+  /// exits 127 after writing why to its stderr.
+  void spawn(int rank, const std::vector<std::string>& argv, const std::vector<std::string>& env);
+
+  /// From any thread: a failure outside the children (the embedded seed); `message` is
+  /// printed as "nexar-run: <message>", and it counts as a failure with status 1.
+  void report_failure(const std::string& message);
+
+  /// Runs until every child has exited; returns the exit status nexar-run should end with:
+  /// 0 when every rank succeeded, else the first failure's status (128+signal for a rank
+  /// killed by a signal, 1 for a reported failure), else 128+signal if the launcher itself
+  /// was interrupted.
+  int run();
+
+  /// Failures reported after run() returned, printed now; whether there were any.
+  bool flush_reports();
+
+ private:
+  struct Stream {
+    int fd = -1;
+    int out = 1;  // where its lines go: 1 or 2
+    std::string pending;  // bytes after the last newline
+  };
+  struct Child {
+    int rank = 0;
+    pid_t pid = -1;
+    bool running = true;
+    Stream out;
+    Stream err;
+  };
+
+  using Clock = std::chrono::steady_clock;
+
+  void reap();
+  void on_exit(Child& child, int status);
+  void fail(int status);
+  void handle_signals();
+  void handle_reports();
+  bool read_stream(const Child& child, Stream& s);  // false at EOF or error
+  void emit(const Child& child, Stream& s, bool flush_partial);
+  void close_stream(const Child& child, Stream& s);
+  void signal_all(int sig);
+  int running_count() const;
+  void write_out(int fd, const std::string& data);
+  void say(const std::string& line);  // "nexar-run: <line>\n" to stderr
+
+  LauncherOptions options_;
+  sigset_t child_mask_;
+  int signal_fd_ = -1;
+  int event_fd_ = -1;
+  int null_fd_ = -1;
+  std::vector<Child> children_;
+
+  std::mutex reports_mu_;
+  std::vector<std::string> reports_;
+
+  int first_failure_ = 0;    // exit status of the first failure, 0 while none
+  bool failed_ = false;
+  int interrupted_by_ = 0;   // first terminating signal the launcher received
+  int sigint_count_ = 0;
+  std::optional<Clock::time_point> term_at_;  // when the survivors get SIGTERM
+  std::optional<Clock::time_point> kill_at_;  // when they get SIGKILL
+  bool stdout_broken_ = false;
+  bool stderr_broken_ = false;
+};
+
+/// "SIGTERM", or "signal 42" for one without a name.
+std::string signal_name(int sig);
+
+}  // namespace nexar_run

@@ -1,0 +1,285 @@
+// nexar-run: starts N ranks of a nexar program on this host.
+//
+//   nexar-run -n 4 -- ./my_program args...
+//   nexar-run -n 8 --seed node0:29400 --token-file ~/.nexar/token -- ./my_program
+//
+// Without --seed it runs a seed inside the launcher (on 127.0.0.1) and hands every rank
+// NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_SEED_FINGERPRINT, NEXAR_RANK, NEXAR_WORLD_SIZE,
+// NEXAR_LOCAL_RANK and NEXAR_LOCAL_WORLD_SIZE, which nexar::join_from_env() picks up. With
+// --seed the ranks join that seed instead (started by nexar-seed, possibly for several
+// hosts each running nexar-run), which assigns their ranks.
+//
+// Output of every rank is forwarded line by line with a "[rank] " prefix; SIGINT, SIGTERM
+// and SIGHUP are forwarded to the ranks; when one rank fails the others get
+// NEXAR_RUN_GRACE_MS (3000) to finish, then SIGTERM, then 5 s later SIGKILL.
+#include <nexar/cluster.hpp>
+#include <nexar/config.hpp>
+#include <nexar/error.hpp>
+
+#include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "launcher.hpp"
+
+extern char** environ;
+
+namespace {
+
+// A problem with the command line or its inputs: exit 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  int nprocs = 0;
+  std::string seed;  // external seed, empty: embedded
+  std::string token_file;
+  bool no_prefix = false;
+  std::int64_t timeout_ms = 120000;
+  std::vector<std::string> command;
+  std::chrono::milliseconds grace{3000};
+};
+
+std::string read_token_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw UsageError("cannot read token file " + path + ": " +
+                     std::error_code(errno, std::generic_category()).message());
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string token = s.str();
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
+                            token.back() == '\t'))
+    token.pop_back();
+  if (token.empty()) throw UsageError("token file " + path + " is empty");
+  return token;
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// Parses the command line; returns the exit status when nexar-run should stop right away.
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  CLI::App app{
+      "nexar-run: starts the ranks of a nexar program on this host.\n"
+      "usage: nexar-run -n N [options] [--] program [args...]"};
+  app.add_option("-n,--nprocs", o.nprocs, "number of ranks to start here")->required();
+  app.add_option("--seed", o.seed,
+                 "HOST:PORT of an external seed (nexar-seed) to join instead of running one in "
+                 "the launcher; it assigns the ranks");
+  app.add_option("--token-file", o.token_file,
+                 "file holding the cluster token (else NEXAR_CLUSTER_TOKEN; the embedded seed "
+                 "generates one when neither is given)");
+  app.add_flag("--no-prefix", o.no_prefix, "forward output lines without the \"[rank] \" prefix");
+  app.add_option("--timeout-ms", o.timeout_ms,
+                 "formation timeout of the embedded seed: how long the ranks get to join")
+      ->capture_default_str();
+  app.footer(
+      "Each rank gets NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_LOCAL_RANK and "
+      "NEXAR_LOCAL_WORLD_SIZE; with the embedded seed also NEXAR_SEED_FINGERPRINT, NEXAR_RANK "
+      "and NEXAR_WORLD_SIZE.\n"
+      "After a rank fails the others get NEXAR_RUN_GRACE_MS (default 3000) to finish, then "
+      "SIGTERM, then SIGKILL 5 s later.\n"
+      "Exit status: 0 when every rank succeeded, else the first failure's status (128+signal "
+      "for a rank killed by a signal), 1 for a launcher or seed failure, 2 for bad usage, 127 "
+      "for a program that cannot be executed.");
+  // Everything from the program name on belongs to the program.
+  app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  o.command = app.remaining();
+  const bool dashdash = !o.command.empty() && o.command.front() == "--";
+  if (dashdash) o.command.erase(o.command.begin());
+  if (o.nprocs < 1) throw UsageError("-n must be at least 1, not " + std::to_string(o.nprocs));
+  if (o.command.empty()) throw UsageError("no program given");
+  if (!dashdash && o.command.front().size() > 1 && o.command.front().front() == '-')
+    throw UsageError("unknown option " + o.command.front() +
+                     " (put the program after -- if its name starts with '-')");
+  if (o.timeout_ms < 1) throw UsageError("--timeout-ms must be positive");
+  if (*app.get_option("--seed") && o.seed.empty()) throw UsageError("--seed is empty");
+
+  if (const std::string g = env_or_empty("NEXAR_RUN_GRACE_MS"); !g.empty()) {
+    std::size_t used = 0;
+    long long ms = -1;
+    try {
+      ms = std::stoll(g, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != g.size() || ms < 0)
+      throw UsageError("NEXAR_RUN_GRACE_MS must be a number of milliseconds, not '" + g + "'");
+    o.grace = std::chrono::milliseconds(ms);
+  }
+  return std::nullopt;
+}
+
+// The parent's environment without the variables nexar-run sets or that would contradict
+// them, plus `extra`.
+std::vector<std::string> child_environment(const std::vector<std::string>& drop,
+                                           const std::vector<std::string>& extra) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool dropped = false;
+    for (const auto& d : drop) dropped = dropped || name == d;
+    if (!dropped) env.push_back(entry);
+  }
+  env.insert(env.end(), extra.begin(), extra.end());
+  return env;
+}
+
+// Waits for the embedded seed on its own thread and reports a formation failure to the
+// launcher, which then terminates the ranks.
+class SeedWatch {
+ public:
+  SeedWatch(nexar::Seed& seed, nexar_run::Launcher& launcher)
+      : seed_(seed), launcher_(launcher), thread_([this] { run(); }) {}
+  ~SeedWatch() {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    seed_.stop();
+    thread_.join();
+  }
+  SeedWatch(const SeedWatch&) = delete;
+  SeedWatch& operator=(const SeedWatch&) = delete;
+
+  // Called once every rank has exited. A rank can finish before the seed thread learns the
+  // cluster formed, so the outcome gets a moment; a cluster still not formed never will be.
+  // Returns whether the cluster formed; a failure is reported to the launcher.
+  bool settle(std::chrono::milliseconds patience) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, patience, [this] { return state_ != State::pending; });
+    if (state_ == State::pending) {
+      stopping_ = true;
+      launcher_.report_failure("seed: every rank exited before the cluster formed");
+    }
+    return state_ == State::formed;
+  }
+
+ private:
+  enum class State { pending, formed, failed };
+
+  void run() {
+    try {
+      seed_.wait();
+      std::lock_guard lock(mu_);
+      state_ = State::formed;
+    } catch (const std::exception& e) {
+      std::lock_guard lock(mu_);
+      state_ = State::failed;
+      if (!stopping_) launcher_.report_failure(std::string("seed: ") + e.what());
+    }
+    cv_.notify_all();
+  }
+
+  nexar::Seed& seed_;
+  nexar_run::Launcher& launcher_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  State state_ = State::pending;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+int launch(const Options& o) {
+  // Before any thread exists (the seed's included), so only the launcher sees the signals.
+  const sigset_t child_mask = nexar_run::Launcher::block_signals();
+
+  std::string token;
+  if (!o.token_file.empty())
+    token = read_token_file(o.token_file);
+  else
+    token = env_or_empty("NEXAR_CLUSTER_TOKEN");
+  if (!o.seed.empty() && token.empty())
+    throw UsageError("--seed needs the cluster token: --token-file or NEXAR_CLUSTER_TOKEN");
+
+  const std::string n = std::to_string(o.nprocs);
+  std::vector<std::string> common;
+  std::vector<std::string> drop = {"NEXAR_SEED_ADDR",  "NEXAR_CLUSTER_TOKEN",
+                                   "NEXAR_RANK",       "NEXAR_WORLD_SIZE",
+                                   "NEXAR_LOCAL_RANK", "NEXAR_LOCAL_WORLD_SIZE"};
+  std::unique_ptr<nexar::Seed> seed;
+  if (o.seed.empty()) {
+    nexar::SeedOptions so;
+    so.listen = "127.0.0.1:0";
+    so.world = o.nprocs;
+    so.formation_timeout = std::chrono::milliseconds(o.timeout_ms);
+    so.token = token;
+    seed = std::make_unique<nexar::Seed>(so, nexar::Config::from_env());
+    // Pins inherited from another cluster would reject this seed.
+    drop.push_back("NEXAR_SEED_FINGERPRINT");
+    drop.push_back("NEXAR_SEED_CA");
+    common = {"NEXAR_SEED_ADDR=" + seed->address(), "NEXAR_CLUSTER_TOKEN=" + seed->token(),
+              "NEXAR_SEED_FINGERPRINT=" + seed->fingerprint(), "NEXAR_WORLD_SIZE=" + n,
+              "NEXAR_LOCAL_WORLD_SIZE=" + n};
+  } else {
+    common = {"NEXAR_SEED_ADDR=" + o.seed, "NEXAR_CLUSTER_TOKEN=" + token,
+              "NEXAR_LOCAL_WORLD_SIZE=" + n};
+  }
+
+  nexar_run::LauncherOptions lo;
+  lo.prefix = !o.no_prefix;
+  lo.grace = o.grace;
+  nexar_run::Launcher launcher(lo, child_mask);
+  std::optional<SeedWatch> watch;
+  if (seed) watch.emplace(*seed, launcher);
+
+  for (int i = 0; i < o.nprocs; ++i) {
+    std::vector<std::string> extra = common;
+    extra.push_back("NEXAR_LOCAL_RANK=" + std::to_string(i));
+    if (seed) extra.push_back("NEXAR_RANK=" + std::to_string(i));
+    launcher.spawn(i, o.command, child_environment(drop, extra));
+  }
+
+  int rc = launcher.run();
+  if (watch) {
+    watch->settle(std::chrono::seconds(1));
+    watch.reset();  // stops the seed
+  }
+  if (launcher.flush_reports() && rc == 0) rc = 1;
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    if (auto rc = parse(argc, argv, o)) return *rc;
+    return launch(o);
+  } catch (const UsageError& e) {
+    std::cerr << "nexar-run: " << e.what() << "\nRun with --help for more information.\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "nexar-run: " << e.what() << "\n";
+    return 1;
+  }
+}
