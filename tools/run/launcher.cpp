@@ -93,7 +93,8 @@ std::size_t append(char* buf, std::size_t at, std::size_t cap, const char* s) {
 }  // namespace
 
 std::string signal_name(int sig) {
-  if (const char* abbrev = ::sigabbrev_np(sig); abbrev != nullptr) return std::string("SIG") + abbrev;
+  if (const char* abbrev = ::sigabbrev_np(sig); abbrev != nullptr)
+    return std::string("SIG") + abbrev;
   return "signal " + std::to_string(sig);
 }
 
@@ -339,7 +340,17 @@ void Launcher::reap() {
     if (!c.running) continue;
     int status = 0;
     const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
-    if (r == c.pid && (WIFEXITED(status) || WIFSIGNALED(status))) on_exit(c, status);
+    if (r == c.pid && (WIFEXITED(status) || WIFSIGNALED(status))) {
+      // What it wrote before it exited comes before the news of its exit. The pipes stay
+      // open: processes it started may still write to them.
+      for (Stream* s : {&c.out, &c.err})
+        for (int round = 0; round < 256 && s->fd >= 0; ++round) {
+          pollfd p{s->fd, POLLIN, 0};
+          if (::poll(&p, 1, 0) <= 0) break;
+          if (!read_stream(c, *s)) close_stream(c, *s);
+        }
+      on_exit(c, status);
+    }
   }
 }
 

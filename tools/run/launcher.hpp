@@ -59,7 +59,7 @@ class Launcher {
  private:
   struct Stream {
     int fd = -1;
-    int out = 1;  // where its lines go: 1 or 2
+    int out = 1;          // where its lines go: 1 or 2
     std::string pending;  // bytes after the last newline
   };
   struct Child {
@@ -95,9 +95,9 @@ class Launcher {
   std::mutex reports_mu_;
   std::vector<std::string> reports_;
 
-  int first_failure_ = 0;    // exit status of the first failure, 0 while none
+  int first_failure_ = 0;  // exit status of the first failure, 0 while none
   bool failed_ = false;
-  int interrupted_by_ = 0;   // first terminating signal the launcher received
+  int interrupted_by_ = 0;  // first terminating signal the launcher received
   int sigint_count_ = 0;
   std::optional<Clock::time_point> term_at_;  // when the survivors get SIGTERM
   std::optional<Clock::time_point> kill_at_;  // when they get SIGKILL

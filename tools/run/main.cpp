@@ -18,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -81,15 +82,16 @@ std::string env_or_empty(const char* name) {
 // Parses the command line; returns the exit status when nexar-run should stop right away.
 std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{
-      "nexar-run: starts the ranks of a nexar program on this host.\n"
-      "usage: nexar-run -n N [options] [--] program [args...]"};
+      "nexar-run -n N [options] [--] program [args...]\n"
+      "Starts N ranks of a nexar program on this host.",
+      "nexar-run"};
   app.add_option("-n,--nprocs", o.nprocs, "number of ranks to start here")->required();
   app.add_option("--seed", o.seed,
                  "HOST:PORT of an external seed (nexar-seed) to join instead of running one in "
                  "the launcher; it assigns the ranks");
   app.add_option("--token-file", o.token_file,
-                 "file holding the cluster token (else NEXAR_CLUSTER_TOKEN; the embedded seed "
-                 "generates one when neither is given)");
+                 "file holding the cluster token (else NEXAR_CLUSTER_TOKEN or "
+                 "NEXAR_CLUSTER_TOKEN_FILE; the embedded seed generates one when none is given)");
   app.add_flag("--no-prefix", o.no_prefix, "forward output lines without the \"[rank] \" prefix");
   app.add_option("--timeout-ms", o.timeout_ms,
                  "formation timeout of the embedded seed: how long the ranks get to join")
@@ -213,19 +215,30 @@ int launch(const Options& o) {
   // Before any thread exists (the seed's included), so only the launcher sees the signals.
   const sigset_t child_mask = nexar_run::Launcher::block_signals();
 
+  // The token: --token-file, else NEXAR_CLUSTER_TOKEN or NEXAR_CLUSTER_TOKEN_FILE (as
+  // join_from_env reads them), else the embedded seed generates one.
   std::string token;
-  if (!o.token_file.empty())
+  if (!o.token_file.empty()) {
     token = read_token_file(o.token_file);
-  else
+  } else {
     token = env_or_empty("NEXAR_CLUSTER_TOKEN");
+    const std::string file = env_or_empty("NEXAR_CLUSTER_TOKEN_FILE");
+    if (!token.empty() && !file.empty())
+      throw UsageError(
+          "both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
+    if (!file.empty()) token = read_token_file(file);
+  }
   if (!o.seed.empty() && token.empty())
-    throw UsageError("--seed needs the cluster token: --token-file or NEXAR_CLUSTER_TOKEN");
+    throw UsageError(
+        "--seed needs the cluster token: --token-file, NEXAR_CLUSTER_TOKEN or "
+        "NEXAR_CLUSTER_TOKEN_FILE");
 
   const std::string n = std::to_string(o.nprocs);
   std::vector<std::string> common;
-  std::vector<std::string> drop = {"NEXAR_SEED_ADDR",  "NEXAR_CLUSTER_TOKEN",
-                                   "NEXAR_RANK",       "NEXAR_WORLD_SIZE",
-                                   "NEXAR_LOCAL_RANK", "NEXAR_LOCAL_WORLD_SIZE"};
+  // The ranks get the token itself; a token file as well would be a conflict to them.
+  std::vector<std::string> drop = {
+      "NEXAR_SEED_ADDR",  "NEXAR_CLUSTER_TOKEN", "NEXAR_CLUSTER_TOKEN_FILE", "NEXAR_RANK",
+      "NEXAR_WORLD_SIZE", "NEXAR_LOCAL_RANK",    "NEXAR_LOCAL_WORLD_SIZE"};
   std::unique_ptr<nexar::Seed> seed;
   if (o.seed.empty()) {
     nexar::SeedOptions so;
@@ -261,7 +274,8 @@ int launch(const Options& o) {
 
   int rc = launcher.run();
   if (watch) {
-    watch->settle(std::chrono::seconds(1));
+    // After a failure the seed's fate no longer matters; after success it must have formed.
+    if (rc == 0) watch->settle(std::chrono::seconds(1));
     watch.reset();  // stops the seed
   }
   if (launcher.flush_reports() && rc == 0) rc = 1;
@@ -271,6 +285,10 @@ int launch(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Descriptors 0-2 closed at start would be reused by the pipes to the ranks and then be
+  // overwritten when a rank's stdout and stderr are set up; fill them with /dev/null.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && ::open("/dev/null", O_RDWR) < 0) return 1;
   Options o;
   try {
     if (auto rc = parse(argc, argv, o)) return *rc;

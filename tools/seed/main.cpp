@@ -11,7 +11,8 @@
 //   NEXAR_SEED_FINGERPRINT=sha256:...
 //
 // Exit status: 0 when the cluster formed, 1 when it did not (formation timeout, bind
-// failure...), 2 on bad options, 128+signal when stopped by SIGINT or SIGTERM.
+// failure...), 2 on bad options (a bad --listen address included), 128+signal when stopped
+// by SIGINT or SIGTERM.
 #include <nexar/cluster.hpp>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
@@ -27,6 +28,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -200,9 +202,10 @@ void print_stdout(const std::string& text) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "nexar-seed: runs the seed of a nexar cluster. Workers join it (NEXAR_SEED_ADDR, "
+      "Runs the seed of a nexar cluster. Workers join it (NEXAR_SEED_ADDR, "
       "NEXAR_CLUSTER_TOKEN); when the world has joined it assigns ranks, signs their "
-      "certificates and leaves."};
+      "certificates and leaves.",
+      "nexar-seed"};
   std::string listen = "0.0.0.0:29400";
   int world = 0;
   int min_world = 0;
@@ -239,9 +242,10 @@ int main(int argc, char** argv) {
   app.add_option("--advertise", advertise,
                  "host to print in NEXAR_SEED_ADDR instead of the bound one");
   app.footer(
-      "Token: --token, --token-file, else NEXAR_CLUSTER_TOKEN, else a random one is generated "
-      "and printed.\nExit status: 0 cluster formed, 1 it did not, 2 bad options, 130/143 "
-      "stopped by SIGINT/SIGTERM.");
+      "Token: --token, --token-file, else NEXAR_CLUSTER_TOKEN or NEXAR_CLUSTER_TOKEN_FILE, "
+      "else a random one is generated and printed.\n"
+      "Exit status: 0 cluster formed, 1 it did not, 2 bad options, 130/143 stopped by "
+      "SIGINT/SIGTERM.");
 
   try {
     app.parse(argc, argv);
@@ -261,14 +265,30 @@ int main(int argc, char** argv) {
     } else if (*token_opt) {
       if (token.empty()) throw UsageError("--token is empty");
       token_source = "--token";
-    } else if (const char* env = std::getenv("NEXAR_CLUSTER_TOKEN"); env != nullptr && *env) {
-      token = env;
-      token_source = "NEXAR_CLUSTER_TOKEN";
+    } else {
+      // As join_from_env reads them.
+      const char* env = std::getenv("NEXAR_CLUSTER_TOKEN");
+      const char* file = std::getenv("NEXAR_CLUSTER_TOKEN_FILE");
+      const bool have_env = env != nullptr && *env != '\0';
+      const bool have_file = file != nullptr && *file != '\0';
+      if (have_env && have_file)
+        throw UsageError(
+            "both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
+      if (have_env) {
+        token = env;
+        token_source = "NEXAR_CLUSTER_TOKEN";
+      } else if (have_file) {
+        token = read_token_file(file);
+        token_source = std::string("NEXAR_CLUSTER_TOKEN_FILE ") + file;
+      }
     }
   } catch (const UsageError& e) {
     std::cerr << "nexar-seed: " << e.what() << "\nRun with --help for more information.\n";
     return 2;
   }
+
+  // A reader of stdout that went away (nexar-seed | grep -m1 ...) must not kill the seed.
+  std::signal(SIGPIPE, SIG_IGN);
 
   // Block the stop signals before any thread exists, so every thread (the seed's included)
   // inherits the mask and only the watcher's sigwait() sees them.
@@ -316,6 +336,10 @@ int main(int argc, char** argv) {
       stop_signal = watcher.signal();
       if (stop_signal == 0) throw;
     }
+  } catch (const nexar::Error& e) {
+    std::cerr << "nexar-seed: " << e.what() << "\n";
+    // A bad --listen address (or NEXAR_* setting) is a usage error.
+    return e.code() == nexar::Errc::invalid_argument ? 2 : 1;
   } catch (const std::exception& e) {
     std::cerr << "nexar-seed: " << e.what() << "\n";
     return 1;
