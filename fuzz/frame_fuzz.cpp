@@ -1,4 +1,5 @@
-// libFuzzer target for the stream decoder (wire/frame.hpp).
+// libFuzzer target for the stream decoder (wire/frame.hpp) and the seed protocol codec
+// (wire/seed_message.hpp).
 //
 // Input: byte 0 picks the lane (byte % 5) and the chunk size (1 + byte / 5); the rest is
 // the stream body. It is fed three ways:
@@ -7,15 +8,26 @@
 //   3. raw (no preamble added), in one piece, so the preamble decoder is fuzzed too.
 // The handler checks the callback protocol, and runs 1 and 2 must agree exactly: how
 // the input is split must never change what is decoded.
+//
+// The same body is then decoded as seed protocol messages. Byte 0 picks the size limit
+// (bit 0: a joiner's limit for seed replies, else the seed's for join requests) and seeds
+// the sizes of the pieces a SeedMessageReader is fed in. Checked: decode_seed_message
+// either fails with a reason or returns a message that re-encodes to exactly the input
+// (the encoding is canonical); the reader gives the same messages and the same verdict
+// whether fed in random pieces or in one; what it returns re-encodes to a prefix of the
+// input; and a failed reader stays failed.
 #include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "wire/frame.hpp"
+#include "wire/seed_message.hpp"
 
 namespace {
 
@@ -130,6 +142,97 @@ Outcome run(std::span<const std::byte> stream, std::size_t chunk) {
   return o;
 }
 
+// ---- seed protocol -------------------------------------------------------------------------
+
+using Bytes = std::vector<std::uint8_t>;
+
+Bytes encode_any(const nexar::wire::SeedMessage& m) {
+  return std::visit([](const auto& v) { return nexar::wire::encode(v); }, m);
+}
+
+struct SeedRun {
+  bool ok = true;
+  std::string error;
+  Bytes reencoded;  // the messages decoded, encoded again back to back
+  std::size_t messages = 0;
+};
+
+// Feeds `data` to a reader in pieces whose sizes come from `rng_seed` (0: one piece).
+SeedRun run_seed_reader(const std::uint8_t* data, std::size_t size, std::uint32_t limit,
+                        std::uint32_t rng_seed) {
+  SeedRun out;
+  nexar::wire::SeedMessageReader reader(limit);
+  std::vector<nexar::wire::SeedMessage> msgs;
+  std::uint32_t x = rng_seed | 1u;
+  std::size_t pos = 0;
+  while (pos < size || size == 0) {
+    std::size_t n = size - pos;
+    if (rng_seed != 0) {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      // Mostly small pieces (header and field boundaries), sometimes large ones.
+      n = std::min<std::size_t>(n, (x & 7u) == 0 ? 1 + x % 4096 : 1 + x % 16);
+    }
+    const std::size_t before = msgs.size();
+    if (!reader.feed(data + pos, n, msgs)) {
+      if (reader.error().empty()) violated();
+      out.ok = false;
+      out.error = reader.error();
+      // A failed reader stays failed and yields nothing more.
+      const std::size_t had = msgs.size();
+      if (reader.feed(data, size, msgs) || msgs.size() != had) violated();
+      break;
+    }
+    if (msgs.size() < before) violated();
+    pos += n;
+    if (size == 0) break;
+  }
+  for (const auto& m : msgs) {
+    const Bytes b = encode_any(m);
+    out.reencoded.insert(out.reencoded.end(), b.begin(), b.end());
+  }
+  out.messages = msgs.size();
+  return out;
+}
+
+void fuzz_seed(std::uint8_t selector, const std::uint8_t* data, std::size_t size) {
+  const std::uint32_t limit =
+      (selector & 1u) ? nexar::wire::max_seed_reply : nexar::wire::max_join_request;
+
+  // One complete message.
+  std::string err;
+  const std::optional<nexar::wire::SeedMessage> one =
+      nexar::wire::decode_seed_message(data, size, limit, err);
+  if (one) {
+    const Bytes b = encode_any(*one);
+    if (b.size() != size || !std::equal(b.begin(), b.end(), data)) violated();
+    if (const auto* a = std::get_if<nexar::wire::JoinAccept>(&*one)) {
+      if (a->members.empty() || a->rank < 0 ||
+          static_cast<std::size_t>(a->rank) >= a->members.size()) {
+        violated();
+      }
+    }
+  } else if (err.empty()) {
+    violated();
+  }
+
+  // A stream of messages: in random pieces and in one piece, with the same outcome.
+  const SeedRun split = run_seed_reader(data, size, limit, 0x9e3779b9u * (selector + 1u));
+  const SeedRun whole = run_seed_reader(data, size, limit, 0);
+  if (split.ok != whole.ok || split.error != whole.error || split.messages != whole.messages ||
+      split.reencoded != whole.reencoded) {
+    violated();
+  }
+  // What the reader decoded is exactly the start of the input.
+  if (split.reencoded.size() > size ||
+      !std::equal(split.reencoded.begin(), split.reencoded.end(), data)) {
+    violated();
+  }
+  // A single valid message is one message to the reader too.
+  if (one && (!whole.ok || whole.messages != 1)) violated();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -157,5 +260,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (split.c.have_lane && split.c.lane != lane) violated();
 
   run(body, body.size() == 0 ? 1 : body.size());
+
+  fuzz_seed(data[0], data + 1, size - 1);
   return 0;
 }

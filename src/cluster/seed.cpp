@@ -32,6 +32,9 @@ constexpr auto kSweep = std::chrono::milliseconds(50);
 constexpr auto kLinger = std::chrono::seconds(5);
 // After the cluster formed, stop waiting for joiners to confirm after this long.
 constexpr auto kDelivery = std::chrono::seconds(30);
+// A client that completed the handshake must send its join request within this long, or
+// it is closed: silent clients would otherwise fill the connection cap for good.
+constexpr auto kRequestWait = std::chrono::seconds(10);
 
 std::string random_cluster_name() {
   return "cluster-" + cluster::random_token().substr(0, 16);
@@ -60,6 +63,8 @@ struct Seed::Impl final : quic::ConnectionHandler {
     bool hello_sent = false;
     bool admitted = false;
     bool answered = false;
+    bool member = false;  // got an accept
+    Clock::time_point request_by{};  // close it unless it asked to join by then
     Clock::time_point close_by{};
     wire::JoinRequest req;
     std::string addr;  // where peers dial it
@@ -81,6 +86,10 @@ struct Seed::Impl final : quic::ConnectionHandler {
   std::string bound;
   std::map<quic::Connection*, std::unique_ptr<Joiner>> joiners;
   std::uint64_t next_order = 0;
+  // After formation: members whose delivery is not confirmed yet (node -> description), and
+  // the members that lost theirs.
+  std::map<std::string, std::string> undelivered;
+  std::vector<std::string> lost;
   Clock::time_point started = Clock::now();
   Clock::time_point deadline{};
   Clock::time_point delivery_deadline{};
@@ -132,8 +141,11 @@ struct Seed::Impl final : quic::ConnectionHandler {
     engine.start();
     engine.post([this] {
       ep->start([this](quic::Connection&) -> quic::ConnectionHandler* {
-        // Bound what unauthenticated clients can make us hold.
-        if (joiners.size() >= static_cast<std::size_t>(opts.world) * 4 + 64) return nullptr;
+        // Bound what unauthenticated clients can make us hold; at the cap the oldest client
+        // that has not proved the token yet makes room, so idle clients cannot lock real
+        // joiners out.
+        if (joiners.size() >= static_cast<std::size_t>(opts.world) * 4 + 64 && !evict_unproven())
+          return nullptr;
         return this;
       });
       arm_sweep();
@@ -148,9 +160,22 @@ struct Seed::Impl final : quic::ConnectionHandler {
     if (it != joiners.end()) return it->second.get();
     auto j = std::make_unique<Joiner>();
     j->conn = &c;
+    j->request_by = Clock::now() + std::min<Clock::duration>(kRequestWait, cfg.connect_timeout);
     Joiner* p = j.get();
     joiners.emplace(&c, std::move(j));
     return p;
+  }
+
+  // Closes the longest-waiting connection that has neither been admitted nor answered.
+  bool evict_unproven() {
+    Joiner* oldest = nullptr;
+    for (auto& [c, j] : joiners)
+      if (!j->admitted && !j->answered && !c->closed() && (!oldest || j->request_by < oldest->request_by))
+        oldest = j.get();
+    if (!oldest) return false;
+    log::info("seed: at the connection cap, closing {} (no join request yet)", oldest->conn->remote().to_string());
+    oldest->conn->close(static_cast<std::uint64_t>(Errc::protocol), "seed busy: no join request yet");
+    return true;
   }
 
   std::string on_peer_identity(quic::Connection&, const std::string&) override { return {}; }
@@ -198,6 +223,12 @@ struct Seed::Impl final : quic::ConnectionHandler {
     if (j.admitted && state_now() == State::waiting)
       log::warn("seed: node {} ({}) left before the cluster formed: {}: {}", j.req.node, j.addr,
                 to_string(code), why);
+    // A member that closed the connection itself has its assignment (it closes once it has
+    // read it); one whose connection broke may not.
+    if (auto m = undelivered.find(j.req.node); j.member && m != undelivered.end()) {
+      if (code != Errc::peer_closed) lost.push_back(m->second + ": " + to_string(code) + ": " + why);
+      undelivered.erase(m);
+    }
     joiners.erase(it);
     if (state_now() == State::delivering) check_delivered();
   }
@@ -284,17 +315,22 @@ struct Seed::Impl final : quic::ConnectionHandler {
   void form(int world) {
     std::vector<Joiner*> js = admitted();
     // Under a minimum, a joiner may have asked for a rank (or world size) the smaller cluster
-    // cannot give it: turn it away and form without it.
+    // cannot give it: turn it away and form without it (which may turn away others).
+    std::vector<Joiner*> turned_away;
     for (;;) {
       auto bad = std::find_if(js.begin(), js.end(), [&](Joiner* j) {
         return j->req.rank >= world || (j->req.world != 0 && j->req.world != world);
       });
       if (bad == js.end()) break;
-      refuse(**bad, Errc::rejected, "the cluster formed with " + std::to_string(world) +
-                                        " ranks, which cannot honour this node's requested rank/world");
+      turned_away.push_back(*bad);
       js.erase(bad);
       world = static_cast<int>(js.size());
     }
+    for (Joiner* j : turned_away)
+      refuse(*j, Errc::rejected, "the cluster formed with " + std::to_string(world) +
+                                     " ranks, which cannot honour this node's requested rank " +
+                                     std::to_string(j->req.rank) + " / world size " +
+                                     std::to_string(j->req.world));
     if (world == 0 || world < opts.min_world) {
       fail(Errc::timeout, "cluster did not form: too few nodes could be admitted");
       return;
@@ -319,9 +355,12 @@ struct Seed::Impl final : quic::ConnectionHandler {
     delivery_deadline = Clock::now() + kDelivery;
     for (int r = 0; r < world; ++r) {
       Joiner& j = *slot[static_cast<std::size_t>(r)];
+      j.member = true;
+      undelivered[j.req.node] = "rank " + std::to_string(r) + " " + j.req.node + " (" + j.addr + ")";
       acc.rank = r;
       acc.cert_pem = j.cert;
       answer(j, wire::encode(acc));
+      j.close_by = delivery_deadline;  // a member closes itself once it has the answer
     }
     log::info("seed: cluster {} formed with {} ranks", ca->cluster(), world);
     check_delivered();
@@ -359,14 +398,26 @@ struct Seed::Impl final : quic::ConnectionHandler {
     cv.notify_all();
   }
 
-  // Delivered: every member either closed its connection (it has the answer) or
-  // acknowledged all of it.
+  // Delivered: every member closed its connection itself (it has the answer) or
+  // acknowledged all of it. A member whose connection broke first, or that did neither by
+  // the delivery deadline, fails the formation: its peers cannot reach a complete mesh.
   void check_delivered() {
-    bool pending = false;
     for (auto& [c, j] : joiners)
-      if (j->admitted && !c->closed() && c->unacked(j->out) > 0) pending = true;
-    if (pending && Clock::now() < delivery_deadline) return;
-    {
+      if (j->member && !c->closed() && c->unacked(j->out) == 0) undelivered.erase(j->req.node);
+    if (!undelivered.empty() && Clock::now() < delivery_deadline) return;
+    for (auto& [node, who] : undelivered) lost.push_back(who + ": no acknowledgement within " + seconds_text(kDelivery));
+    undelivered.clear();
+    if (!lost.empty()) {
+      std::string why = "cluster formed with " + std::to_string(formed_world) + " ranks, but " +
+                        std::to_string(lost.size()) + " did not receive their assignment:";
+      for (const auto& l : lost) why += " [" + l + "]";
+      log::warn("seed: {}", why);
+      std::lock_guard lk(mu);
+      if (state != State::delivering) return;
+      state = State::failed;
+      fail_code = Errc::peer_failed;
+      fail_why = why;
+    } else {
       std::lock_guard lk(mu);
       if (state != State::delivering) return;
       state = State::done;
@@ -397,11 +448,19 @@ struct Seed::Impl final : quic::ConnectionHandler {
         log::warn("seed: {}", fail_why);
       }
     }
+    // Before the linger closes answered connections, so acknowledged members count.
     if (st == State::delivering) check_delivered();
-    std::vector<quic::Connection*> overdue;
-    for (auto& [c, j] : joiners)
-      if (j->answered && now >= j->close_by && !c->closed()) overdue.push_back(c);
-    for (quic::Connection* c : overdue) c->close(0, "seed: answered");
+    std::vector<quic::Connection*> answered, silent;
+    for (auto& [c, j] : joiners) {
+      if (c->closed()) continue;
+      if (j->answered && now >= j->close_by) answered.push_back(c);
+      if (!j->admitted && !j->answered && now >= j->request_by) silent.push_back(c);
+    }
+    for (quic::Connection* c : answered) c->close(0, "seed: answered");
+    for (quic::Connection* c : silent) {
+      log::info("seed: closing {}: no join request in time", c->remote().to_string());
+      c->close(static_cast<std::uint64_t>(Errc::protocol), "no join request in time");
+    }
   }
 
   // ---- shutdown -------------------------------------------------------------------------
