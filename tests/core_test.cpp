@@ -36,6 +36,7 @@ const char* const kVars[] = {
     "NEXAR_UNEXPECTED_LIMIT_BYTES", "NEXAR_STREAM_WINDOW_BYTES", "NEXAR_UDP_PAYLOAD_BYTES",
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
+    "NEXAR_COLLECTIVE_EAGER_BYTES",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -216,10 +217,21 @@ TEST_F(EnvTest, CollectiveSettings) {
   setenv("NEXAR_SEGMENT_BYTES", "64K", 1);
   setenv("NEXAR_ALLREDUCE_RING_BYTES", "1M", 1);
   setenv("NEXAR_BROADCAST_CHAIN_BYTES", "0", 1);
+  setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "256K", 1);
   Config c = Config::from_env();
   EXPECT_EQ(c.segment_bytes, 64u * 1024);
   EXPECT_EQ(c.allreduce_ring_bytes, 1024u * 1024);
   EXPECT_EQ(c.broadcast_chain_bytes, 0u);
+  EXPECT_EQ(c.collective_eager_bytes, 256u * 1024);
+  setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "1x", 1);
+  try {
+    Config::from_env();
+    ADD_FAILURE() << "collective_eager_bytes '1x' accepted";
+  } catch (const nexar::Error& e) {
+    EXPECT_EQ(e.code(), nexar::Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("NEXAR_COLLECTIVE_EAGER_BYTES"), std::string::npos) << e.what();
+  }
+  unsetenv("NEXAR_COLLECTIVE_EAGER_BYTES");
   setenv("NEXAR_SEGMENT_BYTES", "1K", 1);  // below the 4 KiB minimum
   try {
     Config::from_env();
@@ -231,6 +243,7 @@ TEST_F(EnvTest, CollectiveSettings) {
   unsetenv("NEXAR_SEGMENT_BYTES");
   unsetenv("NEXAR_ALLREDUCE_RING_BYTES");
   unsetenv("NEXAR_BROADCAST_CHAIN_BYTES");
+  unsetenv("NEXAR_COLLECTIVE_EAGER_BYTES");
 }
 
 TEST_F(EnvTest, Describe) {
@@ -248,6 +261,7 @@ TEST_F(EnvTest, Describe) {
       "segment_bytes = 512 KiB\n"
       "allreduce_ring_bytes = 256 KiB\n"
       "broadcast_chain_bytes = 1 MiB\n"
+      "collective_eager_bytes = 1 MiB\n"
       "udp_payload = auto (8952 bytes on loopback, 1452 bytes elsewhere)\n"
       "udp_gso = on\n"
       "spin = 100 us\n"

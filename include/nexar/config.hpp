@@ -58,6 +58,12 @@ struct Config {
   /// broadcast uses a binomial tree below this many bytes and a pipelined chain at or
   /// above it (NEXAR_BROADCAST_CHAIN_BYTES).
   std::uint64_t broadcast_chain_bytes = 1024 * 1024;
+  /// Collectives send messages up to this size eagerly, from the caller's memory and
+  /// without the rendezvous round trip; larger ones use the rendezvous
+  /// (NEXAR_COLLECTIVE_EAGER_BYTES). Used capped at min(max_frame_bytes, stream_window,
+  /// unexpected_limit), so an early message always fits one frame, one window and the
+  /// receiver's unexpected buffer.
+  std::uint64_t collective_eager_bytes = 1024 * 1024;
 
   /// Log level (NEXAR_DEBUG).
   LogLevel log_level = LogLevel::warn;

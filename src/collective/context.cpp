@@ -18,6 +18,8 @@ static std::chrono::milliseconds left(std::chrono::steady_clock::time_point dead
 
 Request Coll::isend(int to, const void* data, std::size_t bytes) const {
   CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of()};
+  const Config& cfg = g.node().config();
+  a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
   return g.node().isend(a, g.world_of(to), std::span<const ConstBuffer>(&b, 1));
 }

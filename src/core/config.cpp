@@ -172,6 +172,7 @@ Config Config::from_env() {
   env_bytes("NEXAR_SEGMENT_BYTES", c.segment_bytes);
   env_bytes("NEXAR_ALLREDUCE_RING_BYTES", c.allreduce_ring_bytes);
   env_bytes("NEXAR_BROADCAST_CHAIN_BYTES", c.broadcast_chain_bytes);
+  env_bytes("NEXAR_COLLECTIVE_EAGER_BYTES", c.collective_eager_bytes);
   if (auto s = env("NEXAR_UDP_PAYLOAD_BYTES")) {
     const std::uint64_t v = parse_bytes("NEXAR_UDP_PAYLOAD_BYTES", *s);
     // Values that do not even fit the field are refused here; the rest by validate().
@@ -258,6 +259,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
   fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
   fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
+  fmt::format_to(it, "collective_eager_bytes = {}\n", format_bytes(collective_eager_bytes));
   if (udp_payload == 0) {
     out += "udp_payload = auto (8952 bytes on loopback, 1452 bytes elsewhere)\n";
   } else {

@@ -321,6 +321,15 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
   std::vector<ConstBuffer> copy;
   for (auto& part : parts)
     if (part.bytes) copy.push_back(part);
+  if (size <= a.eager_in_place) {
+    // A collective's segment: its receiver posts the matching receive by construction, so
+    // the rendezvous round trip (which waits behind a full link queue for the cts) only
+    // costs time. Sent from the caller's memory; once on the wire it cannot be withdrawn.
+    submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
+      peer(dest)->send_eager_in_place(d, comm, tag, std::move(copy), size, st);
+    });
+    return Request(st);
+  }
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
                     [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
   submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {

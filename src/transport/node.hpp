@@ -64,6 +64,9 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
     std::chrono::milliseconds timeout{0};
     std::shared_ptr<const std::vector<int>> local_of;  // world -> communicator rank
     bool exact = false;  // receive: the message must fill the buffer exactly
+    // send: messages above Config::eager_limit and up to this size go eagerly from the
+    // caller's memory (completing when acknowledged) instead of by rendezvous; 0 = never.
+    std::uint64_t eager_in_place = 0;
   };
   /// Throws Errc::closed once close() began.
   void check_open(const char* op, int peer) const;

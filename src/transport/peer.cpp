@@ -92,6 +92,31 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
   send_header(lane_of(d), h);
 }
 
+void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op) {
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const bool last = i + 1 == parts.size();
+    quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes, {}, last ? op : nullptr};
+    conn_->push(out_[static_cast<int>(lane)], std::move(c));
+  }
+  if (parts.empty()) op->succeed();
+}
+
+void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
+                               std::uint64_t size, std::shared_ptr<OpState> op) {
+  if (gone()) {
+    node_.fail(op, gone_code_, rank_, gone_why_);
+    return;
+  }
+  FrameHeader h;
+  h.type = FrameType::eager;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.comm = comm;
+  h.tag = static_cast<std::uint64_t>(tag);
+  h.length = size;
+  send_header(lane_of(d), h);
+  push_payload(lane_of(d), parts, op);
+}
+
 bool Peer::cancel_rendezvous(const OpState* op) {
   for (auto& [seq, r] : rdv_out_) {
     if (r.op.get() == op && !r.cancelled) {
@@ -310,15 +335,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       }
       d.length = r.size;
       send_header(out_lane, d);
-      // The payload goes straight from the caller's memory; the send completes when the
-      // peer has acknowledged its last byte.
-      for (std::size_t i = 0; i < r.parts.size(); ++i) {
-        bool last = i + 1 == r.parts.size();
-        quic::Chunk c{static_cast<const std::uint8_t*>(r.parts[i].data), r.parts[i].bytes, {},
-                      last ? r.op : nullptr};
-        conn_->push(out_[static_cast<int>(out_lane)], std::move(c));
-      }
-      if (r.parts.empty()) r.op->succeed();
+      push_payload(out_lane, r.parts, r.op);
       return true;
     }
     case FrameType::rdata: {

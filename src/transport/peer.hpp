@@ -45,9 +45,17 @@ class Peer final : public quic::ConnectionHandler {
                   std::shared_ptr<OpState> done = {});
   /// Queues a header-only frame.
   void send_header(wire::Lane lane, const wire::FrameHeader& h);
+  /// Queues a payload straight from the caller's memory after its header; `op` succeeds
+  /// when the peer acknowledged the last byte.
+  void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
+                    const std::shared_ptr<OpState>& op);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
   void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
+  /// Sends a whole message as one eager frame whose payload is `parts` themselves (not a
+  /// copy): `op` succeeds once the peer acknowledged the last byte.
+  void send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
+                           std::uint64_t size, std::shared_ptr<OpState> op);
   /// Cancels a rendezvous send not yet under way; false if it already started.
   bool cancel_rendezvous(const OpState* op);
   /// A matched receive for an announced message: ask the peer for the data.
