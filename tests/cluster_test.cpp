@@ -172,6 +172,12 @@ TEST(IfName, PickByFamily) {
   ASSERT_TRUE(a);
   EXPECT_EQ(a->name, "docker0");
 
+  // An exclusion that still matches loopback prefers an interface other hosts can reach,
+  // even when loopback comes first in the system's order.
+  a = pick_interface("^docker", AF_INET, all);
+  ASSERT_TRUE(a);
+  EXPECT_FALSE(a->loopback) << a->name;
+
   // An explicit spec may pick loopback.
   a = pick_interface("lo", AF_INET6, all);
   ASSERT_TRUE(a);
@@ -1778,6 +1784,11 @@ TEST(Seed, HostileJoinersRefusedAndClosed) {
          r.csr_pem = "x";
          (void)h;
          return nexar::wire::encode(r);
+       },
+       Errc::protocol, "invalid node name"},
+      {"the seed's own node name (its certificate would pass a CA pin as the seed)",
+       [](Connection& c, const nexar::wire::SeedHello& h) {
+         return join_request(c, h, kToken, -1, 0, "seed");
        },
        Errc::protocol, "invalid node name"},
       {"garbage CSR",

@@ -157,7 +157,12 @@ std::optional<InterfaceAddress> pick_interface(std::string_view spec, int family
     return std::nullopt;
   };
 
-  if (!filter.empty()) return pick([](const InterfaceAddress&) { return true; });
+  if (!filter.empty()) {
+    // An exclusion such as "^docker" still matches loopback: prefer what peers on other
+    // hosts can reach, and use loopback only when it is all that matches (as with "lo").
+    if (auto a = pick([](const InterfaceAddress& x) { return !x.loopback; })) return a;
+    return pick([](const InterfaceAddress&) { return true; });
+  }
   if (auto a = pick([](const InterfaceAddress& x) {
         return !x.loopback && !x.name.starts_with("docker") && !x.name.starts_with("lo");
       })) {

@@ -47,8 +47,8 @@ struct Outcome {
 // One attempt to join over one QUIC connection. Engine thread, except wait().
 class Attempt final : public quic::ConnectionHandler {
  public:
-  Attempt(std::string token, std::function<wire::JoinRequest(const std::string&)> request)
-      : token_(std::move(token)), request_(std::move(request)) {}
+  Attempt(detail::Engine& engine, std::string token, std::function<wire::JoinRequest(const std::string&)> request)
+      : engine_(engine), token_(std::move(token)), request_(std::move(request)) {}
 
   std::string on_peer_identity(quic::Connection&, const std::string&) override { return {}; }
   void on_established(quic::Connection&) override {}
@@ -57,6 +57,14 @@ class Attempt final : public quic::ConnectionHandler {
                       std::size_t len) override {
     c.consumed(stream, len);
     if (finished()) return;
+    try {
+      on_messages(c, data, len);
+    } catch (const std::exception& e) {
+      end(c, Errc::protocol, std::string("while joining: ") + e.what(), false);
+    }
+  }
+
+  void on_messages(quic::Connection& c, const std::uint8_t* data, std::size_t len) {
     std::vector<wire::SeedMessage> msgs;
     if (!reader_.feed(data, len, msgs)) {
       end(c, Errc::protocol, "malformed message from the seed: " + reader_.error(), false);
@@ -78,7 +86,9 @@ class Attempt final : public quic::ConnectionHandler {
           out_.code = Errc::ok;
           finish_locked();
         }
-        c.close(0, "joined");  // calls on_closed, which takes mu_
+        // Application code 0 tells the seed this member has its assignment; every other
+        // way out closes with an error code. Posted: we are inside ngtcp2's processing.
+        close_later(c, 0, "joined");
       } else if (auto* r = std::get_if<wire::JoinReject>(&m)) {
         const auto code = static_cast<Errc>(r->code);
         end(c, code == Errc::ok ? Errc::rejected : code, "the seed refused: " + r->reason, false);
@@ -151,7 +161,14 @@ class Attempt final : public quic::ConnectionHandler {
       out_.retry = retry;
       finish_locked();
     }
-    c.close(0, why.substr(0, 200));
+    close_later(c, static_cast<std::uint64_t>(code == Errc::ok ? Errc::protocol : code), why.substr(0, 200));
+  }
+
+  // Connection callbacks run inside ngtcp2's packet processing, which must not be
+  // re-entered; posted work runs before the connection could be freed.
+  void close_later(quic::Connection& c, std::uint64_t app_code, std::string why) {
+    quic::Connection* p = &c;
+    engine_.post([p, app_code, why = std::move(why)] { p->close(app_code, why); });
   }
 
   void finish_locked() {
@@ -159,6 +176,7 @@ class Attempt final : public quic::ConnectionHandler {
     cv_.notify_all();
   }
 
+  detail::Engine& engine_;
   std::string token_;
   std::function<wire::JoinRequest(const std::string&)> request_;
   wire::SeedMessageReader reader_{wire::max_seed_reply};
@@ -236,6 +254,9 @@ Communicator join(const JoinOptions& o, const Config& config) {
   if (o.seed.empty()) throw Error(Errc::invalid_argument, "join: no seed address given");
   if (o.token.empty()) throw Error(Errc::invalid_argument, "join: no cluster token given");
   if (o.world < 0) throw Error(Errc::invalid_argument, "join: world size " + std::to_string(o.world) + " must be >= 0");
+  if (o.join_timeout.count() <= 0 || o.join_timeout > std::chrono::hours(24 * 365))
+    throw Error(Errc::invalid_argument, "join: join timeout of " + std::to_string(o.join_timeout.count()) +
+                                            " ms is outside 1 ms .. 365 days");
   if (o.rank < -1 || (o.world > 0 && o.rank >= o.world))
     throw Error(Errc::invalid_argument, "join: rank " + std::to_string(o.rank) + " is outside 0.." +
                                             std::to_string(o.world - 1));
@@ -295,8 +316,10 @@ Communicator join(const JoinOptions& o, const Config& config) {
   // Reads replies; nobody may open a connection to a joiner's seed socket.
   engine.post([&] { ep.start([](quic::Connection&) -> quic::ConnectionHandler* { return nullptr; }); });
   std::vector<std::unique_ptr<Attempt>> attempts;  // alive until the endpoint is gone
+  // A connection still open here belongs to a join that failed (a successful one closed
+  // it with code 0): close with an error code, so the seed does not count it as delivered.
   auto shut = [&] {
-    engine.post([&] { ep.shutdown("join finished"); });
+    engine.post([&] { ep.shutdown("join abandoned", static_cast<std::uint64_t>(Errc::timeout)); });
     engine.stop();
   };
 
@@ -305,7 +328,7 @@ Communicator join(const JoinOptions& o, const Config& config) {
   Outcome last;
   int tries = 0;
   for (;;) {
-    attempts.push_back(std::make_unique<Attempt>(o.token, make_request));
+    attempts.push_back(std::make_unique<Attempt>(engine, o.token, make_request));
     Attempt* a = attempts.back().get();
     ++tries;
     engine.post([&, a] {
@@ -343,7 +366,8 @@ Communicator join(const JoinOptions& o, const Config& config) {
   const wire::JoinAccept& acc = last.accept;
   const int world = static_cast<int>(acc.members.size());
   if (acc.members[static_cast<std::size_t>(acc.rank)].node != node)
-    throw failure(Errc::protocol, "the seed's member list does not name this node at its rank");
+    throw failure(Errc::protocol, "the seed's member list names '" + acc.members[static_cast<std::size_t>(acc.rank)].node +
+                                      "' at rank " + std::to_string(acc.rank) + ", this node is '" + node + "'");
   if (o.world > 0 && world != o.world)
     throw failure(Errc::rejected, "the cluster formed with " + std::to_string(world) + " ranks, expected " +
                                       std::to_string(o.world));
@@ -353,12 +377,13 @@ Communicator join(const JoinOptions& o, const Config& config) {
   detail::NodeOptions no;
   no.rank = acc.rank;
   no.world = world;
-  for (const auto& m : acc.members) {
+  for (std::size_t r = 0; r < acc.members.size(); ++r) {
+    const auto& m = acc.members[r];
     no.names.push_back(m.node);
     try {
       no.addrs.push_back(quic::Address::parse(m.addr));
     } catch (const Error& e) {
-      throw failure(Errc::protocol, std::string("member address: ") + e.what());
+      throw failure(Errc::protocol, "address of rank " + std::to_string(r) + " (" + m.node + "): " + e.what());
     }
   }
   no.creds = tls::NodeCredentials{cluster_name, node, acc.ca_pem, acc.cert_pem, key.key_pem()};

@@ -64,6 +64,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
     bool admitted = false;
     bool answered = false;
     bool member = false;  // got an accept
+    bool evicted = false;  // closing to make room
     Clock::time_point request_by{};  // close it unless it asked to join by then
     Clock::time_point close_by{};
     wire::JoinRequest req;
@@ -94,6 +95,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
   Clock::time_point deadline{};
   Clock::time_point delivery_deadline{};
 
+  std::mutex stop_mu;
   // Outcome, shared with user threads.
   std::mutex mu;
   std::condition_variable cv;
@@ -112,8 +114,9 @@ struct Seed::Impl final : quic::ConnectionHandler {
     if (opts.min_world < 0 || opts.min_world > opts.world)
       throw Error(Errc::invalid_argument, "seed: minimum world size " + std::to_string(opts.min_world) +
                                               " must be in 0.." + std::to_string(opts.world));
-    if (opts.formation_timeout.count() <= 0)
-      throw Error(Errc::invalid_argument, "seed: formation timeout must be positive");
+    if (opts.formation_timeout.count() <= 0 || opts.formation_timeout > std::chrono::hours(24 * 365))
+      throw Error(Errc::invalid_argument, "seed: formation timeout of " + std::to_string(opts.formation_timeout.count()) +
+                                              " ms is outside 1 ms .. 365 days");
     cfg.validate();
     token = opts.token.empty() ? cluster::random_token() : opts.token;
     ca.emplace(tls::ClusterCa::create(opts.cluster.empty() ? random_cluster_name() : opts.cluster));
@@ -144,7 +147,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
         // Bound what unauthenticated clients can make us hold; at the cap the oldest client
         // that has not proved the token yet makes room, so idle clients cannot lock real
         // joiners out.
-        if (joiners.size() >= static_cast<std::size_t>(opts.world) * 4 + 64 && !evict_unproven())
+        if (ep->live_connections() >= static_cast<std::size_t>(opts.world) * 4 + 64 && !evict_unproven())
           return nullptr;
         return this;
       });
@@ -166,33 +169,43 @@ struct Seed::Impl final : quic::ConnectionHandler {
     return p;
   }
 
-  // Closes the longest-waiting connection that has neither been admitted nor answered.
+  // Makes room by closing the longest-connected client that is not admitted: one that has
+  // not sent its request yet, or one already refused that lingers.
   bool evict_unproven() {
     Joiner* oldest = nullptr;
     for (auto& [c, j] : joiners)
-      if (!j->admitted && !j->answered && !c->closed() && (!oldest || j->request_by < oldest->request_by))
+      if (!j->admitted && !j->evicted && !c->closed() && (!oldest || j->request_by < oldest->request_by))
         oldest = j.get();
     if (!oldest) return false;
-    log::info("seed: at the connection cap, closing {} (no join request yet)", oldest->conn->remote().to_string());
-    oldest->conn->close(static_cast<std::uint64_t>(Errc::protocol), "seed busy: no join request yet");
+    log::info("seed: at the connection cap, closing {} (not admitted)", oldest->conn->remote().to_string());
+    oldest->evicted = true;
+    close_later(*oldest->conn, Errc::protocol, "seed busy: not admitted");
     return true;
   }
 
   std::string on_peer_identity(quic::Connection&, const std::string&) override { return {}; }
 
+  // Connection events arrive inside ngtcp2's packet processing, which must not be
+  // re-entered: closes are posted, and nothing may throw out of a callback (an exception
+  // would end the engine thread, and with it the seed).
+  void close_later(quic::Connection& c, Errc code, const std::string& why) {
+    quic::Connection* p = &c;
+    engine.post([p, code, why] { p->close(static_cast<std::uint64_t>(code), why); });
+  }
+
   void on_established(quic::Connection& c) override {
     Joiner* j = joiner_of(c);
-    wire::SeedHello hello;
-    hello.cluster = ca->cluster();
     try {
+      wire::SeedHello hello;
+      hello.cluster = ca->cluster();
       hello.proof = cluster::prove(token, cluster::ProofRole::seed, c.export_secret(cluster::exporter_label));
-    } catch (const Error& e) {
-      c.close(1, e.what());
-      return;
+      j->out = c.open_stream(0);
+      send(*j, wire::encode(hello));
+      j->hello_sent = true;
+    } catch (const std::exception& e) {
+      log::info("seed: dropping {}: {}", c.remote().to_string(), e.what());
+      close_later(c, Errc::protocol, e.what());
     }
-    j->out = c.open_stream(0);
-    send(*j, wire::encode(hello));
-    j->hello_sent = true;
   }
 
   void on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
@@ -200,19 +213,24 @@ struct Seed::Impl final : quic::ConnectionHandler {
     c.consumed(stream, len);
     Joiner* j = joiner_of(c);
     if (j->answered) return;
-    std::vector<wire::SeedMessage> msgs;
-    if (!j->reader.feed(data, len, msgs)) {
-      refuse(*j, Errc::protocol, "malformed join request: " + j->reader.error());
-      return;
-    }
-    for (auto& m : msgs) {
-      if (j->answered) return;
-      auto* req = std::get_if<wire::JoinRequest>(&m);
-      if (!req || !j->hello_sent || j->admitted) {
-        refuse(*j, Errc::protocol, "unexpected seed message from a joiner");
+    try {
+      std::vector<wire::SeedMessage> msgs;
+      if (!j->reader.feed(data, len, msgs)) {
+        refuse(*j, Errc::protocol, "malformed join request: " + j->reader.error());
         return;
       }
-      admit(*j, std::move(*req));
+      for (auto& m : msgs) {
+        if (j->answered) return;
+        auto* req = std::get_if<wire::JoinRequest>(&m);
+        if (!req || !j->hello_sent || j->admitted) {
+          refuse(*j, Errc::protocol, "unexpected seed message from a joiner");
+          return;
+        }
+        admit(*j, std::move(*req));
+      }
+    } catch (const std::exception& e) {
+      if (!j->answered) refuse(*j, Errc::protocol, e.what());
+      close_later(c, Errc::protocol, e.what());
     }
   }
 
@@ -276,7 +294,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
                                     " is outside 0.." + std::to_string(opts.world - 1));
       return;
     }
-    if (!valid_node_name(req.node)) {
+    if (!valid_node_name(req.node) || req.node == tls::seed_node) {
       refuse(j, Errc::protocol, "invalid node name '" + req.node.substr(0, 64) + "'");
       return;
     }
@@ -293,7 +311,8 @@ struct Seed::Impl final : quic::ConnectionHandler {
     }
     try {
       quic::Address a = req.advertise.empty() ? j.conn->remote() : quic::Address::with_host(req.advertise, req.port);
-      if (req.port == 0) throw Error(Errc::invalid_argument, "data port 0");
+      if (req.port == 0)
+        throw Error(Errc::invalid_argument, "node " + req.node + " from " + from + " announced data port 0");
       a.set_port(req.port);
       j.addr = a.to_string();
       j.cert = ca->sign(req.csr_pem, req.node);
@@ -466,6 +485,8 @@ struct Seed::Impl final : quic::ConnectionHandler {
   // ---- shutdown -------------------------------------------------------------------------
 
   void stop() {
+    // Idempotent and callable from any thread, also while the destructor runs it.
+    std::lock_guard once(stop_mu);
     if (engine.stopped()) return;
     std::promise<void> told;
     engine.post([this, &told] {

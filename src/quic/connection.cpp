@@ -309,7 +309,9 @@ void Connection::check_liberr(int rv, const char* where) {
   std::string why = std::string(where) + ": " + ngtcp2_strerror(rv);
   if (rv == NGTCP2_ERR_CRYPTO) {
     code = Errc::tls;
-    if (!verify_error_.empty()) why = "peer certificate rejected: " + verify_error_;
+    if (!verify_error_.empty())
+      why = verify_error_.starts_with("peer certificate rejected") ? verify_error_
+                                                                   : "peer certificate rejected: " + verify_error_;
     else why = "TLS handshake failed (alert " + std::to_string(ngtcp2_conn_get_tls_alert(conn_)) + ")";
   }
   // Tell the peer why before we go.

@@ -314,10 +314,17 @@ void Endpoint::retire(Connection& c) {
   });
 }
 
-void Endpoint::shutdown(const std::string& reason) {
+std::size_t Endpoint::live_connections() const noexcept {
+  std::size_t n = 0;
+  for (const auto& c : conns_)
+    if (!c->closed()) ++n;
+  return n;
+}
+
+void Endpoint::shutdown(const std::string& reason, std::uint64_t app_code) {
   if (stopped_) return;
   for (auto& c : conns_)
-    if (!c->closed()) c->close(0, reason);
+    if (!c->closed()) c->close(app_code, reason);
   stopped_ = true;
   asio::error_code ec;
   timer_.cancel();

@@ -40,7 +40,9 @@ class Endpoint {
   /// Flushes `c` once the current batch of events is handled.
   void schedule_flush(Connection& c);
   /// Closes every connection with `reason` and stops reading.
-  void shutdown(const std::string& reason);
+  void shutdown(const std::string& reason, std::uint64_t app_code = 0);
+  /// Connections not closed yet, those still in their handshake included.
+  std::size_t live_connections() const noexcept;
   /// Reads whatever the socket holds, runs due ngtcp2 timers (through flush_dirty's
   /// re-arm) and sends what that produced (engine lock held).
   void poll() { on_readable(); }

@@ -527,7 +527,7 @@ PeerCheck check_peer(gnutls_session_t session, std::string_view cluster) {
   const int rc = gnutls_certificate_verify_peers3(session, nullptr, &status);
   if (rc < 0)
     return reject(std::string("peer certificate verification failed: ") + gnutls_strerror(rc));
-  if (status != 0) return reject("chain check failed: " + status_text(status));
+  if (status != 0) return reject("peer certificate rejected: " + status_text(status));
 
   Crt crt = import_crt_der(chain[0], "peer");
   const std::string org = dn_single(crt.get(), gnutls_x509_crt_get_dn_by_oid,

@@ -324,7 +324,16 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
   if (size <= a.eager_in_place) {
     // A collective's segment: its receiver posts the matching receive by construction, so
     // the rendezvous round trip (which waits behind a full link queue for the cts) only
-    // costs time. Sent from the caller's memory; once on the wire it cannot be withdrawn.
+    // costs time. Sent from the caller's memory, so it cannot simply be withdrawn: a
+    // cancelled send still completes when acknowledged, and one still unacknowledged at its
+    // deadline (the receiver stopped taking data) gives up on the peer, which drops the
+    // queued bytes, rather than wait forever.
+    install_canceller(st, dest, "receiver did not take the data in time; connection dropped", "",
+                      [dest](CommImpl& c, OpState*, Errc why) {
+                        if (why != Errc::timeout) return false;
+                        c.peer(dest)->abort("a collective send was not acknowledged before its deadline");
+                        return true;
+                      });
     submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
       peer(dest)->send_eager_in_place(d, comm, tag, std::move(copy), size, st);
     });

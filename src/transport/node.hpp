@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/error_format.hpp"
@@ -133,8 +134,12 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
       node->engine_.post([node, raw, st_weak, peer_rank, on_timeout, on_cancel, withdraw, code] {
         auto s = st_weak.lock();
         if (!s || s->done()) return;
-        if (withdraw(*node, raw))
-          node->fail(s, code, peer_rank, code == Errc::timeout ? on_timeout : on_cancel);
+        bool withdrawn = false;
+        if constexpr (std::is_invocable_v<Withdraw, CommImpl&, OpState*, Errc>)
+          withdrawn = withdraw(*node, raw, code);
+        else
+          withdrawn = withdraw(*node, raw);
+        if (withdrawn) node->fail(s, code, peer_rank, code == Errc::timeout ? on_timeout : on_cancel);
       });
     };
   }

@@ -221,6 +221,13 @@ void Peer::protocol_error(const std::string& why) {
   }
 }
 
+void Peer::abort(const std::string& why) {
+  if (gone()) return;
+  log::warn("rank {}: giving up on peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
+  mark_gone(Errc::peer_failed, why);
+  if (conn_) conn_->close(1, why);
+}
+
 void Peer::mark_gone(Errc code, const std::string& why) {
   if (!gone()) {
     gone_code_ = code;

@@ -56,6 +56,9 @@ class Peer final : public quic::ConnectionHandler {
   /// copy): `op` succeeds once the peer acknowledged the last byte.
   void send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                            std::uint64_t size, std::shared_ptr<OpState> op);
+  /// Gives up on this peer from posted work (not inside packet processing): fails what is
+  /// in flight with it and closes the connection, which releases every queued byte.
+  void abort(const std::string& why);
   /// Cancels a rendezvous send not yet under way; false if it already started.
   bool cancel_rendezvous(const OpState* op);
   /// A matched receive for an announced message: ask the peer for the data.

@@ -235,10 +235,17 @@ int launch(const Options& o) {
 
   const std::string n = std::to_string(o.nprocs);
   std::vector<std::string> common;
-  // The ranks get the token itself; a token file as well would be a conflict to them.
+  // The ranks get the token itself; a token file as well would be a conflict to them. An
+  // outer launcher's rank variables (nexar-run under srun, mpirun or torchrun) would take
+  // precedence over ours in join_from_env and give every local rank the same identity.
   std::vector<std::string> drop = {
       "NEXAR_SEED_ADDR",  "NEXAR_CLUSTER_TOKEN", "NEXAR_CLUSTER_TOKEN_FILE", "NEXAR_RANK",
-      "NEXAR_WORLD_SIZE", "NEXAR_LOCAL_RANK",    "NEXAR_LOCAL_WORLD_SIZE"};
+      "NEXAR_WORLD_SIZE", "NEXAR_LOCAL_RANK",    "NEXAR_LOCAL_WORLD_SIZE",   "NEXAR_SEED_PORT",
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+      "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMIX_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
+      "PMI_LOCAL_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "SLURM_PROCID", "SLURM_NTASKS",
+      "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
   std::unique_ptr<nexar::Seed> seed;
   if (o.seed.empty()) {
     nexar::SeedOptions so;
