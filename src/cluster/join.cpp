@@ -80,15 +80,15 @@ class Attempt final : public quic::ConnectionHandler {
         }
         on_hello(c, *h);
       } else if (auto* a = std::get_if<wire::JoinAccept>(&m)) {
-        {
-          std::lock_guard lk(mu_);
-          out_.accept = std::move(*a);
-          out_.code = Errc::ok;
-          finish_locked();
-        }
         // Application code 0 tells the seed this member has its assignment; every other
-        // way out closes with an error code. Posted: we are inside ngtcp2's processing.
+        // way out closes with an error code. Posted (we are inside ngtcp2's processing),
+        // and before the waiting thread learns the outcome: its shutdown must come after.
         close_later(c, 0, "joined");
+        joined = true;
+        std::lock_guard lk(mu_);
+        out_.accept = std::move(*a);
+        out_.code = Errc::ok;
+        finish_locked();
       } else if (auto* r = std::get_if<wire::JoinReject>(&m)) {
         const auto code = static_cast<Errc>(r->code);
         end(c, code == Errc::ok ? Errc::rejected : code, "the seed refused: " + r->reason, false);
@@ -98,7 +98,15 @@ class Attempt final : public quic::ConnectionHandler {
     }
   }
 
-  void on_closed(quic::Connection&, Errc code, const std::string& why) override { fail(code, why); }
+  void on_closed(quic::Connection&, Errc code, const std::string& why) override {
+    conn = nullptr;
+    fail(code, why);
+  }
+
+  /// The connection while it is open (engine thread only).
+  quic::Connection* conn = nullptr;
+  /// Whether the seed's accept arrived (engine thread only).
+  bool joined = false;
 
   /// Ends the attempt unless it already ended.
   void fail(Errc code, const std::string& why) {
@@ -154,14 +162,12 @@ class Attempt final : public quic::ConnectionHandler {
   }
 
   void end(quic::Connection& c, Errc code, const std::string& why, bool retry) {
-    {
-      std::lock_guard lk(mu_);
-      out_.code = code;
-      out_.why = why;
-      out_.retry = retry;
-      finish_locked();
-    }
     close_later(c, static_cast<std::uint64_t>(code == Errc::ok ? Errc::protocol : code), why.substr(0, 200));
+    std::lock_guard lk(mu_);
+    out_.code = code;
+    out_.why = why;
+    out_.retry = retry;
+    finish_locked();
   }
 
   // Connection callbacks run inside ngtcp2's packet processing, which must not be
@@ -316,10 +322,16 @@ Communicator join(const JoinOptions& o, const Config& config) {
   // Reads replies; nobody may open a connection to a joiner's seed socket.
   engine.post([&] { ep.start([](quic::Connection&) -> quic::ConnectionHandler* { return nullptr; }); });
   std::vector<std::unique_ptr<Attempt>> attempts;  // alive until the endpoint is gone
-  // A connection still open here belongs to a join that failed (a successful one closed
-  // it with code 0): close with an error code, so the seed does not count it as delivered.
+  // The joined attempt closes with code 0 (its own posted close may still be queued behind
+  // this task: asio runs work posted from its thread after work posted from others); any
+  // other connection still open belongs to a join that failed and closes with an error
+  // code, so the seed does not count it as delivered.
   auto shut = [&] {
-    engine.post([&] { ep.shutdown("join abandoned", static_cast<std::uint64_t>(Errc::timeout)); });
+    engine.post([&] {
+      for (auto& a : attempts)
+        if (a->joined && a->conn) a->conn->close(0, "joined");
+      ep.shutdown("join abandoned", static_cast<std::uint64_t>(Errc::timeout));
+    });
     engine.stop();
   };
 
@@ -333,7 +345,7 @@ Communicator join(const JoinOptions& o, const Config& config) {
     ++tries;
     engine.post([&, a] {
       try {
-        ep.connect(seed, std::string(tls::seed_node), a);
+        a->conn = &ep.connect(seed, std::string(tls::seed_node), a);
       } catch (const Error& e) {
         a->fail(e.code(), e.what());
       }
