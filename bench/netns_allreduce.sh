@@ -61,19 +61,7 @@ done
 
 out=${OUT:-$(mktemp -d /tmp/nexar-netns-allreduce.XXXXXX)}
 mkdir -p "$out"
-tmp=$(mktemp -d /tmp/nexar-netns-bench.XXXXXX)
-bg_pids=()
-# shellcheck disable=SC2317  # reached through the trap
-cleanup() {
-  local p
-  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
-  netns_cleanup
-  for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'echo "netns_allreduce: interrupted" >&2; exit 130' INT
-trap 'echo "netns_allreduce: terminated" >&2; exit 143' TERM
+netns_guard "netns_allreduce" nexar-netns-bench
 
 netns_cleanup_stale
 netns_setup $((workers + 1)) "$rate" || { echo "netns_allreduce: could not build the namespaces"; exit 1; }

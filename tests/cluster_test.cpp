@@ -2063,3 +2063,29 @@ TEST(Join, FromEnvironmentSingleRankEmbedsSeed) {
 }
 
 }  // namespace
+
+// The public token readers the tools use: the same rules as join_from_env.
+TEST(Join, TokenReaders) {
+  const TempDir dir;
+  EXPECT_EQ(nexar::read_token_file(dir.write("t", "s3cret \n\t\n")), "s3cret");
+  const std::string empty = dir.write("empty", " \n");
+  try {
+    nexar::read_token_file(empty);
+    ADD_FAILURE() << "an empty token file was accepted";
+  } catch (const nexar::Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_TRUE(contains(e.what(), empty)) << e.what();
+    EXPECT_TRUE(contains(e.what(), "read_token_file")) << e.what();
+  }
+  EXPECT_THROW(nexar::read_token_file(dir.path("missing")), nexar::Error);
+  {
+    ScopedEnv t("NEXAR_CLUSTER_TOKEN", "from-env");
+    EXPECT_EQ(nexar::token_from_env(), "from-env");
+    ScopedEnv f("NEXAR_CLUSTER_TOKEN_FILE", dir.write("t2", "from-file\n"));
+    EXPECT_THROW(nexar::token_from_env(), nexar::Error);  // both set
+  }
+  {
+    ScopedEnv f("NEXAR_CLUSTER_TOKEN_FILE", dir.path("t2"));
+    EXPECT_EQ(nexar::token_from_env(), "from-file");
+  }
+}

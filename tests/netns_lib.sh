@@ -291,3 +291,24 @@ netns_cleanup_stale() {
     netns_del "$ns"
   done
 }
+
+# netns_guard LABEL TMP_PREFIX: makes the temporary directory $tmp and the list bg_pids of
+# background processes, and on exit (also on INT/TERM, reported with LABEL) kills those
+# processes, removes the namespaces of this run and $tmp.
+netns_guard() {
+  NETNS_GUARD_LABEL=$1
+  tmp=$(mktemp -d "/tmp/$2.XXXXXX")
+  bg_pids=()
+  trap netns_guard_exit EXIT
+  trap 'echo "$NETNS_GUARD_LABEL: interrupted" >&2; exit 130' INT
+  trap 'echo "$NETNS_GUARD_LABEL: terminated" >&2; exit 143' TERM
+}
+
+# shellcheck disable=SC2317  # reached through the trap
+netns_guard_exit() {
+  local p
+  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
+  netns_cleanup
+  for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}

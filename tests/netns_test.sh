@@ -51,19 +51,7 @@ unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FI
   RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
   PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST
 
-tmp=$(mktemp -d /tmp/nexar-netns-test.XXXXXX)
-bg_pids=()
-# shellcheck disable=SC2317  # reached through the trap
-cleanup() {
-  local p
-  for p in "${bg_pids[@]}"; do kill "$p" 2>/dev/null; done
-  netns_cleanup
-  for p in "${bg_pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'echo "netns test: interrupted" >&2; exit 130' INT
-trap 'echo "netns test: terminated" >&2; exit 143' TERM
+netns_guard "netns test" nexar-netns-test
 
 netns_cleanup_stale
 if ! netns_setup $((workers + 1)); then

@@ -122,6 +122,16 @@ Communicator join(const JoinOptions& options, const Config& config = Config::fro
 /// inconsistent, and whatever join() throws.
 Communicator join_from_env(const Config& config = Config::from_env());
 
+/// The cluster token in the file at `path`: its contents without trailing white space.
+/// Throws nexar::Error(invalid_argument) naming the path when it cannot be read, is larger
+/// than 1 MiB, or holds no token.
+std::string read_token_file(const std::string& path);
+
+/// The token from NEXAR_CLUSTER_TOKEN, or from the file NEXAR_CLUSTER_TOKEN_FILE names
+/// (exactly as join_from_env reads them), or "" when neither is set. Throws
+/// nexar::Error(invalid_argument) when both are set or the file is unusable.
+std::string token_from_env();
+
 /// True when the environment describes one rank of a launched cluster: a rank variable of
 /// any convention above, or NEXAR_SEED_ADDR. Programs use it to choose between
 /// join_from_env() and running all ranks in one process.

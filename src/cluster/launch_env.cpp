@@ -116,7 +116,8 @@ milliseconds parse_timeout(const char* var, const std::string& value) {
   return milliseconds(v);
 }
 
-// The whole file, for tokens and certificates. Fails naming the variable and the path.
+// The whole file, for tokens and certificates. Fails naming the variable (or what the file
+// is) and the path.
 std::string read_file(const char* var, const std::string& path) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"),
                                                           &std::fclose);
@@ -414,6 +415,30 @@ std::string slurm_first_host(std::string_view nodelist, std::string_view var) {
   return host;
 }
 
+namespace {
+
+// A token file's contents without trailing white space; fails naming `what` and the path.
+std::string read_token(const char* what, const std::string& path) {
+  std::string t = read_file(what, path);
+  while (!t.empty() && is_space(t.back())) t.pop_back();
+  if (t.empty())
+    fail(fmt::format("{}='{}': the file holds no token (it is empty or only white space)", what, path));
+  return t;
+}
+
+// NEXAR_CLUSTER_TOKEN or the file NEXAR_CLUSTER_TOKEN_FILE names; nothing when neither is set.
+std::optional<std::string> explicit_token(const Env& env) {
+  const auto token = env.get("NEXAR_CLUSTER_TOKEN");
+  const auto token_file = env.get("NEXAR_CLUSTER_TOKEN_FILE");
+  if (token && token_file)
+    fail("both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
+  if (token) return token;
+  if (token_file) return read_token("NEXAR_CLUSTER_TOKEN_FILE", *token_file);
+  return std::nullopt;
+}
+
+}  // namespace
+
 LaunchEnv resolve_launch_env(const EnvLookup& lookup) {
   const Env env(lookup);
   LaunchEnv out;
@@ -510,23 +535,8 @@ LaunchEnv resolve_launch_env(const EnvLookup& lookup) {
   }
 
   // Cluster token.
-  const auto token = env.get("NEXAR_CLUSTER_TOKEN");
-  const auto token_file = env.get("NEXAR_CLUSTER_TOKEN_FILE");
-  if (token && token_file) {
-    fail("both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
-  }
-  if (token) {
-    out.token = *token;
-  } else if (token_file) {
-    std::string t = read_file("NEXAR_CLUSTER_TOKEN_FILE", *token_file);
-    while (!t.empty() && is_space(t.back())) t.pop_back();
-    if (t.empty()) {
-      fail(
-          fmt::format("NEXAR_CLUSTER_TOKEN_FILE='{}': the file holds no token (it is empty "
-                      "or only white space)",
-                      *token_file));
-    }
-    out.token = std::move(t);
+  if (auto t = explicit_token(env)) {
+    out.token = std::move(*t);
   } else {
     std::optional<std::string> id;
     if (out.source == "torchrun") {
@@ -601,3 +611,24 @@ LaunchEnv resolve_launch_env(const EnvLookup& lookup) {
 LaunchEnv resolve_launch_env() { return resolve_launch_env(process_env()); }
 
 }  // namespace nexar::cluster
+
+namespace nexar {
+
+std::string read_token_file(const std::string& path) {
+  try {
+    return cluster::read_token("token file", path);
+  } catch (const Error& e) {
+    // Not join_from_env's error here: name this function instead.
+    std::string what = e.what();
+    const std::string prefix = "join_from_env: ";
+    if (what.starts_with(prefix)) what = "read_token_file: " + what.substr(prefix.size());
+    throw Error(e.code(), what);
+  }
+}
+
+std::string token_from_env() {
+  auto t = cluster::explicit_token(cluster::Env(cluster::process_env()));
+  return t ? *std::move(t) : std::string();
+}
+
+}  // namespace nexar

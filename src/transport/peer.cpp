@@ -68,6 +68,18 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
   conn_->push(out_[static_cast<int>(lane)], quic::Chunk{p, len, std::move(buf), std::move(done)});
 }
 
+FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
+                                 std::uint64_t length) const {
+  FrameHeader h;
+  h.type = type;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.comm = comm;
+  h.tag = static_cast<std::uint64_t>(tag);
+  h.seq = seq;
+  h.length = length;
+  return h;
+}
+
 void Peer::send_header(Lane lane, const FrameHeader& h) {
   PooledBuffer b = node_.pool().acquire(wire::header_size);
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
@@ -81,15 +93,8 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
     return;
   }
   std::uint64_t seq = next_seq_++;
-  FrameHeader h;
-  h.type = FrameType::rts;
-  h.src = static_cast<std::uint32_t>(node_.rank());
-  h.comm = comm;
-  h.tag = static_cast<std::uint64_t>(tag);
-  h.seq = seq;
-  h.length = size;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
-  send_header(lane_of(d), h);
+  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size));
 }
 
 void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op) {
@@ -107,13 +112,7 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vecto
     node_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
-  FrameHeader h;
-  h.type = FrameType::eager;
-  h.src = static_cast<std::uint32_t>(node_.rank());
-  h.comm = comm;
-  h.tag = static_cast<std::uint64_t>(tag);
-  h.length = size;
-  send_header(lane_of(d), h);
+  send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size));
   push_payload(lane_of(d), parts, op);
 }
 

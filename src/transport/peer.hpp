@@ -43,6 +43,9 @@ class Peer final : public quic::ConnectionHandler {
   /// succeeds once the peer acknowledged it.
   void send_frame(wire::Lane lane, PooledBuffer buf, std::size_t len,
                   std::shared_ptr<OpState> done = {});
+  /// A message frame's header from this rank.
+  wire::FrameHeader message_header(wire::FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
+                                   std::uint64_t length) const;
   /// Queues a header-only frame.
   void send_header(wire::Lane lane, const wire::FrameHeader& h);
   /// Queues a payload straight from the caller's memory after its header; `op` succeeds

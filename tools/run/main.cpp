@@ -59,19 +59,14 @@ struct Options {
   std::chrono::milliseconds grace{3000};
 };
 
-std::string read_token_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UsageError("cannot read token file " + path + ": " +
-                     std::error_code(errno, std::generic_category()).message());
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string token = s.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
-                            token.back() == '\t'))
-    token.pop_back();
-  if (token.empty()) throw UsageError("token file " + path + " is empty");
-  return token;
+// The library's token readers, their errors as usage errors (exit 2).
+template <class F>
+std::string token_or_usage_error(F&& read) {
+  try {
+    return read();
+  } catch (const nexar::Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 std::string env_or_empty(const char* name) {
@@ -219,14 +214,9 @@ int launch(const Options& o) {
   // join_from_env reads them), else the embedded seed generates one.
   std::string token;
   if (!o.token_file.empty()) {
-    token = read_token_file(o.token_file);
+    token = token_or_usage_error([&] { return nexar::read_token_file(o.token_file); });
   } else {
-    token = env_or_empty("NEXAR_CLUSTER_TOKEN");
-    const std::string file = env_or_empty("NEXAR_CLUSTER_TOKEN_FILE");
-    if (!token.empty() && !file.empty())
-      throw UsageError(
-          "both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
-    if (!file.empty()) token = read_token_file(file);
+    token = token_or_usage_error([] { return nexar::token_from_env(); });
   }
   if (!o.seed.empty() && token.empty())
     throw UsageError(

@@ -52,18 +52,14 @@ struct UsageError : std::runtime_error {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// The token in a file: its content without trailing white space (a final newline).
-std::string read_token_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("cannot read token file " + path + ": " + errno_text(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  std::string token = s.str();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
-                            token.back() == '\t'))
-    token.pop_back();
-  if (token.empty()) throw UsageError("token file " + path + " is empty");
-  return token;
+// The library's token readers, their errors as usage errors (exit 2).
+template <class F>
+std::string token_or_usage_error(F&& read) {
+  try {
+    return read();
+  } catch (const nexar::Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 // "KEY=value", the value single-quoted when it holds anything a POSIX shell would treat
@@ -260,27 +256,15 @@ int main(int argc, char** argv) {
       throw UsageError("--min " + std::to_string(min_world) + " is larger than --world " +
                        std::to_string(world));
     if (*token_file_opt) {
-      token = read_token_file(token_file);
+      token = token_or_usage_error([&] { return nexar::read_token_file(token_file); });
       token_source = "--token-file " + token_file;
     } else if (*token_opt) {
       if (token.empty()) throw UsageError("--token is empty");
       token_source = "--token";
     } else {
       // As join_from_env reads them.
-      const char* env = std::getenv("NEXAR_CLUSTER_TOKEN");
-      const char* file = std::getenv("NEXAR_CLUSTER_TOKEN_FILE");
-      const bool have_env = env != nullptr && *env != '\0';
-      const bool have_file = file != nullptr && *file != '\0';
-      if (have_env && have_file)
-        throw UsageError(
-            "both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
-      if (have_env) {
-        token = env;
-        token_source = "NEXAR_CLUSTER_TOKEN";
-      } else if (have_file) {
-        token = read_token_file(file);
-        token_source = std::string("NEXAR_CLUSTER_TOKEN_FILE ") + file;
-      }
+      token = token_or_usage_error([] { return nexar::token_from_env(); });
+      if (!token.empty()) token_source = "the NEXAR_CLUSTER_TOKEN(_FILE) environment";
     }
   } catch (const UsageError& e) {
     std::cerr << "nexar-seed: " << e.what() << "\nRun with --help for more information.\n";
