@@ -33,7 +33,7 @@ for stage in $stages; do
       bash tests/fuzz_smoke.sh build-fuzz/bin/frame_fuzz || failed+=(fuzz)
       ;;
     asan)
-      cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEXAR_SANITIZE=ON \
+      cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEXAR_SANITIZE=ON -DNEXAR_BUILD_TOOLS=ON \
         -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
