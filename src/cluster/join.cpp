@@ -3,7 +3,6 @@
 // then start the mesh on the data socket exactly as bootstrap_local's ranks do.
 #include <nexar/cluster.hpp>
 
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -239,12 +238,6 @@ quic::Address local_of(int fd) {
   return a;
 }
 
-int available_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
 struct FdGuard {
   int fd = -1;
   ~FdGuard() {
@@ -429,7 +422,7 @@ Communicator join_from_env(const Config& config) {
   // they wait for. Sleep at once instead, as bootstrap_local does (measured, 4 processes on
   // 2 cores: 8 B all_reduce 0.76 ms without spinning, 1.17 ms with; 16 MiB the same).
   Config cfg = config;
-  if (env.local_world > available_cores() && std::getenv("NEXAR_SPIN_US") == nullptr)
+  if (cluster::oversubscribed(env.local_world) && std::getenv("NEXAR_SPIN_US") == nullptr)
     cfg.spin = std::chrono::microseconds(0);
   std::unique_ptr<Seed> seed;
   if (env.embed_seed) {

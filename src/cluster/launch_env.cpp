@@ -31,8 +31,9 @@ constexpr int kTorchrunPort = 29500;  // torchrun's default MASTER_PORT
 constexpr milliseconds kMaxTimeout = std::chrono::hours(24 * 365);  // as Config's timeouts
 constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
 
-[[noreturn]] void fail(const std::string& message) {
-  throw Error(Errc::invalid_argument, "join_from_env: " + message);
+// `who` is the public function the caller used, named first in the message.
+[[noreturn]] void fail(const std::string& message, const char* who = "join_from_env") {
+  throw Error(Errc::invalid_argument, std::string(who) + ": " + message);
 }
 
 bool is_space(char c) {
@@ -118,12 +119,12 @@ milliseconds parse_timeout(const char* var, const std::string& value) {
 
 // The whole file, for tokens and certificates. Fails naming the variable (or what the file
 // is) and the path.
-std::string read_file(const char* var, const std::string& path) {
+std::string read_file(const char* var, const std::string& path, const char* who = "join_from_env") {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"),
                                                           &std::fclose);
   if (!f) {
     const int err = errno;
-    fail(fmt::format("{}='{}': cannot open the file: {}", var, path, std::strerror(err)));
+    fail(fmt::format("{}='{}': cannot open the file: {}", var, path, std::strerror(err)), who);
   }
   std::string out;
   char buf[4096];
@@ -131,13 +132,13 @@ std::string read_file(const char* var, const std::string& path) {
     const std::size_t n = std::fread(buf, 1, sizeof buf, f.get());
     out.append(buf, n);
     if (out.size() > kMaxFileBytes) {
-      fail(fmt::format("{}='{}': the file is larger than {} bytes", var, path, kMaxFileBytes));
+      fail(fmt::format("{}='{}': the file is larger than {} bytes", var, path, kMaxFileBytes), who);
     }
     if (n < sizeof buf) break;
   }
   if (std::ferror(f.get()) != 0) {
     const int err = errno;
-    fail(fmt::format("{}='{}': cannot read the file: {}", var, path, std::strerror(err)));
+    fail(fmt::format("{}='{}': cannot read the file: {}", var, path, std::strerror(err)), who);
   }
   return out;
 }
@@ -418,22 +419,22 @@ std::string slurm_first_host(std::string_view nodelist, std::string_view var) {
 namespace {
 
 // A token file's contents without trailing white space; fails naming `what` and the path.
-std::string read_token(const char* what, const std::string& path) {
-  std::string t = read_file(what, path);
+std::string read_token(const char* what, const std::string& path, const char* who = "join_from_env") {
+  std::string t = read_file(what, path, who);
   while (!t.empty() && is_space(t.back())) t.pop_back();
   if (t.empty())
-    fail(fmt::format("{}='{}': the file holds no token (it is empty or only white space)", what, path));
+    fail(fmt::format("{}='{}': the file holds no token (it is empty or only white space)", what, path), who);
   return t;
 }
 
 // NEXAR_CLUSTER_TOKEN or the file NEXAR_CLUSTER_TOKEN_FILE names; nothing when neither is set.
-std::optional<std::string> explicit_token(const Env& env) {
+std::optional<std::string> explicit_token(const Env& env, const char* who = "join_from_env") {
   const auto token = env.get("NEXAR_CLUSTER_TOKEN");
   const auto token_file = env.get("NEXAR_CLUSTER_TOKEN_FILE");
   if (token && token_file)
-    fail("both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one");
+    fail("both NEXAR_CLUSTER_TOKEN and NEXAR_CLUSTER_TOKEN_FILE are set; set only one", who);
   if (token) return token;
-  if (token_file) return read_token("NEXAR_CLUSTER_TOKEN_FILE", *token_file);
+  if (token_file) return read_token("NEXAR_CLUSTER_TOKEN_FILE", *token_file, who);
   return std::nullopt;
 }
 
@@ -615,19 +616,11 @@ LaunchEnv resolve_launch_env() { return resolve_launch_env(process_env()); }
 namespace nexar {
 
 std::string read_token_file(const std::string& path) {
-  try {
-    return cluster::read_token("token file", path);
-  } catch (const Error& e) {
-    // Not join_from_env's error here: name this function instead.
-    std::string what = e.what();
-    const std::string prefix = "join_from_env: ";
-    if (what.starts_with(prefix)) what = "read_token_file: " + what.substr(prefix.size());
-    throw Error(e.code(), what);
-  }
+  return cluster::read_token("token file", path, "read_token_file");
 }
 
 std::string token_from_env() {
-  auto t = cluster::explicit_token(cluster::Env(cluster::process_env()));
+  auto t = cluster::explicit_token(cluster::Env(cluster::process_env()), "token_from_env");
   return t ? *std::move(t) : std::string();
 }
 

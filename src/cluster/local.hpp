@@ -28,6 +28,10 @@ struct NodePlan {
 /// Throws nexar::Error (invalid_argument for n < 1, io, tls).
 std::vector<NodePlan> plan_local(int n, const Config& config);
 
+/// Whether `local_ranks` ranks on this host exceed the cores this process may run on: then
+/// waiters must not spin, or they take the cores from the threads they wait for.
+bool oversubscribed(int local_ranks);
+
 /// Starts a member whose identity, credentials, peers and socket are settled: creates its
 /// progress engine, connects to every peer (ranks below it dial in, it dials the ranks
 /// above it), and returns once every connection is established and authenticated.

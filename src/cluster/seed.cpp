@@ -426,20 +426,21 @@ struct Seed::Impl final : quic::ConnectionHandler {
     if (!undelivered.empty() && Clock::now() < delivery_deadline) return;
     for (auto& [node, who] : undelivered) lost.push_back(who + ": no acknowledgement within " + seconds_text(kDelivery));
     undelivered.clear();
+    std::string why;
     if (!lost.empty()) {
-      std::string why = "cluster formed with " + std::to_string(formed_world) + " ranks, but " +
-                        std::to_string(lost.size()) + " did not receive their assignment:";
+      why = "cluster formed with " + std::to_string(formed_world) + " ranks, but " +
+            std::to_string(lost.size()) + " did not receive their assignment:";
       for (const auto& l : lost) why += " [" + l + "]";
       log::warn("seed: {}", why);
+    }
+    {
       std::lock_guard lk(mu);
       if (state != State::delivering) return;
-      state = State::failed;
-      fail_code = Errc::peer_failed;
-      fail_why = why;
-    } else {
-      std::lock_guard lk(mu);
-      if (state != State::delivering) return;
-      state = State::done;
+      state = lost.empty() ? State::done : State::failed;
+      if (!lost.empty()) {
+        fail_code = Errc::peer_failed;
+        fail_why = std::move(why);
+      }
     }
     cv.notify_all();
   }

@@ -59,15 +59,6 @@ struct Options {
   std::chrono::milliseconds grace{3000};
 };
 
-// The library's token readers, their errors as usage errors (exit 2).
-template <class F>
-std::string token_or_usage_error(F&& read) {
-  try {
-    return read();
-  } catch (const nexar::Error& e) {
-    throw UsageError(e.what());
-  }
-}
 
 std::string env_or_empty(const char* name) {
   const char* v = std::getenv(name);
@@ -213,10 +204,10 @@ int launch(const Options& o) {
   // The token: --token-file, else NEXAR_CLUSTER_TOKEN or NEXAR_CLUSTER_TOKEN_FILE (as
   // join_from_env reads them), else the embedded seed generates one.
   std::string token;
-  if (!o.token_file.empty()) {
-    token = token_or_usage_error([&] { return nexar::read_token_file(o.token_file); });
-  } else {
-    token = token_or_usage_error([] { return nexar::token_from_env(); });
+  try {
+    token = o.token_file.empty() ? nexar::token_from_env() : nexar::read_token_file(o.token_file);
+  } catch (const nexar::Error& e) {
+    throw UsageError(e.what());  // a bad token file or environment is a usage error (exit 2)
   }
   if (!o.seed.empty() && token.empty())
     throw UsageError(

@@ -52,15 +52,6 @@ struct UsageError : std::runtime_error {
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-// The library's token readers, their errors as usage errors (exit 2).
-template <class F>
-std::string token_or_usage_error(F&& read) {
-  try {
-    return read();
-  } catch (const nexar::Error& e) {
-    throw UsageError(e.what());
-  }
-}
 
 // "KEY=value", the value single-quoted when it holds anything a POSIX shell would treat
 // specially, so the line can be sourced by sh as well as read by env-file parsers.
@@ -256,17 +247,17 @@ int main(int argc, char** argv) {
       throw UsageError("--min " + std::to_string(min_world) + " is larger than --world " +
                        std::to_string(world));
     if (*token_file_opt) {
-      token = token_or_usage_error([&] { return nexar::read_token_file(token_file); });
+      token = nexar::read_token_file(token_file);
       token_source = "--token-file " + token_file;
     } else if (*token_opt) {
       if (token.empty()) throw UsageError("--token is empty");
       token_source = "--token";
     } else {
       // As join_from_env reads them.
-      token = token_or_usage_error([] { return nexar::token_from_env(); });
+      token = nexar::token_from_env();
       if (!token.empty()) token_source = "the NEXAR_CLUSTER_TOKEN(_FILE) environment";
     }
-  } catch (const UsageError& e) {
+  } catch (const std::runtime_error& e) {  // UsageError, or the token readers' nexar::Error
     std::cerr << "nexar-seed: " << e.what() << "\nRun with --help for more information.\n";
     return 2;
   }
