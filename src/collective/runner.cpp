@@ -25,6 +25,11 @@ void CollectiveRunner::kick() {
   cv_.notify_one();
 }
 
+bool CollectiveRunner::ready(std::uint64_t id) {
+  std::lock_guard lk(mu_);
+  return !busy_ && !tasks_.empty() && tasks_.front().id == id;
+}
+
 bool CollectiveRunner::help(std::uint64_t id) {
   Task t;
   {

@@ -35,6 +35,8 @@ class CollectiveRunner {
   /// that waits for its collective does the work itself instead of waking the runner
   /// thread (a wake-up costs more than a small collective). Returns whether it ran.
   bool help(std::uint64_t id);
+  /// Whether help(id) would run the task now (it may no longer when called).
+  bool ready(std::uint64_t id);
   /// Makes sure the runner thread works through the queue (a waiter stopped helping).
   void kick();
   /// Finishes the running task, abandons queued ones, joins the thread. Idempotent.

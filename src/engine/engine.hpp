@@ -23,6 +23,8 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/readiness_gate.hpp"
+
 namespace nexar::detail {
 
 class Engine {
@@ -64,8 +66,20 @@ class Engine {
   /// True while the engine thread waits for the lock; opportunistic pollers back off.
   bool engine_waiting() const noexcept { return wanting_.load(std::memory_order_relaxed) > 0; }
 
-  /// While non-zero, user threads are polling for progress themselves.
-  void add_progressing(int d) noexcept { progressing_.fetch_add(d, std::memory_order_relaxed); }
+  /// While non-zero, user threads are polling for progress themselves: the engine thread
+  /// neither spins nor wakes for the watched socket's packets (see ReadinessGate).
+  void add_progressing(int d) noexcept {
+    progressing_.fetch_add(d, std::memory_order_relaxed);
+    gate_.add_pollers(d);
+  }
+
+  /// The descriptor the engine thread should wait on instead of the socket `fd` (one per
+  /// engine); it stays the engine's. Throws std::system_error.
+  int watch(int fd) { return gate_.watch(fd); }
+  /// Before the watched socket closes.
+  void unwatch() { gate_.unwatch(); }
+  /// In the handler of watch()'s descriptor, before reading the socket.
+  void consume_readiness() { gate_.consume(); }
 
   /// Called (under the engine lock) on every turn of the spinning loop: the owner polls
   /// its socket and timers there rather than waiting for the reactor to report them.
@@ -92,6 +106,7 @@ class Engine {
   std::mutex mu_;
   std::atomic<std::chrono::steady_clock::time_point> busy_until_{};
   std::atomic<int> progressing_{0};
+  ReadinessGate gate_;
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;
   std::atomic<bool> stopping_{false};

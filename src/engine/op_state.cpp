@@ -53,6 +53,7 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
   if (done()) return true;
   auto spin_end = Clock::now() + spin_for;
   std::shared_ptr<Progress> engine = helper ? helper : progress.lock();
+  if (engine && !bounded && engine->run_here() && done()) return true;
   if (spin_for.count() > 0) {
     // Poll the engine ourselves: picking the reply off the socket here saves the two
     // thread wake-ups of the engine thread handing it to us.

@@ -22,8 +22,13 @@ class Progress {
   /// `bounded`, the caller has a short deadline of its own: do nothing that may take long
   /// (such as running a whole collective).
   virtual bool poll(bool bounded) = 0;
-  /// A waiter starts (+1) or stops (-1) polling.
+  /// A waiter starts (+1) or stops (-1) polling. While any polls, the engine thread does
+  /// not watch the socket, so a waiter counted here must really poll (or stop counting
+  /// before it blocks on anything else).
   virtual void waiting(int delta) = 0;
+  /// Before polling: runs the work that completes the operation on the waiting thread, if
+  /// it can; returns whether it ran. Not for bounded waits.
+  virtual bool run_here() { return false; }
   /// A waiter is about to sleep until the operation completes: whatever completes it must
   /// be running now.
   virtual void sleeping() {}

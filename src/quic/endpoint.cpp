@@ -39,17 +39,18 @@ Endpoint::Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
       txbuf_(65536) {}
 
 Endpoint::~Endpoint() {
-  // The descriptor belongs to sock_; keep asio from closing it twice.
+  // The descriptor waited on belongs to the engine's readiness gate.
   if (wait_fd_.is_open()) {
     asio::error_code ec;
     wait_fd_.cancel(ec);
     wait_fd_.release();
+    engine_.unwatch();
   }
 }
 
 void Endpoint::start(AcceptFn accept) {
   accept_ = std::move(accept);
-  wait_fd_.assign(sock_.fd());
+  wait_fd_.assign(engine_.watch(sock_.fd()));
   wait_readable();
 }
 
@@ -58,6 +59,7 @@ void Endpoint::wait_readable() {
   wait_fd_.async_wait(asio::posix::stream_descriptor::wait_read,
                       engine_.guard([this](asio::error_code ec) {
                         if (ec || stopped_) return;
+                        engine_.consume_readiness();
                         on_readable();
                         wait_readable();
                       }));

@@ -179,7 +179,20 @@ class CollectiveHelper final : public detail::Progress {
       g->runner().kick();
       return g->node().poll();
     }
-    return g->runner().help(task_) || g->node().poll();
+    if (g->runner().ready(task_)) {
+      // The collective's own waits poll while it runs; this wait must not count as a
+      // poller meanwhile, or the engine would stop watching the socket while those waits
+      // sleep.
+      g->node().waiting(-1);
+      bool ran = g->runner().help(task_);
+      g->node().waiting(1);
+      if (ran) return true;
+    }
+    return g->node().poll();
+  }
+  bool run_here() override {
+    auto g = g_.lock();
+    return g && g->runner().help(task_);
   }
   void waiting(int delta) override {
     if (auto g = g_.lock()) g->node().waiting(delta);
