@@ -180,6 +180,7 @@ inline const char* name(Algorithm a) {
     case Algorithm::linear: return "linear";
     case Algorithm::pairwise: return "pairwise";
     case Algorithm::dissemination: return "dissemination";
+    case Algorithm::recursive_doubling: return "recursive_doubling";
   }
   return "?";
 }

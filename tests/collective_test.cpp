@@ -655,7 +655,7 @@ TEST_P(AllReduceAlgorithm, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(
     Collective, AllReduceAlgorithm,
     ::testing::Combine(::testing::Values(Algorithm::automatic, Algorithm::ring,
-                                         Algorithm::halving_doubling),
+                                         Algorithm::halving_doubling, Algorithm::recursive_doubling),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<AlgParam>& p) {
       return std::string(name(std::get<0>(p.param))) + "_w" +
@@ -1312,6 +1312,7 @@ TEST(Collective, ValidationRejectsBadArguments) {
     });
   }
   EXPECT_STREQ(nexar::to_string(Algorithm::halving_doubling), "halving_doubling");
+  EXPECT_STREQ(nexar::to_string(Algorithm::recursive_doubling), "recursive_doubling");
   EXPECT_STREQ(nexar::to_string(Algorithm::dissemination), "dissemination");
 }
 
@@ -1375,7 +1376,7 @@ TEST(Collective, NaNPropagatesAndIsIdenticalOnEveryRank) {
     return x;
   }();
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max, ReduceOp::prod})
-    for (Algorithm a : {Algorithm::ring, Algorithm::halving_doubling}) {
+    for (Algorithm a : {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling}) {
       const std::size_t count = 2 * n + 1;
       std::vector<std::vector<float>> in(n, std::vector<float>(count, 1.5f)), out(n);
       for (std::size_t i = 0; i < count; ++i) {

@@ -36,7 +36,7 @@ const char* const kVars[] = {
     "NEXAR_UNEXPECTED_LIMIT_BYTES", "NEXAR_STREAM_WINDOW_BYTES", "NEXAR_UDP_PAYLOAD_BYTES",
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
-    "NEXAR_COLLECTIVE_EAGER_BYTES",
+    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -210,17 +210,20 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.udp_payload, c.udp_payload);
   EXPECT_EQ(e.udp_gso, c.udp_gso);
   EXPECT_EQ(e.spin, c.spin);
+  EXPECT_EQ(e.yield_when_idle, c.yield_when_idle);
   EXPECT_EQ(e.log_level, c.log_level);
 }
 
 TEST_F(EnvTest, CollectiveSettings) {
   setenv("NEXAR_SEGMENT_BYTES", "64K", 1);
   setenv("NEXAR_ALLREDUCE_RING_BYTES", "1M", 1);
+  setenv("NEXAR_ALLREDUCE_DOUBLING_BYTES", "2K", 1);
   setenv("NEXAR_BROADCAST_CHAIN_BYTES", "0", 1);
   setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "256K", 1);
   Config c = Config::from_env();
   EXPECT_EQ(c.segment_bytes, 64u * 1024);
   EXPECT_EQ(c.allreduce_ring_bytes, 1024u * 1024);
+  EXPECT_EQ(c.allreduce_doubling_bytes, 2048u);
   EXPECT_EQ(c.broadcast_chain_bytes, 0u);
   EXPECT_EQ(c.collective_eager_bytes, 256u * 1024);
   setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "1x", 1);
@@ -242,6 +245,7 @@ TEST_F(EnvTest, CollectiveSettings) {
   }
   unsetenv("NEXAR_SEGMENT_BYTES");
   unsetenv("NEXAR_ALLREDUCE_RING_BYTES");
+  unsetenv("NEXAR_ALLREDUCE_DOUBLING_BYTES");
   unsetenv("NEXAR_BROADCAST_CHAIN_BYTES");
   unsetenv("NEXAR_COLLECTIVE_EAGER_BYTES");
 }
@@ -260,11 +264,13 @@ TEST_F(EnvTest, Describe) {
       "stream_window = 16 MiB\n"
       "segment_bytes = 512 KiB\n"
       "allreduce_ring_bytes = 256 KiB\n"
+      "allreduce_doubling_bytes = 16 KiB\n"
       "broadcast_chain_bytes = 1 MiB\n"
       "collective_eager_bytes = 1 MiB\n"
       "udp_payload = auto (8952 bytes on loopback, 1452 bytes elsewhere)\n"
       "udp_gso = on\n"
       "spin = 100 us\n"
+      "yield_when_idle = off\n"
       "log_level = warn";
   EXPECT_EQ(d, expected);
 
@@ -293,6 +299,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_UDP_PAYLOAD_BYTES", "1452");
   set("NEXAR_UDP_GSO", "0");
   set("NEXAR_SPIN_US", "250");
+  set("NEXAR_YIELD_WHEN_IDLE", "1");
   set("NEXAR_DEBUG", "debug");
   const Config c = Config::from_env();
   EXPECT_EQ(c.op_timeout, 1234ms);
@@ -306,6 +313,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.udp_payload, 1452u);
   EXPECT_FALSE(c.udp_gso);
   EXPECT_EQ(c.spin, 250us);
+  EXPECT_TRUE(c.yield_when_idle);
   EXPECT_EQ(c.log_level, LogLevel::debug);
 }
 

@@ -22,6 +22,7 @@ enum class Algorithm {
   linear,            ///< gather, scatter, scan: root or neighbour exchanges one by one
   pairwise,          ///< all_to_all
   dissemination,     ///< barrier
+  recursive_doubling,  ///< all_reduce (whole vector exchanged log2 n times; smallest sizes)
 };
 
 /// Name of an algorithm, e.g. "halving_doubling".

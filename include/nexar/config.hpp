@@ -47,6 +47,10 @@ struct Config {
   /// How long a waiting thread (user or engine) spins before sleeping, while transfers
   /// are active (NEXAR_SPIN_US). Waking a sleeping thread costs 50-100 us on small hosts.
   std::chrono::microseconds spin{std::chrono::microseconds(100)};
+  /// While spinning, give up the core after every poll (sched_yield), like Open MPI's
+  /// mpi_yield_when_idle (NEXAR_YIELD_WHEN_IDLE). Set automatically when a host runs more
+  /// ranks than it has cores, where the rank a waiter waits for may need that very core.
+  bool yield_when_idle = false;
 
   /// Pipelining segment of collectives: ring and chain algorithms cut each block into
   /// segments of about this many bytes so the reduction of one overlaps the transfer of
@@ -55,6 +59,10 @@ struct Config {
   /// all_reduce uses recursive halving-doubling below this many bytes (latency-bound) and
   /// the ring at or above it (bandwidth-bound) (NEXAR_ALLREDUCE_RING_BYTES).
   std::uint64_t allreduce_ring_bytes = 256 * 1024;
+  /// all_reduce uses recursive doubling (log2 n rounds, whole vector each round) below this
+  /// many bytes, where the number of rounds decides the time
+  /// (NEXAR_ALLREDUCE_DOUBLING_BYTES).
+  std::uint64_t allreduce_doubling_bytes = 16 * 1024;
   /// broadcast uses a binomial tree below this many bytes and a pipelined chain at or
   /// above it (NEXAR_BROADCAST_CHAIN_BYTES).
   std::uint64_t broadcast_chain_bytes = 1024 * 1024;

@@ -11,6 +11,7 @@ const char* to_string(Algorithm a) noexcept {
     case Algorithm::linear: return "linear";
     case Algorithm::pairwise: return "pairwise";
     case Algorithm::dissemination: return "dissemination";
+    case Algorithm::recursive_doubling: return "recursive_doubling";
   }
   return "?";
 }

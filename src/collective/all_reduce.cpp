@@ -1,5 +1,6 @@
 // all_reduce: ring (reduce-scatter + all-gather, bandwidth-optimal) for large messages,
-// recursive halving-doubling (about 2 log2 n messages) for small ones, any world size.
+// recursive halving-doubling (about 2 log2 n messages) for middle sizes, recursive doubling
+// (log2 n messages) for the smallest; any world size.
 #include <cstring>
 #include <vector>
 
@@ -17,37 +18,60 @@ void ring(const Coll& c, void* data, std::size_t count) {
   ring_all_gather(c, data, block);
 }
 
-// Recursive halving-doubling. With n not a power of two, the first 2*rem ranks pair up:
-// each even one hands its data to its odd neighbour and waits; the p = n - rem remaining
-// ranks run the power-of-two algorithm; the odd neighbours hand the result back.
-// Every element's final value is computed on exactly one rank and then copied, so all
-// ranks end bitwise identical.
-void halving_doubling(const Coll& c, void* data, std::size_t count) {
-  const int n = c.size(), r = c.rank();
-  int p = 1;
-  while (p * 2 <= n) p *= 2;
-  const int rem = n - p;
-  std::vector<std::byte> tmp(c.bytes(count));
-  int vr;  // rank among the p participants, or -1
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      c.send(r + 1, data, c.bytes(count));
-      c.recv(r + 1, data, c.bytes(count));
-      return;
+// The power-of-two core of the recursive algorithms. With n not a power of two, the first
+// 2*rem ranks pair up: each even one hands its data to its odd neighbour and waits; the
+// p = n - rem remaining ranks run the power-of-two algorithm; the odd neighbours hand the
+// result back. Every element's final value is computed on one rank or by the same
+// operands in the same order on several, so all ranks end bitwise identical.
+class Fold {
+ public:
+  // Runs the first step; participant() is false for a rank that handed its data over and
+  // already holds the result.
+  Fold(const Coll& c, void* data, std::size_t count, std::vector<std::byte>& tmp) : c_(c), data_(data), count_(count) {
+    const int n = c.size(), r = c.rank();
+    while (p_ * 2 <= n) p_ *= 2;
+    rem_ = n - p_;
+    if (r < 2 * rem_) {
+      if (r % 2 == 0) {
+        c.send(r + 1, data, c.bytes(count));
+        c.recv(r + 1, data, c.bytes(count));
+        return;
+      }
+      c.recv(r - 1, tmp.data(), c.bytes(count));
+      c.accumulate(data, tmp.data(), count);
+      vr_ = r / 2;
+    } else {
+      vr_ = r - rem_;
     }
-    c.recv(r - 1, tmp.data(), c.bytes(count));
-    c.accumulate(data, tmp.data(), count);
-    vr = r / 2;
-  } else {
-    vr = r - rem;
   }
-  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  // Hands the result back to the neighbour that sat out.
+  void finish() const {
+    if (vr_ >= 0 && c_.rank() < 2 * rem_) c_.send(c_.rank() - 1, data_, c_.bytes(count_));
+  }
+  bool participant() const noexcept { return vr_ >= 0; }
+  int p() const noexcept { return p_; }
+  int vr() const noexcept { return vr_; }  // rank among the p participants
+  int real(int v) const noexcept { return v < rem_ ? 2 * v + 1 : v + rem_; }
+
+ private:
+  const Coll& c_;
+  void* data_;
+  std::size_t count_;
+  int p_ = 1, rem_ = 0, vr_ = -1;
+};
+
+// Recursive halving-doubling: about 2 log2 n messages, each rank sending about 2x the data.
+void halving_doubling(const Coll& c, void* data, std::size_t count) {
+  std::vector<std::byte> tmp(c.bytes(count));
+  Fold f(c, data, count, tmp);
+  if (!f.participant()) return;
+  const int p = f.p(), vr = f.vr();
 
   // Reduce-scatter by recursive halving: keep the half named by our bit, send the other.
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [lo, hi) before each halving
   std::size_t lo = 0, hi = count;
   for (int mask = p / 2; mask >= 1; mask /= 2) {
-    const int partner = real(vr ^ mask);
+    const int partner = f.real(vr ^ mask);
     const std::size_t mid = lo + (hi - lo) / 2;
     ranges.emplace_back(lo, hi);
     const bool keep_low = (vr & mask) == 0;
@@ -61,7 +85,7 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
   }
   // All-gather by recursive doubling, retracing the halvings.
   for (int mask = 1; mask < p; mask *= 2) {
-    const int partner = real(vr ^ mask);
+    const int partner = f.real(vr ^ mask);
     auto [plo, phi] = ranges.back();
     ranges.pop_back();
     const std::size_t mid = plo + (phi - plo) / 2;
@@ -72,7 +96,28 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
     lo = plo;
     hi = phi;
   }
-  if (r < 2 * rem) c.send(r - 1, data, c.bytes(count));
+  f.finish();
+}
+
+// Recursive doubling: log2 n rounds, each exchanging the whole vector; the fewest messages,
+// for latency-bound sizes. Both partners of a round combine (lower half) op (upper half)
+// in that order, so they hold the same bits afterwards.
+void recursive_doubling(const Coll& c, void* data, std::size_t count) {
+  std::vector<std::byte> tmp(c.bytes(count));
+  Fold f(c, data, count, tmp);
+  if (!f.participant()) return;
+  const std::size_t bytes = c.bytes(count);
+  for (int mask = 1; mask < f.p(); mask *= 2) {
+    const int partner = f.real(f.vr() ^ mask);
+    c.sendrecv(partner, data, bytes, partner, tmp.data(), bytes);
+    if ((f.vr() & mask) == 0) {
+      c.accumulate(data, tmp.data(), count);
+    } else {
+      c.accumulate(tmp.data(), data, count);
+      std::memcpy(data, tmp.data(), bytes);
+    }
+  }
+  f.finish();
 }
 
 }  // namespace
@@ -82,11 +127,16 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
   if (c.size() > 1 && count > 0) {
     Algorithm a = c.algorithm;
     if (a == Algorithm::automatic) {
-      a = c.bytes(count) < c.g.node().config().allreduce_ring_bytes ? Algorithm::halving_doubling
-                                                                     : Algorithm::ring;
+      const Config& cfg = c.g.node().config();
+      const std::size_t b = c.bytes(count);
+      a = b < cfg.allreduce_doubling_bytes ? Algorithm::recursive_doubling
+          : b < cfg.allreduce_ring_bytes   ? Algorithm::halving_doubling
+                                           : Algorithm::ring;
     }
     if (a == Algorithm::ring) {
       ring(c, recv, count);
+    } else if (a == Algorithm::recursive_doubling) {
+      recursive_doubling(c, recv, count);
     } else {
       halving_doubling(c, recv, count);
     }

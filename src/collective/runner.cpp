@@ -1,8 +1,13 @@
 #include "collective/runner.hpp"
 
+#include <pthread.h>
+
 namespace nexar::detail {
 
-CollectiveRunner::CollectiveRunner() : thread_([this] { loop(); }) {}
+CollectiveRunner::CollectiveRunner() : thread_([this] {
+  pthread_setname_np(pthread_self(), "nexar-coll");
+  loop();
+}) {}
 
 CollectiveRunner::~CollectiveRunner() { stop(); }
 

@@ -171,6 +171,7 @@ Config Config::from_env() {
   env_bytes("NEXAR_STREAM_WINDOW_BYTES", c.stream_window);
   env_bytes("NEXAR_SEGMENT_BYTES", c.segment_bytes);
   env_bytes("NEXAR_ALLREDUCE_RING_BYTES", c.allreduce_ring_bytes);
+  env_bytes("NEXAR_ALLREDUCE_DOUBLING_BYTES", c.allreduce_doubling_bytes);
   env_bytes("NEXAR_BROADCAST_CHAIN_BYTES", c.broadcast_chain_bytes);
   env_bytes("NEXAR_COLLECTIVE_EAGER_BYTES", c.collective_eager_bytes);
   if (auto s = env("NEXAR_UDP_PAYLOAD_BYTES")) {
@@ -183,6 +184,7 @@ Config Config::from_env() {
     c.udp_payload = static_cast<std::uint32_t>(v);
   }
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
+  if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
   if (auto s = env("NEXAR_SPIN_US")) {
     c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
                                           "not a duration in microseconds (examples: 0, 100)");
@@ -258,6 +260,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "stream_window = {}\n", format_bytes(stream_window));
   fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
   fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
+  fmt::format_to(it, "allreduce_doubling_bytes = {}\n", format_bytes(allreduce_doubling_bytes));
   fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
   fmt::format_to(it, "collective_eager_bytes = {}\n", format_bytes(collective_eager_bytes));
   if (udp_payload == 0) {
@@ -267,6 +270,7 @@ std::string Config::describe() const {
   }
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
   fmt::format_to(it, "spin = {} us\n", spin.count());
+  fmt::format_to(it, "yield_when_idle = {}\n", yield_when_idle ? "on" : "off");
   fmt::format_to(it, "log_level = {}", log::to_string(log_level));
   return out;
 }

@@ -73,10 +73,10 @@ class Engine {
     gate_.add_pollers(d);
   }
 
-  /// The descriptor the engine thread should wait on instead of the socket `fd` (one per
-  /// engine); it stays the engine's. Throws std::system_error.
-  int watch(int fd) { return gate_.watch(fd); }
-  /// Before the watched socket closes.
+  /// The descriptor the engine thread should wait on instead of `fds` (a socket and its
+  /// timer; one set per engine); it stays the engine's. Throws std::system_error.
+  int watch(std::vector<int> fds) { return gate_.watch(std::move(fds)); }
+  /// Before the watched descriptors close.
   void unwatch() { gate_.unwatch(); }
   /// In the handler of watch()'s descriptor, before reading the socket.
   void consume_readiness() { gate_.consume(); }

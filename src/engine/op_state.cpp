@@ -63,6 +63,9 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
         for (int i = 0; i < 16 && !done(); ++i) cpu_relax();
         // The thread that will complete us may be waiting for this very core.
         std::this_thread::yield();
+      } else if (yield_when_idle && !done()) {
+        // More ranks than cores: the peer we wait for may need this core to answer.
+        std::this_thread::yield();
       }
     }
     if (engine) engine->waiting(-1);

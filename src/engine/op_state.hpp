@@ -63,6 +63,8 @@ class OpState {
   std::function<void(Errc)> canceller;
   /// Spin budget for waiters (from the communicator's Config).
   std::chrono::microseconds spin{0};
+  /// Waiters give up the core after every poll while they spin (Config::yield_when_idle).
+  bool yield_when_idle = false;
   /// The engine a waiter may drive while it spins; empty for standalone operations.
   std::weak_ptr<Progress> progress;
   /// Owned alternative to `progress` (collectives: the waiter may run the collective).

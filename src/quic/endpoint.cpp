@@ -34,7 +34,6 @@ Endpoint::Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
       settings_(settings),
       sock_(fd, try_gso),
       wait_fd_(engine.io()),
-      timer_(engine.io()),
       rxbuf_(65536),
       txbuf_(65536) {}
 
@@ -50,7 +49,7 @@ Endpoint::~Endpoint() {
 
 void Endpoint::start(AcceptFn accept) {
   accept_ = std::move(accept);
-  wait_fd_.assign(engine_.watch(sock_.fd()));
+  wait_fd_.assign(engine_.watch({sock_.fd(), timer_.fd()}));
   wait_readable();
 }
 
@@ -60,12 +59,15 @@ void Endpoint::wait_readable() {
                       engine_.guard([this](asio::error_code ec) {
                         if (ec || stopped_) return;
                         engine_.consume_readiness();
+                        if (timer_.clear()) timer_at_ = 0;
+                        // Reading ends with flush_dirty(), whose re-arm runs due timers.
                         on_readable();
                         wait_readable();
                       }));
 }
 
 void Endpoint::on_readable() {
+  Batch batch(*this);
   bool check_errors = false;
   bool got = false;
   // Bounded batch so timers and submitted work are not starved under a flood.
@@ -102,7 +104,6 @@ void Endpoint::on_readable() {
   });
   // Only packets count as activity: an empty poll must not keep the engine spinning.
   if (got) engine_.note_activity();
-  flush_dirty();
 }
 
 void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts) {
@@ -224,7 +225,7 @@ void Endpoint::schedule_flush(Connection& c) {
     c.flush_pending_ = true;
     dirty_.push_back(&c);
   }
-  if (!flush_posted_) {
+  if (batching_ == 0 && !flush_posted_) {
     flush_posted_ = true;
     engine_.post([this] { flush_dirty(); });
   }
@@ -259,20 +260,13 @@ void Endpoint::rearm_timer() {
     service_due(now());
   }
   if (next == UINT64_MAX || stopped_) return;  // a pending timer just finds nothing due
-  // Re-arming costs a syscall (and a reactor update) and ngtcp2's expiry moves on every
-  // packet: only pull the timer in, and only by more than the slack. A timer that fires
-  // early re-checks and re-arms itself.
+  // ngtcp2's expiry moves on every packet: only pull the timer in, and only by more than
+  // the slack, to spare a syscall per packet. A timer that fires early re-checks and
+  // re-arms itself.
   constexpr std::uint64_t slack_ns = 200'000;
   if (timer_at_ != 0 && timer_at_ <= next + slack_ns) return;
   timer_at_ = next;
-  std::uint64_t t = now();
-  auto delay = std::chrono::nanoseconds(next > t ? next - t : 0);
-  timer_.expires_after(delay);
-  timer_.async_wait(engine_.guard([this](asio::error_code ec) {
-    if (ec) return;
-    timer_at_ = 0;
-    on_timer();
-  }));
+  timer_.arm_at(next);
 }
 
 bool Endpoint::service_due(std::uint64_t ts) {
@@ -288,11 +282,6 @@ bool Endpoint::service_due(std::uint64_t ts) {
 
 void Endpoint::service_timers() {
   if (service_due(now())) rearm_timer();
-}
-
-void Endpoint::on_timer() {
-  service_due(now());
-  rearm_timer();
 }
 
 void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment) {
@@ -329,7 +318,8 @@ void Endpoint::shutdown(const std::string& reason, std::uint64_t app_code) {
     if (!c->closed()) c->close(app_code, reason);
   stopped_ = true;
   asio::error_code ec;
-  timer_.cancel();
+  timer_.disarm();
+  timer_at_ = 0;
   wait_fd_.cancel(ec);
 }
 

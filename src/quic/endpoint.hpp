@@ -5,7 +5,6 @@
 #pragma once
 
 #include <asio/posix/stream_descriptor.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <cstdint>
 #include <map>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/wake_timer.hpp"
 #include "quic/connection.hpp"
 #include "quic/udp_socket.hpp"
 
@@ -39,6 +39,21 @@ class Endpoint {
   Connection& connect(const Address& to, const std::string& node, ConnectionHandler* h);
   /// Flushes `c` once the current batch of events is handled.
   void schedule_flush(Connection& c);
+  /// While one lives, connections that become dirty are flushed when the outermost one
+  /// ends instead of by work posted to the engine thread: a user thread that sends or
+  /// polls inline flushes itself rather than waking the engine (engine lock held).
+  class Batch {
+   public:
+    explicit Batch(Endpoint& ep) : ep_(ep) { ++ep_.batching_; }
+    ~Batch() {
+      if (--ep_.batching_ == 0) ep_.flush_dirty();
+    }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+
+   private:
+    Endpoint& ep_;
+  };
   /// Closes every connection with `reason` and stops reading.
   void shutdown(const std::string& reason, std::uint64_t app_code = 0);
   /// Connections not closed yet, those still in their handshake included.
@@ -72,7 +87,6 @@ class Endpoint {
   void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   void rearm_timer();
-  void on_timer();
   /// Runs the ngtcp2 timers of connections due at `ts`; returns whether any was.
   bool service_due(std::uint64_t ts);
   void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);
@@ -85,13 +99,15 @@ class Endpoint {
   ConnectionSettings settings_;
   UdpSocket sock_;
   asio::posix::stream_descriptor wait_fd_;
-  asio::steady_timer timer_;
-  std::uint64_t timer_at_ = 0;
+  // ngtcp2's expiry for every connection; sits in the engine's readiness gate.
+  detail::WakeTimer timer_;
+  std::uint64_t timer_at_ = 0;  // when timer_ fires; 0 = disarmed
   AcceptFn accept_;
   std::map<std::string, Connection*> cids_;
   std::vector<std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> dirty_;
   bool flush_posted_ = false;
+  int batching_ = 0;
   bool stopped_ = false;
   std::vector<std::uint8_t> rxbuf_;
   std::vector<std::uint8_t> txbuf_;

@@ -1,5 +1,7 @@
 #include "rpc/rpc_service.hpp"
 
+#include <pthread.h>
+
 #include <exception>
 #include <string>
 
@@ -13,7 +15,10 @@ std::vector<std::byte> text_bytes(const std::string& s) {
 }  // namespace
 
 RpcService::RpcService(int rank, ReplyFn reply) : rank_(rank), reply_(std::move(reply)) {
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "nexar-rpc");
+    run();
+  });
 }
 
 RpcService::~RpcService() { stop(); }

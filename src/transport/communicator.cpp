@@ -217,6 +217,7 @@ Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto st = std::make_shared<detail::OpState>(name, deadline);
   st->spin = cfg.spin;
+  st->yield_when_idle = cfg.yield_when_idle;
   Coll c{g, name, g.next_collective_tag(), deadline,
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
@@ -251,7 +252,7 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
   check_op(g, name, t, op);
   check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
   return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::all_reduce(c, send, recv, count); });
 }
 
@@ -260,7 +261,7 @@ Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffer
   auto& g = self();
   const char* name = "all_reduce_bucketed";
   check_op(g, name, t, op);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
   auto bufs = std::make_shared<std::vector<MutableBuffer>>(buffers.begin(), buffers.end());
   std::size_t total = 0;
   for (auto& b : *bufs) {
@@ -310,7 +311,7 @@ Request Communicator::iall_reduce_compressed(void* data, std::size_t count, Data
     bad(g, name, "count " + std::to_string(count) + " differs from the previous step's " +
                      std::to_string(state.residual_.size() / size_of(t)) + " (reset() the state first)");
   check_buffer(g, name, "data", data, count);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling});
+  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
   ErrorFeedback* st = &state;
   return start(g, name, o, t, op,
                [=](const Coll& c) { detail::coll::all_reduce_compressed(c, data, count, *st); });

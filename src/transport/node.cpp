@@ -251,6 +251,7 @@ void CommImpl::check_open(const char* op, int peer_rank) const {
 std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseconds timeout) {
   auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
   s->spin = cfg_.spin;
+  s->yield_when_idle = cfg_.yield_when_idle;
   s->progress = weak_from_this();
   return s;
 }

@@ -149,8 +149,8 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   void submit(F&& f) {
     std::unique_lock lk(engine_.lock(), std::try_to_lock);
     if (lk.owns_lock() && ep_ && is_open() && queued_.load(std::memory_order_relaxed) == 0) {
+      quic::Endpoint::Batch batch(*ep_);
       f();
-      ep_->flush_dirty();
       return;
     }
     if (lk.owns_lock()) lk.unlock();

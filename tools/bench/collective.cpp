@@ -198,6 +198,7 @@ constexpr NamedAlgo kAlgos[] = {
     {"automatic", Algorithm::automatic},
     {"ring", Algorithm::ring},
     {"halving_doubling", Algorithm::halving_doubling},
+    {"recursive_doubling", Algorithm::recursive_doubling},
     {"tree", Algorithm::tree},
     {"linear", Algorithm::linear},
     {"pairwise", Algorithm::pairwise},
@@ -215,7 +216,7 @@ Algorithm parse_algo(const std::string& s) {
     if (s == e.name) return e.a;
   if (s == "auto") return Algorithm::automatic;
   throw CLI::ValidationError(fmt::format(
-      "unknown algorithm '{}' (automatic, ring, halving_doubling, tree, linear, pairwise, dissemination)", s));
+      "unknown algorithm '{}' (automatic, ring, halving_doubling, recursive_doubling, tree, linear, pairwise, dissemination)", s));
 }
 
 // ---- sizes -----------------------------------------------------------------------------------
@@ -680,7 +681,8 @@ void check_options(const CollOptions& o, const CollInfo& ci) {
 void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how) {
   std::string algo = algo_name(o.algo);
   if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
-    algo += fmt::format(" (halving_doubling below {}, ring from there)", human_size(cfg.allreduce_ring_bytes));
+    algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there)",
+                        human_size(cfg.allreduce_doubling_bytes), human_size(cfg.allreduce_ring_bytes));
   else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
     algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
   std::printf("# nexar-bench %s: nexar over QUIC, %s; algorithm %s; segment %s\n", ci.name, ranks_how.c_str(),
@@ -823,7 +825,7 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
       ->check(CLI::Range(1, 4096));
   app->add_option_function<std::string>(
          "-a,--algo", [o](const std::string& s) { o->algo = parse_algo(s); },
-         "Algorithm: automatic (default), ring, halving_doubling, tree, linear, pairwise, dissemination; "
+         "Algorithm: automatic (default), ring, halving_doubling, recursive_doubling, tree, linear, pairwise, dissemination; "
          "one the collective lacks is an error")
       ->type_name("ALGO");
   size_opt("--segment", &o->segment, "Pipelining segment in bytes (default: NEXAR_SEGMENT_BYTES, 512K)");
