@@ -418,12 +418,12 @@ Communicator join_from_env(const Config& config) {
     log::warn("join_from_env: no NEXAR_CLUSTER_TOKEN; using a token derived from the {} job id. "
               "Anyone who can reach {} and knows that id can join: set NEXAR_CLUSTER_TOKEN.",
               env.source, env.seed);
-  // More ranks on this host than cores: waiters that spin take the cores from the ranks
-  // they wait for. Sleep at once instead, as bootstrap_local does (measured, 4 processes on
-  // 2 cores: 8 B all_reduce 0.76 ms without spinning, 1.17 ms with; 16 MiB the same).
+  // More ranks on this host than cores: waiters that spin without yielding take the cores
+  // from the ranks they wait for (as in bootstrap_local), unless the user chose otherwise.
   Config cfg = config;
-  if (cluster::oversubscribed(env.local_world) && std::getenv("NEXAR_SPIN_US") == nullptr)
-    cfg.spin = std::chrono::microseconds(0);
+  if (cluster::oversubscribed(env.local_world) && std::getenv("NEXAR_SPIN_US") == nullptr &&
+      std::getenv("NEXAR_YIELD_WHEN_IDLE") == nullptr)
+    cluster::wait_politely(cfg);
   std::unique_ptr<Seed> seed;
   if (env.embed_seed) {
     SeedOptions so;

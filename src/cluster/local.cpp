@@ -58,6 +58,11 @@ void discard(std::vector<NodePlan>& plans, int keep_rank) {
   }
 }
 
+void wait_politely(Config& config) {
+  config.yield_when_idle = true;
+  config.spin = std::chrono::milliseconds(1);
+}
+
 bool oversubscribed(int local_ranks) {
   cpu_set_t set;
   int cores = 0;
@@ -95,10 +100,9 @@ namespace nexar {
 
 std::vector<Communicator> bootstrap_local(int n, const Config& given) {
   Config config = given;
-  // More ranks than cores in one process: spinning waiters would take the cores from the
-  // threads they wait for (measured: 8 B all_reduce over 4 ranks on 2 cores 1.6 ms with
-  // spinning, 0.66 ms without).
-  if (cluster::oversubscribed(n)) config.spin = std::chrono::microseconds(0);
+  // More ranks than cores in one process: waiters that spin without yielding take the
+  // cores from the threads they wait for.
+  if (cluster::oversubscribed(n)) cluster::wait_politely(config);
   auto plans = cluster::plan_local(n, config);
   std::vector<std::future<Communicator>> started;
   for (auto& p : plans) {

@@ -29,8 +29,14 @@ struct NodePlan {
 std::vector<NodePlan> plan_local(int n, const Config& config);
 
 /// Whether `local_ranks` ranks on this host exceed the cores this process may run on: then
-/// waiters must not spin, or they take the cores from the threads they wait for.
+/// waiters must give up their core between polls, or they take it from the ranks they wait
+/// for.
 bool oversubscribed(int local_ranks);
+
+/// The waiting behaviour for more ranks than cores: poll for up to 1 ms, yielding the core
+/// after every poll (measured, 4 processes on 2 cores: 8 B all_reduce 0.16-0.21 ms, against
+/// 0.42-0.47 ms sleeping at once and 0.37 ms spinning 100 us; 1-16 MiB 5-60% faster).
+void wait_politely(Config& config);
 
 /// Starts a member whose identity, credentials, peers and socket are settled: creates its
 /// progress engine, connects to every peer (ranks below it dial in, it dials the ranks

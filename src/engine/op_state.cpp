@@ -72,7 +72,12 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
     if (done()) return true;
   }
   if (engine) engine->sleeping();
-  engine.reset();
+  struct Woke {
+    std::shared_ptr<Progress>& e;
+    ~Woke() {
+      if (e) e->woke();
+    }
+  } woke{engine};
   for (;;) {
     std::uint32_t s = state_.load(std::memory_order_acquire);
     if (s == done_state) return true;

@@ -32,6 +32,8 @@ class Progress {
   /// A waiter is about to sleep until the operation completes: whatever completes it must
   /// be running now.
   virtual void sleeping() {}
+  /// The waiter that called sleeping() is awake again.
+  virtual void woke() {}
 };
 
 class OpState {

@@ -8,64 +8,69 @@
 
 namespace nexar::detail {
 
+namespace {
+int new_epoll() {
+  int fd = ::epoll_create1(EPOLL_CLOEXEC);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+  return fd;
+}
+
+// Edge-triggered: the reactor's handler reads until EAGAIN and then consume()s, so each
+// later event links the descriptor into the ready list afresh and reports once.
+bool add(int epfd, int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.fd = fd;
+  return ::epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0;
+}
+}  // namespace
+
 ReadinessGate::~ReadinessGate() {
-  if (epfd_ >= 0) ::close(epfd_);
+  if (outer_ >= 0) ::close(outer_);
+  if (inner_ >= 0) ::close(inner_);
 }
 
 int ReadinessGate::watch(std::vector<int> fds) {
   std::lock_guard lk(mu_);
-  if (epfd_ < 0) {
-    epfd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (epfd_ < 0) throw std::system_error(errno, std::generic_category(), "epoll_create1");
+  if (outer_ < 0) {
+    inner_ = new_epoll();
+    outer_ = new_epoll();
+    if (pollers_ == 0 && !add(outer_, inner_)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
+    open_ = pollers_ == 0;
   }
-  remove_locked();
+  for (int fd : fds_) ::epoll_ctl(inner_, EPOLL_CTL_DEL, fd, nullptr);
   fds_ = std::move(fds);
-  if (pollers_ == 0 && !add_locked())
-    throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
-  return epfd_;
+  for (int fd : fds_)
+    if (!add(inner_, fd)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
+  return outer_;
 }
 
 void ReadinessGate::unwatch() {
   std::lock_guard lk(mu_);
-  remove_locked();
+  for (int fd : fds_) ::epoll_ctl(inner_, EPOLL_CTL_DEL, fd, nullptr);
   fds_.clear();
-}
-
-bool ReadinessGate::add_locked() {
-  // Edge-triggered: the reactor's handler reads until EAGAIN and then consume()s, so each
-  // later event links the descriptor into the gate's ready list afresh and reports once.
-  for (int fd : fds_) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLET;
-    ev.data.fd = fd;
-    // Fails only for a descriptor already closed, and then there is nothing to watch.
-    if (::epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &ev) != 0) return false;
-    added_ = true;
-  }
-  return true;
-}
-
-void ReadinessGate::remove_locked() {
-  if (!added_) return;
-  for (int fd : fds_) ::epoll_ctl(epfd_, EPOLL_CTL_DEL, fd, nullptr);
-  added_ = false;
 }
 
 void ReadinessGate::add_pollers(int delta) {
   std::lock_guard lk(mu_);
   pollers_ += delta;
-  if (fds_.empty()) return;
-  if (pollers_ == 0 && !added_) {
-    add_locked();
-  } else if (pollers_ > 0) {
-    remove_locked();
+  if (outer_ < 0) return;
+  // One syscall either way: the watched descriptors stay in the inner set, and only the
+  // inner set enters or leaves the outer one the reactor waits on.
+  if (pollers_ == 0 && !open_) {
+    open_ = add(outer_, inner_);
+  } else if (pollers_ > 0 && open_) {
+    ::epoll_ctl(outer_, EPOLL_CTL_DEL, inner_, nullptr);
+    open_ = false;
   }
 }
 
 void ReadinessGate::consume() {
-  if (epfd_ < 0) return;
+  if (outer_ < 0) return;
   epoll_event ev[4];
-  while (::epoll_wait(epfd_, ev, 4, 0) == 4) {
+  while (::epoll_wait(outer_, ev, 4, 0) == 4) {
+  }
+  while (::epoll_wait(inner_, ev, 4, 0) == 4) {
   }
 }
 

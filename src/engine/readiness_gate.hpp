@@ -1,6 +1,6 @@
 // A gate between a node's descriptors (its UDP socket and its timer) and the engine
-// thread's reactor. The reactor waits on the gate, an epoll instance of its own holding
-// those descriptors, not on them directly, so they can be taken out of the reactor's sight
+// thread's reactor. The reactor waits on the gate, an epoll instance of its own that holds
+// another one holding those descriptors, not on them directly, so they can be taken out of the reactor's sight
 // cheaply while user threads poll the socket and run due timers themselves: a packet those
 // threads will read anyway then wakes nobody. Waking the sleeping engine thread for every
 // packet costs tens of microseconds on small hosts and, with few cores, takes the core a
@@ -30,19 +30,18 @@ class ReadinessGate {
   /// is pending makes the gate readable at once, so nothing that arrived while it was
   /// closed is left unseen.
   void add_pollers(int delta);
+
   /// Call from the reactor's handler before reading the descriptors: consumes the
   /// readiness the gate reported, so the next event reports again (edge-triggered).
   void consume();
 
  private:
-  bool add_locked();
-  void remove_locked();
-
   std::mutex mu_;
-  int epfd_ = -1;
+  int inner_ = -1;  // holds fds_ for good
+  int outer_ = -1;  // what the reactor waits on; holds inner_ while the gate is open
   std::vector<int> fds_;
   int pollers_ = 0;
-  bool added_ = false;  // whether fds_ are in the epoll set now
+  bool open_ = false;
 };
 
 }  // namespace nexar::detail

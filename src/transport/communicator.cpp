@@ -198,7 +198,13 @@ class CollectiveHelper final : public detail::Progress {
     if (auto g = g_.lock()) g->node().waiting(delta);
   }
   void sleeping() override {
-    if (auto g = g_.lock()) g->runner().kick();
+    if (auto g = g_.lock()) {
+      g->runner().kick();
+      g->node().sleeping();
+    }
+  }
+  void woke() override {
+    if (auto g = g_.lock()) g->node().woke();
   }
 
  private:
@@ -225,6 +231,7 @@ Request start(Group& g, const char* name, const CollectiveOptions& o, DataType t
   std::uint64_t id = g.runner().submit(t_blocking_calls > 0, detail::CollectiveRunner::Task{
       [c, st, body]() mutable {
         try {
+          detail::CommImpl::PollScope scope(c.g.node());
           body(c);
           st->succeed();
         } catch (const Error& e) {

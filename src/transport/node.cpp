@@ -56,6 +56,9 @@ class AcceptRouter final : public quic::ConnectionHandler {
 };
 }  // namespace
 
+thread_local CommImpl* CommImpl::t_scope_ = nullptr;
+thread_local bool CommImpl::t_scope_asleep_ = false;
+
 CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
     : cfg_(cfg),
       rank_(opts.rank),

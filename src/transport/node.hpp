@@ -79,7 +79,44 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
 
   // Progress: waiting user threads drive the engine while they spin.
   bool poll(bool bounded = false) override;
-  void waiting(int delta) override { engine_.add_progressing(delta); }
+  void waiting(int delta) override {
+    if (t_scope_ != this) engine_.add_progressing(delta);
+  }
+  void sleeping() override {
+    if (t_scope_ == this && !t_scope_asleep_) {
+      t_scope_asleep_ = true;
+      engine_.add_progressing(-1);
+    }
+  }
+  void woke() override {
+    if (t_scope_ == this && t_scope_asleep_) {
+      t_scope_asleep_ = false;
+      engine_.add_progressing(1);
+    }
+  }
+  /// Counts the calling thread as polling this node for its whole life (one collective run
+  /// inline: its many short waits then keep the engine's gate closed between them instead
+  /// of opening and closing it each time); waits that sleep step out meanwhile. Nests.
+  class PollScope {
+   public:
+    explicit PollScope(CommImpl& n) : n_(t_scope_ == nullptr ? &n : nullptr) {
+      if (n_) {
+        t_scope_ = n_;
+        n_->engine_.add_progressing(1);
+      }
+    }
+    ~PollScope() {
+      if (n_) {
+        t_scope_ = nullptr;
+        n_->engine_.add_progressing(-1);
+      }
+    }
+    PollScope(const PollScope&) = delete;
+    PollScope& operator=(const PollScope&) = delete;
+
+   private:
+    CommImpl* n_;
+  };
 
   // ---- engine-thread internals used by Peer and RpcService ---------------------------
   Engine& engine() noexcept { return engine_; }
@@ -163,6 +200,8 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done);
 
+  static thread_local CommImpl* t_scope_;
+  static thread_local bool t_scope_asleep_;
   Config cfg_;
   int rank_;
   int world_;
