@@ -1,5 +1,9 @@
-// Engine module: OpState completion and waits, Request, BufferPool, the progress thread.
+// Engine module: OpState completion and waits, Request, BufferPool, the progress thread,
+// the readiness gate and the wake timer.
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <future>
@@ -8,6 +12,8 @@
 #include "engine/buffer_pool.hpp"
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
+#include "engine/readiness_gate.hpp"
+#include "engine/wake_timer.hpp"
 
 using namespace std::chrono_literals;
 using nexar::Errc;
@@ -15,8 +21,36 @@ using nexar::Request;
 using nexar::detail::BufferPool;
 using nexar::detail::Engine;
 using nexar::detail::OpState;
+using nexar::detail::ReadinessGate;
+using nexar::detail::WakeTimer;
 
 namespace {
+bool readable(int fd, int wait_ms = 0) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, wait_ms) == 1 && (p.revents & POLLIN);
+}
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(OpState::Clock::now().time_since_epoch()).count());
+}
+
+// A datagram socket pair: what one end sends, the other can read.
+struct Pair {
+  int fd[2]{-1, -1};
+  Pair() { EXPECT_EQ(::socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, fd), 0); }
+  ~Pair() {
+    ::close(fd[0]);
+    ::close(fd[1]);
+  }
+  void send() const { EXPECT_EQ(::write(fd[1], "x", 1), 1); }
+  void drain() const {
+    char b[16];
+    while (::read(fd[0], b, sizeof b) > 0) {
+    }
+  }
+};
+
 std::shared_ptr<OpState> make_op(std::chrono::milliseconds timeout = 5s) {
   auto op = std::make_shared<OpState>("test", OpState::Clock::now() + timeout);
   op->spin = 20us;
@@ -193,4 +227,91 @@ TEST(Engine, StopIsIdempotentAndRunsQueuedWork) {
   e.stop();
   e.stop();
   EXPECT_EQ(n.load(), 10);
+}
+
+TEST(ReadinessGate, ReportsInputOnlyWhileNobodyPolls) {
+  Pair p;
+  ReadinessGate gate;
+  const int g = gate.watch({p.fd[0]});
+  EXPECT_FALSE(readable(g));
+  p.send();
+  EXPECT_TRUE(readable(g, 1000));
+  gate.consume();
+  p.drain();
+  EXPECT_FALSE(readable(g));
+
+  // A poller closes the gate: input arriving meanwhile is not reported...
+  gate.add_pollers(1);
+  gate.add_pollers(1);
+  p.send();
+  EXPECT_FALSE(readable(g, 20));
+  gate.add_pollers(-1);
+  EXPECT_FALSE(readable(g, 20)) << "reopened while a poller remained";
+  // ...until the last poller leaves: then at once, since it is still unread.
+  gate.add_pollers(-1);
+  EXPECT_TRUE(readable(g, 1000));
+  gate.consume();
+  p.drain();
+
+  // Input a poller read itself leaves nothing to report after reopening.
+  gate.add_pollers(1);
+  p.send();
+  p.drain();
+  gate.add_pollers(-1);
+  EXPECT_FALSE(readable(g, 20));
+}
+
+TEST(ReadinessGate, EveryNewEventReportsAgainAfterConsume) {
+  Pair p;
+  ReadinessGate gate;
+  const int g = gate.watch({p.fd[0]});
+  for (int i = 0; i < 3; ++i) {
+    p.send();
+    ASSERT_TRUE(readable(g, 1000)) << "event " << i;
+    gate.consume();
+    p.drain();
+    EXPECT_FALSE(readable(g)) << "event " << i;
+  }
+  // Watching stops before the descriptor goes.
+  gate.unwatch();
+  p.send();
+  EXPECT_FALSE(readable(g, 20));
+}
+
+TEST(WakeTimer, FiresAtTheDeadlineAndClears) {
+  WakeTimer t;
+  EXPECT_FALSE(readable(t.fd()));
+  EXPECT_FALSE(t.clear());
+  const auto t0 = OpState::Clock::now();
+  t.arm_at(steady_ns() + 5'000'000);
+  EXPECT_FALSE(readable(t.fd()));
+  ASSERT_TRUE(readable(t.fd(), 2000));
+  EXPECT_GE(OpState::Clock::now() - t0, 4ms);
+  EXPECT_TRUE(t.clear());
+  EXPECT_FALSE(t.clear());
+  EXPECT_FALSE(readable(t.fd()));
+
+  t.arm_at(steady_ns() - 1'000'000);  // already past: fires at once
+  EXPECT_TRUE(readable(t.fd(), 1000));
+  EXPECT_TRUE(t.clear());
+
+  t.arm_at(steady_ns() + 5'000'000);
+  t.disarm();
+  EXPECT_FALSE(readable(t.fd(), 20));
+
+  // Re-arming later replaces the earlier deadline.
+  t.arm_at(steady_ns() + 5'000'000);
+  t.arm_at(steady_ns() + 200'000'000);
+  EXPECT_FALSE(readable(t.fd(), 30));
+}
+
+TEST(WakeTimer, WatchedThroughTheGate) {
+  WakeTimer t;
+  ReadinessGate gate;
+  const int g = gate.watch({t.fd()});
+  t.arm_at(steady_ns() + 2'000'000);
+  ASSERT_TRUE(readable(g, 2000));
+  gate.consume();
+  EXPECT_TRUE(t.clear());
+  EXPECT_FALSE(readable(g));
 }
