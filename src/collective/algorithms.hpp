@@ -18,8 +18,10 @@ namespace nexar::detail::coll {
 using BlockFn = std::function<std::pair<std::size_t, std::size_t>(int b)>;
 
 // Building blocks shared by several collectives (ring.cpp).
-/// After it, rank r's block r of `data` holds the reduction over ranks of block r.
-void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block);
+/// After it, rank r's block r of `data` holds the reduction over ranks of block r. This
+/// rank's contribution is read from `local` (default: `data` itself); with a separate
+/// `local`, `data` need not be initialised (its block r-1 stays unwritten).
+void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const void* local = nullptr);
 /// Starting with block r at rank r, fills every block of `data` on every rank.
 void ring_all_gather(const Coll& c, void* data, const BlockFn& block);
 

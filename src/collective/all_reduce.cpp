@@ -11,11 +11,21 @@ namespace nexar::detail::coll {
 
 namespace {
 
-void ring(const Coll& c, void* data, std::size_t count) {
+// Buffers that share bytes without being the same buffer: the algorithms that read one
+// while writing the other would see their own writes.
+bool overlap(const Coll& c, const void* a, const void* b, std::size_t count) {
+  const auto* x = static_cast<const std::byte*>(a);
+  const auto* y = static_cast<const std::byte*>(b);
+  return x != y && x < y + c.bytes(count) && y < x + c.bytes(count);
+}
+
+// Reads `send` where the first step needs this rank's data, so an out-of-place call costs
+// no copy of the whole vector.
+void ring(const Coll& c, const void* send, void* recv, std::size_t count) {
   const int n = c.size();
   BlockFn block = [count, n](int b) { return block_of(count, n, b); };
-  ring_reduce_scatter(c, data, block);
-  ring_all_gather(c, data, block);
+  ring_reduce_scatter(c, recv, block, send);
+  ring_all_gather(c, recv, block);
 }
 
 // The power-of-two core of the recursive algorithms. With n not a power of two, the first
@@ -27,7 +37,7 @@ class Fold {
  public:
   // Runs the first step; participant() is false for a rank that handed its data over and
   // already holds the result.
-  Fold(const Coll& c, void* data, std::size_t count, std::vector<std::byte>& tmp) : c_(c), data_(data), count_(count) {
+  Fold(const Coll& c, void* data, std::size_t count, std::byte* tmp) : c_(c), data_(data), count_(count) {
     const int n = c.size(), r = c.rank();
     while (p_ * 2 <= n) p_ *= 2;
     rem_ = n - p_;
@@ -37,8 +47,8 @@ class Fold {
         c.recv(r + 1, data, c.bytes(count));
         return;
       }
-      c.recv(r - 1, tmp.data(), c.bytes(count));
-      c.accumulate(data, tmp.data(), count);
+      c.recv(r - 1, tmp, c.bytes(count));
+      c.accumulate(data, tmp, count);
       vr_ = r / 2;
     } else {
       vr_ = r - rem_;
@@ -62,7 +72,7 @@ class Fold {
 
 // Recursive halving-doubling: about 2 log2 n messages, each rank sending about 2x the data.
 void halving_doubling(const Coll& c, void* data, std::size_t count) {
-  std::vector<std::byte> tmp(c.bytes(count));
+  std::byte* const tmp = c.scratch(0, c.bytes(count));
   Fold f(c, data, count, tmp);
   if (!f.participant()) return;
   const int p = f.p(), vr = f.vr();
@@ -77,9 +87,8 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
     const bool keep_low = (vr & mask) == 0;
     const std::size_t klo = keep_low ? lo : mid, khi = keep_low ? mid : hi;
     const std::size_t slo = keep_low ? mid : lo, shi = keep_low ? hi : mid;
-    c.sendrecv(partner, at(data, c.bytes(slo)), c.bytes(shi - slo), partner, tmp.data(),
-               c.bytes(khi - klo));
-    c.accumulate(at(data, c.bytes(klo)), tmp.data(), khi - klo);
+    c.sendrecv(partner, at(data, c.bytes(slo)), c.bytes(shi - slo), partner, tmp, c.bytes(khi - klo));
+    c.accumulate(at(data, c.bytes(klo)), tmp, khi - klo);
     lo = klo;
     hi = khi;
   }
@@ -103,18 +112,18 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
 // for latency-bound sizes. Both partners of a round combine (lower half) op (upper half)
 // in that order, so they hold the same bits afterwards.
 void recursive_doubling(const Coll& c, void* data, std::size_t count) {
-  std::vector<std::byte> tmp(c.bytes(count));
+  std::byte* const tmp = c.scratch(0, c.bytes(count));
   Fold f(c, data, count, tmp);
   if (!f.participant()) return;
   const std::size_t bytes = c.bytes(count);
   for (int mask = 1; mask < f.p(); mask *= 2) {
     const int partner = f.real(f.vr() ^ mask);
-    c.sendrecv(partner, data, bytes, partner, tmp.data(), bytes);
+    c.sendrecv(partner, data, bytes, partner, tmp, bytes);
     if ((f.vr() & mask) == 0) {
-      c.accumulate(data, tmp.data(), count);
+      c.accumulate(data, tmp, count);
     } else {
-      c.accumulate(tmp.data(), data, count);
-      std::memcpy(data, tmp.data(), bytes);
+      c.accumulate(tmp, data, count);
+      std::memcpy(data, tmp, bytes);
     }
   }
   f.finish();
@@ -123,7 +132,10 @@ void recursive_doubling(const Coll& c, void* data, std::size_t count) {
 }  // namespace
 
 void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) {
-  if (send != recv && count) std::memmove(recv, send, c.bytes(count));
+  if (overlap(c, send, recv, count)) {
+    std::memmove(recv, send, c.bytes(count));
+    send = recv;
+  }
   if (c.size() > 1 && count > 0) {
     Algorithm a = c.algorithm;
     if (a == Algorithm::automatic) {
@@ -134,12 +146,17 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
                                            : Algorithm::ring;
     }
     if (a == Algorithm::ring) {
-      ring(c, recv, count);
-    } else if (a == Algorithm::recursive_doubling) {
-      recursive_doubling(c, recv, count);
+      ring(c, send, recv, count);
     } else {
-      halving_doubling(c, recv, count);
+      if (send != recv) std::memcpy(recv, send, c.bytes(count));
+      if (a == Algorithm::recursive_doubling) {
+        recursive_doubling(c, recv, count);
+      } else {
+        halving_doubling(c, recv, count);
+      }
     }
+  } else if (send != recv && count) {
+    std::memcpy(recv, send, c.bytes(count));
   }
   c.finish(recv, count);
 }
@@ -148,15 +165,13 @@ void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard
   const int n = c.size();
   BlockFn block = [count, n](int b) { return block_of(count, n, b); };
   auto [off, len] = block(c.rank());
-  // Work in recv when there is one (the result lands there), else in a scratch copy.
-  std::vector<std::byte> scratch;
-  void* work = recv;
-  if (!work) {
-    scratch.resize(c.bytes(count));
-    work = scratch.data();
+  // Work in recv when there is one (the result lands there), else in scratch memory.
+  void* work = recv ? recv : c.scratch(1, c.bytes(count));
+  if (overlap(c, send, work, count)) {
+    std::memmove(work, send, c.bytes(count));
+    send = work;
   }
-  if (count && work != send) std::memmove(work, send, c.bytes(count));
-  ring_reduce_scatter(c, work, block);
+  ring_reduce_scatter(c, work, block, send);
   c.finish(at(work, c.bytes(off)), len);
   if (shard && len) std::memcpy(shard, at(work, c.bytes(off)), c.bytes(len));
   if (recv) ring_all_gather(c, work, block);
@@ -168,11 +183,10 @@ void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t cou
   if (n == 1) {
     if (count && send != recv) std::memmove(recv, send, c.bytes(count));
   } else {
-    // The ring reduces in place: work on a copy so `send` stays untouched.
-    std::vector<std::byte> work(c.bytes(count));
-    if (count) std::memcpy(work.data(), send, c.bytes(count));
-    ring_reduce_scatter(c, work.data(), [count, n](int b) { return block_of(count, n, b); });
-    if (len) std::memcpy(recv, work.data() + c.bytes(off), c.bytes(len));
+    // The reductions land in scratch memory, so `send` stays untouched.
+    std::byte* work = c.scratch(1, c.bytes(count));
+    ring_reduce_scatter(c, work, [count, n](int b) { return block_of(count, n, b); }, send);
+    if (len) std::memcpy(recv, work + c.bytes(off), c.bytes(len));
   }
   c.finish(recv, len);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 
+#include "collective/runner.hpp"
 #include "reduce/reduce.hpp"
 
 namespace nexar::detail {
@@ -65,6 +66,12 @@ void Coll::sendrecv(int to, const void* sdata, std::size_t sbytes, int from, voi
 void Coll::accumulate(void* dst, const void* src, std::size_t n) const {
   reduce::accumulate(dtype, op, dst, src, n);
 }
+
+void Coll::combine(void* dst, const void* a, const void* b, std::size_t n) const {
+  reduce::combine(dtype, op, dst, a, b, n);
+}
+
+std::byte* Coll::scratch(int slot, std::size_t bytes) const { return g.runner().scratch(slot, bytes); }
 
 void Coll::finish_over(void* data, std::size_t n, int ranks) const {
   reduce::finish(dtype, op, data, n, ranks);

@@ -55,6 +55,11 @@ struct Coll {
 
   /// dst[i] = op(dst[i], src[i]) for n elements of dtype.
   void accumulate(void* dst, const void* src, std::size_t n) const;
+  /// dst[i] = op(a[i], b[i]) for n elements of dtype (dst may be a).
+  void combine(void* dst, const void* a, const void* b, std::size_t n) const;
+  /// Uninitialised scratch memory of the collective's thread (slot 0 or 1), valid until
+  /// the collective returns (CollectiveRunner::scratch).
+  std::byte* scratch(int slot, std::size_t bytes) const;
   /// The final step of avg over size() ranks (no-op for other ops).
   void finish(void* data, std::size_t n) const { finish_over(data, n, size()); }
   /// The final step of avg over `ranks` contributions (no-op for other ops).

@@ -25,9 +25,16 @@ struct Segments {
 
 }  // namespace
 
-void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block) {
+void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const void* local) {
   const int n = c.size(), r = c.rank();
-  if (n == 1) return;
+  if (!local) local = data;
+  if (n == 1) {
+    if (local != data) {
+      auto [off, len] = block(0);
+      if (len) std::memmove(at(data, c.bytes(off)), at(local, c.bytes(off)), c.bytes(len));
+    }
+    return;
+  }
   const int next = mod(r + 1, n), prev = mod(r - 1, n);
   const std::size_t seg = c.segment_elems();
   // At step s rank r sends block r-1-s and receives block r-2-s; after n-1 steps the
@@ -39,11 +46,11 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block) {
   std::size_t max_len = 0;
   for (int b = 0; b < n; ++b) max_len = std::max(max_len, block(b).second);
   // Two scratch areas: step s receives into scratch[s % 2] while step s-1's is reduced.
-  std::vector<std::byte> scratch(2 * c.bytes(max_len));
+  std::byte* const scratch = c.scratch(0, 2 * c.bytes(max_len));
   std::vector<Requests> recvs(static_cast<std::size_t>(n));
   auto post_recvs = [&](int step) {
     Segments sg = seg_of(step, false);
-    std::byte* base = scratch.data() + (step % 2) * c.bytes(max_len);
+    std::byte* base = scratch + (step % 2) * c.bytes(max_len);
     for (std::size_t j = 0; j < sg.count(); ++j) {
       auto [o, l] = sg.at(j);
       recvs[static_cast<std::size_t>(step)].push_back(
@@ -55,17 +62,23 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block) {
   Segments first = seg_of(0, true);
   for (std::size_t j = 0; j < first.count(); ++j) {
     auto [o, l] = first.at(j);
-    sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
+    sends.push_back(c.isend(next, at(local, c.bytes(o)), c.bytes(l)));
   }
   for (int s = 0; s < n - 1; ++s) {
     if (s + 1 < n - 1) post_recvs(s + 1);
     Segments sg = seg_of(s, false);
-    const std::byte* base = scratch.data() + (s % 2) * c.bytes(max_len);
+    const std::byte* base = scratch + (s % 2) * c.bytes(max_len);
     auto& rs = recvs[static_cast<std::size_t>(s)];
     for (std::size_t j = 0; j < sg.count(); ++j) {
       rs[j].wait();
       auto [o, l] = sg.at(j);
-      c.accumulate(at(data, c.bytes(o)), base + c.bytes(o - sg.off), l);
+      // Every block but r-1 is reduced here exactly once, with this rank's contribution
+      // on the left, as accumulate() would put it.
+      if (local == data) {
+        c.accumulate(at(data, c.bytes(o)), base + c.bytes(o - sg.off), l);
+      } else {
+        c.combine(at(data, c.bytes(o)), at(local, c.bytes(o)), base + c.bytes(o - sg.off), l);
+      }
       // Step s+1 sends exactly this block: forward the segment now.
       if (s + 1 < n - 1) sends.push_back(c.isend(next, at(data, c.bytes(o)), c.bytes(l)));
     }

@@ -44,7 +44,7 @@ bool CollectiveRunner::help(std::uint64_t id) {
     tasks_.pop_front();
     busy_ = true;
   }
-  t.run();
+  run(t);
   std::lock_guard lk(mu_);
   busy_ = false;
   // Only tasks queued meanwhile need the runner thread; waking it for nothing costs a
@@ -77,10 +77,31 @@ void CollectiveRunner::loop() {
       tasks_.pop_front();
       busy_ = true;
     }
-    t.run();
+    run(t);
     std::lock_guard lk(mu_);
     busy_ = false;
   }
+}
+
+void CollectiveRunner::run(Task& t) {
+  t.run();
+  for (auto& a : scratch_) {
+    if (a.size > kKeptScratch) {
+      a.mem.reset();
+      a.size = 0;
+    }
+  }
+}
+
+std::byte* CollectiveRunner::scratch(int slot, std::size_t bytes) {
+  Area& a = scratch_[slot];
+  if (a.size < bytes) {
+    a.mem.reset();
+    // Not value-initialised: every byte is written before it is read.
+    a.mem.reset(new std::byte[bytes]);
+    a.size = bytes;
+  }
+  return a.mem.get();
 }
 
 }  // namespace nexar::detail

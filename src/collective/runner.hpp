@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -42,8 +43,22 @@ class CollectiveRunner {
   /// Finishes the running task, abandons queued ones, joins the thread. Idempotent.
   void stop();
 
+  /// Scratch memory for the task running now (tasks run one at a time): `bytes` of
+  /// uninitialised memory in `slot` (0 or 1, for two areas used together). Kept for the
+  /// next task up to kKeptScratch bytes, so a collective called in a loop neither zeroes
+  /// nor page-faults fresh memory every time.
+  std::byte* scratch(int slot, std::size_t bytes);
+  static constexpr std::size_t kKeptScratch = 64u << 20;
+
  private:
   void loop();
+  void run(Task& t);
+
+  struct Area {
+    std::unique_ptr<std::byte[]> mem;
+    std::size_t size = 0;
+  };
+  Area scratch_[2];
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -277,16 +277,16 @@ Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffer
   }
   return start(g, name, o, t, op, [bufs, total](const Coll& c) {
     // One operation over the concatenation: pack, reduce, unpack.
-    std::vector<std::byte> flat(c.bytes(total));
+    std::byte* flat = c.scratch(1, c.bytes(total));
     std::size_t off = 0;
     for (auto& b : *bufs) {
-      if (b.count) std::memcpy(flat.data() + off, b.data, c.bytes(b.count));
+      if (b.count) std::memcpy(flat + off, b.data, c.bytes(b.count));
       off += c.bytes(b.count);
     }
-    detail::coll::all_reduce(c, flat.data(), flat.data(), total);
+    detail::coll::all_reduce(c, flat, flat, total);
     off = 0;
     for (auto& b : *bufs) {
-      if (b.count) std::memcpy(b.data, flat.data() + off, c.bytes(b.count));
+      if (b.count) std::memcpy(b.data, flat + off, c.bytes(b.count));
       off += c.bytes(b.count);
     }
   });
