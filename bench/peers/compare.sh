@@ -4,6 +4,10 @@
 # counts for everyone, and prints busbw side by side plus the 8 B all_reduce latency.
 # nexar runs twice: "nexar" is one rank per process (nexar-run -n N nexar-bench, like the
 # peers), "nexar-thr" is N ranks as threads of one process (nexar-bench --ranks N).
+# For all_reduce it also runs the point-to-point benchmark (nexar-bench p2p: QUIC vs a TCP
+# socket pair between two processes) at the sizes of the sweep from 16 MiB up, and prints
+# its nexar/tcp ratio next to the all_reduce ratio: the collective layer adds no loss of
+# its own when nexar/best-tcp is at least that.
 #
 #   bench/peers/compare.sh [-np "2 4"] [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1]
 #                          [-d float] [-o sum] [--coll all_reduce] [--gloo-algo ring]
@@ -34,7 +38,7 @@ nexar_run=""
 outdir=""
 run_timeout=900
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -131,6 +135,27 @@ run_one() {
 rows() { awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $1, $6, $8, $9 }' "$1" 2>/dev/null; }
 
 status=0
+
+# Point-to-point QUIC/TCP ratio, same run, at the sweep's sizes >= 16 MiB.
+declare -A p2p=()
+if [ "$have_nexar" = 1 ] && [ "$coll" = all_reduce ]; then
+  p2p_sizes=$(awk -v b="$minb" -v e="$maxb" -v f="$factor" 'function bytes(s,  n, u) {
+      n = s + 0; u = toupper(substr(s, length(s)))
+      if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824
+      return n }
+    BEGIN { lo = bytes(b); hi = bytes(e); first = ""; last = ""
+      for (s = lo; s <= hi; s *= f) if (s >= 16777216) { if (first == "") first = s; last = s }
+      if (first != "") print first, last }')
+  if [ -n "$p2p_sizes" ]; then
+    read -r p2p_lo p2p_hi <<<"$p2p_sizes"
+    log="$outdir/p2p.log"
+    echo "\$ $nexar p2p -b $p2p_lo -e $p2p_hi -f $factor" >"$log"
+    timeout -k 10 "$run_timeout" "$nexar" p2p -b "$p2p_lo" -e "$p2p_hi" -f "$factor" >>"$log" 2>&1 </dev/null ||
+      echo "# nexar-bench p2p failed (see $log)" >&2
+    while read -r size ratio; do p2p["$size"]=$ratio; done < <(awk '$1 ~ /^[0-9]+$/ && NF == 5 { print $1, $5 }' "$log")
+  fi
+fi
+
 echo "# compare.sh: $coll, $dtype $op, sizes $minb..$maxb x$factor, iters $iters, warmup $warmup, check $check"
 echo "# implementations: ${impls[*]}   (gloo all_reduce algorithm: $gloo_algo; logs in $outdir)"
 [ "$have_nexar" = 1 ] || echo "# nexar: $nexar missing or without '$coll'; skipped"
@@ -152,20 +177,17 @@ for np in $nps; do
       busbw["$impl,$size"]=$bw
       usec["$impl,$size"]=$time
       wrong["$impl,$size"]=$w
-      if [ "$coll" = all_reduce ] && [ "$size" = 8 ]; then
-        lat["$impl"]=$time
-        [ "$w" = 0 ] || [ "$w" = N/A ] || lat["$impl"]="${time}!"
-      fi
       case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
     done < <(rows "$log")
   done
 
-  # 8 B all_reduce latency: taken from the sweep when it has 8 B, else one extra run.
+  # 8 B all_reduce latency: a run of its own with at least 1000 iterations after 100
+  # warm-up ones (cheap at 8 B), so that start-up noise of a few milliseconds (a launcher
+  # still winding down its seed, caches, thread placement) does not decide the median.
   for impl in "${impls[@]}"; do
-    [ -n "${lat[$impl]+x}" ] && continue
     log="$outdir/all_reduce8.${impl}.np${np}.log"
-    run_one "$impl" "$np" all_reduce "$log" -b 8 -e 8 -n "$iters" -w "$warmup" -c "$check" \
-      -d float -o sum
+    run_one "$impl" "$np" all_reduce "$log" -b 8 -e 8 -n "$((iters > 1000 ? iters : 1000))" \
+      -w "$((warmup > 100 ? warmup : 100))" -c "$check" -d float -o sum
     rc=$?
     [ "$rc" = 0 ] || [ "$rc" = 1 ] || echo "# $impl np=$np 8 B all_reduce exited with $rc (see $log)" >&2
     read -r _ t _ w < <(rows "$log") || true
@@ -179,6 +201,7 @@ for np in $nps; do
   hdr=$(printf "%12s" "size(B)")
   for impl in "${impls[@]}"; do hdr+=$(printf "  %10s" "$impl"); done
   [ "$have_nexar" = 1 ] && hdr+=$(printf "  %16s" "nexar/best-tcp")
+  [ "${#p2p[@]}" -gt 0 ] && hdr+=$(printf "  %14s" "p2p nexar/tcp")
   echo "$hdr"
   for size in "${sizes[@]}"; do
     line=$(printf "%12s" "$size")
@@ -198,6 +221,7 @@ for np in $nps; do
                 if (g != "" && g + 0 > 0 && (best < 0 || g + 0 < best)) best = g + 0
                 if (n == "" || n + 0 <= 0 || best < 0) print "-"; else printf "%.2f", best / n }')
       line+=$(printf "  %16s" "$ratio")
+      [ "${#p2p[@]}" -gt 0 ] && line+=$(printf "  %14s" "${p2p[$size]:-}")
     fi
     echo "$line"
   done

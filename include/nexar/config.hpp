@@ -39,9 +39,13 @@ struct Config {
   std::uint64_t unexpected_limit = 64ull * 1024 * 1024;
   /// QUIC per-stream receive window (NEXAR_STREAM_WINDOW_BYTES).
   std::uint64_t stream_window = 16ull * 1024 * 1024;
-  /// Largest UDP payload sent; 0 picks 8952 on loopback and 1452 elsewhere
-  /// (NEXAR_UDP_PAYLOAD_BYTES). Range 1200..65527.
+  /// Largest UDP payload sent; 0 picks loopback_udp_payload when every rank is on
+  /// loopback and network_udp_payload otherwise (NEXAR_UDP_PAYLOAD_BYTES). Range 1200..65527.
   std::uint32_t udp_payload = 0;
+  /// Loopback's 64 KiB MTU minus the IPv6 and UDP headers.
+  static constexpr std::uint32_t loopback_udp_payload = 65536 - 48;
+  /// A 1500-byte Ethernet MTU minus the IPv6 and UDP headers.
+  static constexpr std::uint32_t network_udp_payload = 1500 - 48;
   /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
   bool udp_gso = true;
   /// How long a waiting thread (user or engine) spins before sleeping, while transfers

@@ -20,7 +20,8 @@ quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic
   bool loopback = true;
   for (auto& a : addrs) loopback = loopback && a.is_loopback();
   // Loopback has a 64 KiB MTU: big packets cut per-packet crypto and syscall costs.
-  s.udp_payload = cfg.udp_payload ? cfg.udp_payload : (loopback ? 8952u : 1452u);
+  s.udp_payload = cfg.udp_payload ? cfg.udp_payload
+                                  : (loopback ? Config::loopback_udp_payload : Config::network_udp_payload);
   s.stream_window = cfg.stream_window;
   s.conn_window = cfg.stream_window * (wire::lane_count + 1);
   s.idle_timeout_ns = static_cast<std::uint64_t>(
