@@ -259,6 +259,12 @@ void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len)
   }
 }
 
+bool Connection::has_unsent() const noexcept {
+  for (auto& s : streams_)
+    if (s->sent < s->queued) return true;
+  return false;
+}
+
 Connection::SendStream* Connection::next_writable() {
   for (auto& s : streams_)
     if (!s->blocked && s->sent < s->queued) return s.get();

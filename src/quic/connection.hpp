@@ -120,6 +120,9 @@ class Connection {
   int read(const ngtcp2_path& path, const std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   /// Writes everything sendable into packets handed to the endpoint.
   void flush(std::uint64_t ts);
+  /// Whether stream data is queued that ngtcp2 has not taken yet (pacing, congestion or
+  /// flow control holds it back).
+  bool has_unsent() const noexcept;
   void handle_expiry(std::uint64_t ts);
   /// Fails everything queued and notifies the handler once.
   void finish(Errc code, const std::string& why);

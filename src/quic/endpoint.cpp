@@ -17,6 +17,13 @@ std::string cid_key(const std::uint8_t* data, std::size_t len) {
 
 // How far the timer may be off ngtcp2's expiry before it is moved.
 constexpr std::uint64_t kTimerSlackNs = 200'000;
+// How much later than ngtcp2 asks a connection with nothing waiting to be sent has its
+// timer run. What falls due there is an acknowledgement (ngtcp2 delays them by an eighth
+// of the smoothed RTT only, microseconds on loopback), a loss timer or a keep-alive: the
+// grace lets the acknowledgement ride on the next message instead of costing a packet of
+// its own each way (8 B all_reduce between two processes: 11.5-12.8 -> 8.0-8.4 us; 64 KiB
+// to 64 MiB unchanged). 50 us is far inside the 25 ms max_ack_delay peers assume.
+constexpr std::uint64_t kAckGraceNs = 50'000;
 
 void random_cid(ngtcp2_cid& cid, std::size_t len) {
   cid.datalen = len;
@@ -256,7 +263,7 @@ void Endpoint::rearm_timer() {
   for (int round = 0; round < 4; ++round) {
     next = UINT64_MAX;
     for (auto& c : conns_)
-      if (!c->closed()) next = std::min<std::uint64_t>(next, ngtcp2_conn_get_expiry(c->conn_));
+      if (!c->closed()) next = std::min<std::uint64_t>(next, due_at(*c));
     // Already due (ngtcp2 often wants an ACK or a paced packet right now): handle it here
     // instead of arming a timer that fires at once and wakes the engine thread.
     if (next > now()) break;
@@ -272,10 +279,16 @@ void Endpoint::rearm_timer() {
   timer_.arm_at(next);
 }
 
+std::uint64_t Endpoint::due_at(Connection& c) const {
+  const std::uint64_t t = ngtcp2_conn_get_expiry(c.conn_);
+  if (t == UINT64_MAX || c.has_unsent()) return t;
+  return t + kAckGraceNs;
+}
+
 bool Endpoint::service_due(std::uint64_t ts) {
   bool any = false;
   for (auto& c : conns_) {
-    if (!c->closed() && ngtcp2_conn_get_expiry(c->conn_) <= ts) {
+    if (!c->closed() && due_at(*c) <= ts) {
       c->handle_expiry(ts);
       any = true;
     }

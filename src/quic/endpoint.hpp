@@ -89,6 +89,9 @@ class Endpoint {
   void rearm_timer();
   /// Runs the ngtcp2 timers of connections due at `ts`; returns whether any was.
   bool service_due(std::uint64_t ts);
+  /// When `c`'s timer should run: ngtcp2's expiry, plus kAckGraceNs while it has nothing
+  /// queued to send (then only acknowledgements and slow timers can be due).
+  std::uint64_t due_at(Connection& c) const;
   void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);
   void add_cid(const ngtcp2_cid& cid, Connection* c);
   void remove_cid(const ngtcp2_cid& cid);
