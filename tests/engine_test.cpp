@@ -2,6 +2,7 @@
 // the readiness gate and the wake timer.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -314,4 +315,17 @@ TEST(WakeTimer, WatchedThroughTheGate) {
   gate.consume();
   EXPECT_TRUE(t.clear());
   EXPECT_FALSE(readable(g));
+}
+
+// With more ranks than cores the progress thread must not preempt running ranks when it
+// wakes; otherwise it keeps the default policy.
+TEST(Engine, PoliteEngineRunsUnderSchedBatch) {
+  for (bool polite : {false, true}) {
+    Engine e(0us, polite);
+    e.start();
+    std::promise<int> policy;
+    e.post([&] { policy.set_value(sched_getscheduler(0)); });
+    EXPECT_EQ(policy.get_future().get(), polite ? SCHED_BATCH : SCHED_OTHER) << "polite=" << polite;
+    e.stop();
+  }
 }

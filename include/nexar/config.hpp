@@ -52,8 +52,10 @@ struct Config {
   /// are active (NEXAR_SPIN_US). Waking a sleeping thread costs 50-100 us on small hosts.
   std::chrono::microseconds spin{std::chrono::microseconds(100)};
   /// While spinning, give up the core after every poll (sched_yield), like Open MPI's
-  /// mpi_yield_when_idle (NEXAR_YIELD_WHEN_IDLE). Set automatically when a host runs more
-  /// ranks than it has cores, where the rank a waiter waits for may need that very core.
+  /// mpi_yield_when_idle, and run the progress thread under SCHED_BATCH so that its
+  /// wake-ups never preempt a running rank (NEXAR_YIELD_WHEN_IDLE). Set automatically when
+  /// a host runs more ranks than it has cores, where the rank a waiter waits for may need
+  /// that very core.
   bool yield_when_idle = false;
 
   /// Pipelining segment of collectives: ring and chain algorithms cut each block into

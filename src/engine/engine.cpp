@@ -1,11 +1,12 @@
 #include "engine/engine.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 
 namespace nexar::detail {
 
-Engine::Engine(std::chrono::microseconds spin)
-    : io_(1), guard_(asio::make_work_guard(io_)), spin_(spin) {}
+Engine::Engine(std::chrono::microseconds spin, bool polite)
+    : io_(1), guard_(asio::make_work_guard(io_)), spin_(spin), polite_(polite) {}
 
 Engine::~Engine() { stop(); }
 
@@ -13,6 +14,11 @@ void Engine::start() {
   thread_ = std::thread([this] {
     // Named so that top -H, perf and gdb tell the threads of a rank apart.
     pthread_setname_np(pthread_self(), "nexar-engine");
+    if (polite_) {
+      // Needs no privilege; if refused, the default policy merely costs latency.
+      sched_param sp{};
+      pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+    }
     run();
   });
 }

@@ -67,7 +67,7 @@ CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
       names_(std::move(opts.names)),
       addrs_(std::move(opts.addrs)),
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
-      engine_(cfg.spin),
+      engine_(cfg.spin, cfg.yield_when_idle),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
   peers_.resize(static_cast<std::size_t>(world_));
