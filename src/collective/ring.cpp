@@ -14,6 +14,9 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Scratch a ring reduce-scatter may use to post its receives ahead (see there).
+constexpr std::size_t kRingScratch = 64u << 20;
+
 struct Segments {
   std::size_t off, len, seg;
   std::size_t count() const { return len == 0 ? 0 : (len + seg - 1) / seg; }
@@ -45,12 +48,20 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const 
   };
   std::size_t max_len = 0;
   for (int b = 0; b < n; ++b) max_len = std::max(max_len, block(b).second);
-  // Two scratch areas: step s receives into scratch[s % 2] while step s-1's is reduced.
-  std::byte* const scratch = c.scratch(0, 2 * c.bytes(max_len));
+  // Step s receives into scratch area s % areas, with receives posted `areas` - 1 steps
+  // ahead: a neighbour running ahead then lands in place instead of being buffered as an
+  // unexpected message (an allocation and a second copy). One area per step up to
+  // kRingScratch bytes, at least two (one being received while the other is reduced)
+  // unless there is only one step.
+  const std::size_t area = c.bytes(max_len);
+  const int areas = std::clamp<int>(
+      static_cast<int>(std::min<std::size_t>(kRingScratch / std::max<std::size_t>(area, 1), 1u << 20)),
+      std::min(2, n - 1), n - 1);
+  std::byte* const scratch = c.scratch(0, static_cast<std::size_t>(areas) * area);
   std::vector<Requests> recvs(static_cast<std::size_t>(n));
   auto post_recvs = [&](int step) {
     Segments sg = seg_of(step, false);
-    std::byte* base = scratch + (step % 2) * c.bytes(max_len);
+    std::byte* base = scratch + static_cast<std::size_t>(step % areas) * area;
     for (std::size_t j = 0; j < sg.count(); ++j) {
       auto [o, l] = sg.at(j);
       recvs[static_cast<std::size_t>(step)].push_back(
@@ -58,16 +69,17 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const 
     }
   };
   Requests sends;
-  post_recvs(0);
+  for (int s = 0; s < std::min(areas - 1, n - 1); ++s) post_recvs(s);
   Segments first = seg_of(0, true);
   for (std::size_t j = 0; j < first.count(); ++j) {
     auto [o, l] = first.at(j);
     sends.push_back(c.isend(next, at(local, c.bytes(o)), c.bytes(l)));
   }
   for (int s = 0; s < n - 1; ++s) {
-    if (s + 1 < n - 1) post_recvs(s + 1);
+    // Area (s - 1) % areas is free again: step s - 1 finished with it.
+    if (s + areas - 1 < n - 1) post_recvs(s + areas - 1);
     Segments sg = seg_of(s, false);
-    const std::byte* base = scratch + (s % 2) * c.bytes(max_len);
+    const std::byte* base = scratch + static_cast<std::size_t>(s % areas) * area;
     auto& rs = recvs[static_cast<std::size_t>(s)];
     for (std::size_t j = 0; j < sg.count(); ++j) {
       rs[j].wait();
