@@ -19,6 +19,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -691,6 +692,33 @@ TEST(Transport, PendingReceiveFailsWithClosedOnLocalClose) {
     }
     EXPECT_TRUE(done);
   }
+}
+
+// A thread asleep in wait() must not keep the communicator alive: dropping its last
+// handle closes it, which fails the receive and wakes the thread.
+TEST(Transport, DroppingTheLastHandleWakesASleepingWaiter) {
+  nexar::Config cfg = test_config();
+  cfg.spin = 0us;  // asleep at once
+  auto comms = nexar::bootstrap_local(2, cfg);
+  char buf[8];
+  Request r = comms[0].irecv(1, 9, buf, sizeof buf);
+  std::promise<Errc> got;
+  std::thread waiter([&] {
+    try {
+      r.wait();
+      got.set_value(Errc::ok);
+    } catch (const Error& e) {
+      got.set_value(e.code());
+    }
+  });
+  std::this_thread::sleep_for(50ms);
+  auto t0 = Clock::now();
+  comms.clear();
+  auto f = got.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the waiter still sleeps after the communicator went";
+  EXPECT_EQ(f.get(), Errc::closed);
+  EXPECT_LT(Clock::now() - t0, 10s);
+  waiter.join();
 }
 
 TEST(Transport, DestroyWithoutClose) {

@@ -71,13 +71,18 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
     if (engine) engine->waiting(-1);
     if (done()) return true;
   }
-  if (engine) engine->sleeping();
+  // No strong reference while asleep: dropping the last handle of a communicator must
+  // still close it, which fails this operation and wakes us.
   struct Woke {
-    std::shared_ptr<Progress>& e;
+    OpState& s;
+    bool slept;
     ~Woke() {
-      if (e) e->woke();
+      if (!slept) return;
+      if (auto e = s.helper ? s.helper : s.progress.lock()) e->woke();
     }
-  } woke{engine};
+  } woke{*this, engine != nullptr};
+  if (engine) engine->sleeping();
+  engine.reset();
   for (;;) {
     std::uint32_t s = state_.load(std::memory_order_acquire);
     if (s == done_state) return true;

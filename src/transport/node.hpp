@@ -108,7 +108,8 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
     ~PollScope() {
       if (n_) {
         t_scope_ = nullptr;
-        n_->engine_.add_progressing(-1);
+        if (!t_scope_asleep_) n_->engine_.add_progressing(-1);
+        t_scope_asleep_ = false;
       }
     }
     PollScope(const PollScope&) = delete;
