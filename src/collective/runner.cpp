@@ -16,6 +16,7 @@ std::uint64_t CollectiveRunner::submit(bool caller_waits, Task t) {
     std::lock_guard lk(mu_);
     if (!stopping_) {
       t.id = next_id_++;
+      t.caller_waits = caller_waits;
       tasks_.push_back(std::move(t));
       if (!caller_waits) cv_.notify_one();
       return tasks_.back().id;
@@ -25,8 +26,10 @@ std::uint64_t CollectiveRunner::submit(bool caller_waits, Task t) {
   return 0;
 }
 
-void CollectiveRunner::kick() {
+void CollectiveRunner::kick(std::uint64_t id) {
   std::lock_guard lk(mu_);
+  for (auto& t : tasks_)
+    if (t.id == id) t.caller_waits = false;
   cv_.notify_one();
 }
 
@@ -71,7 +74,7 @@ void CollectiveRunner::loop() {
     Task t;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || (!tasks_.empty() && !busy_); });
+      cv_.wait(lk, [&] { return stopping_ || (!tasks_.empty() && !busy_ && !tasks_.front().caller_waits); });
       if (tasks_.empty()) return;
       t = std::move(tasks_.front());
       tasks_.pop_front();

@@ -20,6 +20,7 @@ class CollectiveRunner {
     std::function<void()> run;      ///< the algorithm; completes its own Request
     std::function<void()> abandon;  ///< fails the Request when the runner stops first
     std::uint64_t id = 0;           ///< set by submit()
+    bool caller_waits = false;      ///< set by submit(); cleared by kick(id)
   };
 
   CollectiveRunner();
@@ -28,9 +29,11 @@ class CollectiveRunner {
   CollectiveRunner& operator=(const CollectiveRunner&) = delete;
 
   /// Queues a task and returns its id; after stop() it is abandoned at once. With
-  /// `caller_waits` the runner thread is not woken: the caller is about to wait for the
-  /// task and will run it itself through help() (or the runner reaches it after the
-  /// tasks in front of it).
+  /// `caller_waits` the caller is about to wait for the task and runs it itself through
+  /// help() when it is next: the runner thread leaves it alone until kick(id) hands it
+  /// over. (Were the runner thread free to take it, a runner that finished one task just
+  /// as its caller submitted the next would take that one too, and so on: two threads per
+  /// rank busy for every collective, 20-30x slower small collectives on small hosts.)
   std::uint64_t submit(bool caller_waits, Task t);
   /// Runs task `id` on the calling thread if it is next and nothing is running: a thread
   /// that waits for its collective does the work itself instead of waking the runner
@@ -38,8 +41,9 @@ class CollectiveRunner {
   bool help(std::uint64_t id);
   /// Whether help(id) would run the task now (it may no longer when called).
   bool ready(std::uint64_t id);
-  /// Makes sure the runner thread works through the queue (a waiter stopped helping).
-  void kick();
+  /// Hands task `id` to the runner thread (its waiter stops helping: it sleeps, or its
+  /// wait is too short to run a collective) and wakes the thread.
+  void kick(std::uint64_t id);
   /// Finishes the running task, abandons queued ones, joins the thread. Idempotent.
   void stop();
 

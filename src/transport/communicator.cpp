@@ -176,7 +176,7 @@ class CollectiveHelper final : public detail::Progress {
     if (!g) return false;
     if (bounded) {
       // wait_for(d) must return by d: leave the collective to its thread.
-      g->runner().kick();
+      g->runner().kick(task_);
       return g->node().poll();
     }
     if (g->runner().ready(task_)) {
@@ -199,7 +199,7 @@ class CollectiveHelper final : public detail::Progress {
   }
   void sleeping() override {
     if (auto g = g_.lock()) {
-      g->runner().kick();
+      g->runner().kick(task_);
       g->node().sleeping();
     }
   }
