@@ -25,6 +25,7 @@
 
 #include <gtest/gtest.h>
 
+#include "collective/runner.hpp"
 #include "collective_support.hpp"
 #include "support.hpp"
 
@@ -1647,3 +1648,45 @@ TEST(Collective, MoreTypedSpanForms) {
   }
 }
 
+
+// A blocking collective's task stays with its caller (help) until handed over (kick); the
+// runner thread runs the others.
+TEST(CollectiveRunner, CallerWaitsTasksAreLeftToTheCallerUntilHandedOver) {
+  using nexar::detail::CollectiveRunner;
+  CollectiveRunner runner;
+  std::atomic<int> ran{0};
+  std::thread::id where;
+  auto task = [&] {
+    return CollectiveRunner::Task{[&] {
+                                    where = std::this_thread::get_id();
+                                    ran.fetch_add(1);
+                                  },
+                                  {}};
+  };
+  auto wait_ran = [&](int n) {
+    for (int i = 0; i < 2000 && ran.load() < n; ++i) std::this_thread::sleep_for(1ms);
+    return ran.load() >= n;
+  };
+
+  const auto a = runner.submit(true, task());
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(ran.load(), 0) << "the runner thread took a task its caller was about to run";
+  EXPECT_TRUE(runner.ready(a));
+  EXPECT_TRUE(runner.help(a));
+  EXPECT_EQ(ran.load(), 1);
+  EXPECT_EQ(where, std::this_thread::get_id());
+
+  const auto b = runner.submit(true, task());
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(ran.load(), 1);
+  runner.kick(b);
+  ASSERT_TRUE(wait_ran(2)) << "a handed-over task never ran";
+  EXPECT_NE(where, std::this_thread::get_id());
+  EXPECT_FALSE(runner.help(b));
+
+  // Tasks nobody waits for inline run on the runner thread at once.
+  runner.submit(false, task());
+  ASSERT_TRUE(wait_ran(3));
+  EXPECT_NE(where, std::this_thread::get_id());
+  runner.stop();
+}
