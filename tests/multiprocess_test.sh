@@ -7,6 +7,8 @@
 #  (b) nexar-seed --listen 127.0.0.1:0 -n 4 --env-file F in the background, then 4
 #      nexar-cluster-check --quick started by hand with the variables of F and
 #      NEXAR_WORLD_SIZE=4 but no NEXAR_RANK: the seed assigns the ranks.
+#  (c) nexar-run --bind-to core / none / auto: each rank's allowed CPUs (the program is a
+#      shell printing them; binding needs no nexar program).
 # Every process runs under `timeout` (MP_TIMEOUT seconds, default 120) and everything still
 # running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
 set -uo pipefail
@@ -130,7 +132,52 @@ part_b() {
   return $ok
 }
 
+# ---- (c) CPU binding ---------------------------------------------------------------------------
+# Each rank prints "<local rank> <allowed CPU list>" (a shell, not a nexar program: the
+# launcher's seed then reports that no cluster formed, on stderr, which is expected here).
+bound_cpus() {
+  timeout -k 5 "$limit" "$bin/nexar-run" -n "$1" --no-prefix --bind-to "$2" -- \
+    sh -c 'echo "$NEXAR_LOCAL_RANK $(sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status)"' \
+    2>/dev/null | sort -n
+}
+# "0-2,5" -> "0 1 2 5"
+expand_cpus() {
+  local part lo hi out=()
+  IFS=, read -ra parts <<<"$1"
+  for part in "${parts[@]}"; do
+    lo=${part%-*}
+    hi=${part#*-}
+    for ((c = lo; c <= hi; c++)); do out+=("$c"); done
+  done
+  echo "${out[*]}"
+}
+part_c() {
+  local mine n out want i ok=0
+  mine=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  n=$(nproc)
+  echo "== (c) nexar-run --bind-to: this shell may use CPUs $mine ($n)"
+  # core: rank i on the i-th allowed CPU, one each.
+  out=$(bound_cpus "$n" core)
+  want=$(i=0; for c in $(expand_cpus "$mine"); do echo "$i $c"; i=$((i + 1)); done)
+  if [ "$out" != "$want" ]; then
+    echo "   --bind-to core with $n ranks gave:"; echo "$out" | sed 's/^/     /'; echo "   expected:"; echo "$want" | sed 's/^/     /'
+    ok=1
+  fi
+  # none, and auto with more ranks than CPUs: left where the launcher may run.
+  for mode in "none $n" "auto $((n + 1))"; do
+    set -- $mode
+    out=$(bound_cpus "$2" "$1" | awk '{print $2}' | sort -u)
+    if [ "$out" != "$mine" ]; then
+      echo "   --bind-to $1 with $2 ranks bound them: $(echo "$out" | tr '\n' ' ')"
+      ok=1
+    fi
+  done
+  if [ "$ok" = 0 ]; then echo "(c) PASS"; else echo "(c) FAIL"; fi
+  return $ok
+}
+
 part_a || status=1
 part_b || status=1
+part_c || status=1
 if [ "$status" = 0 ]; then echo "multiprocess test: PASS"; else echo "multiprocess test: FAIL"; fi
 exit $status

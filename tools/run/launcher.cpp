@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -149,7 +150,7 @@ Launcher::~Launcher() {
 }
 
 void Launcher::spawn(int rank, const std::vector<std::string>& argv,
-                     const std::vector<std::string>& env) {
+                     const std::vector<std::string>& env, int cpu) {
   if (argv.empty()) throw std::runtime_error("no program to start");
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -190,6 +191,13 @@ void Launcher::spawn(int rank, const std::vector<std::string>& argv,
     if (!move_fd(out[1], 1) || !move_fd(err[1], 2)) ::_exit(127);
     if (stdin_fd != 0 && !move_fd(stdin_fd, 0)) child_fail("cannot redirect stdin of", args[0]);
     close_from(3);
+    if (cpu >= 0) {
+      // Binding is a performance hint: a refusal leaves the child where it is.
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      ::sched_setaffinity(0, sizeof set, &set);
+    }
     ::execvpe(args[0], args.data(), envp.data());
     child_fail("cannot execute", args[0]);
   }

@@ -38,10 +38,12 @@ class Launcher {
   Launcher& operator=(const Launcher&) = delete;
 
   /// Starts `argv` (argv[0] searched in PATH) with exactly `env` as its environment, in its
-  /// own process group, stdout and stderr piped to the launcher. Throws std::runtime_error
-  /// when the process cannot be created; a program that cannot be executed is a child that
-  /// exits 127 after writing why to its stderr.
-  void spawn(int rank, const std::vector<std::string>& argv, const std::vector<std::string>& env);
+  /// own process group, stdout and stderr piped to the launcher, confined to CPU `cpu`
+  /// when it is not negative. Throws std::runtime_error when the process cannot be
+  /// created; a program that cannot be executed is a child that exits 127 after writing
+  /// why to its stderr.
+  void spawn(int rank, const std::vector<std::string>& argv, const std::vector<std::string>& env,
+             int cpu = -1);
 
   /// From any thread: a failure outside the children (the embedded seed); `message` is
   /// printed as "nexar-run: <message>", and it counts as a failure with status 1.
