@@ -87,7 +87,9 @@ if [ -z "$outdir" ]; then outdir=$(mktemp -d /tmp/nexar-compare.XXXXXX); fi
 mkdir -p "$outdir"
 
 common=(-b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" -c "$check" -d "$dtype" -o "$op")
-mpirun_base=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+mpirun_base=(mpirun --allow-run-as-root --oversubscribe)
+# Binding as nexar-run's default: one rank per CPU while there are enough CPUs, else none.
+mpi_bind() { if [ "$1" -le "$(nproc)" ]; then echo core; else echo none; fi; }
 # pml ob1: Debian's Open MPI also has UCX, whose pml would ignore the btl choice below.
 # shellcheck disable=SC2054  # the commas are part of MCA values
 mpi_tcp=(--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
@@ -118,8 +120,8 @@ run_one() {
   shift 4
   local cmd
   case "$impl" in
-    ompi-tcp) cmd=("${mpirun_base[@]}" -np "$np" "${mpi_tcp[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
-    ompi-shm) cmd=("${mpirun_base[@]}" -np "$np" "${mpi_shm[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
+    ompi-tcp) cmd=("${mpirun_base[@]}" --bind-to "$(mpi_bind "$np")" -np "$np" "${mpi_tcp[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
+    ompi-shm) cmd=("${mpirun_base[@]}" --bind-to "$(mpi_bind "$np")" -np "$np" "${mpi_shm[@]}" "$bindir/mpi_bench" "$c" "$@") ;;
     gloo)
       local algo=()
       [ "$c" = all_reduce ] && algo=(--algo "$gloo_algo")
