@@ -54,9 +54,8 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const 
   // kRingScratch bytes, at least two (one being received while the other is reduced)
   // unless there is only one step.
   const std::size_t area = c.bytes(max_len);
-  const int areas = std::clamp<int>(
-      static_cast<int>(std::min<std::size_t>(kRingScratch / std::max<std::size_t>(area, 1), 1u << 20)),
-      std::min(2, n - 1), n - 1);
+  const std::size_t fit = area ? kRingScratch / area : static_cast<std::size_t>(n);
+  const int areas = static_cast<int>(std::clamp<std::size_t>(fit, std::min(2, n - 1), n - 1));
   std::byte* const scratch = c.scratch(0, static_cast<std::size_t>(areas) * area);
   std::vector<Requests> recvs(static_cast<std::size_t>(n));
   auto post_recvs = [&](int step) {

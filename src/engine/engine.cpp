@@ -32,7 +32,7 @@ void Engine::stop() {
 void Engine::run() {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   while (!stopping_.load(std::memory_order_relaxed)) {
-    if (spin_.count() > 0 && progressing_.load(std::memory_order_relaxed) == 0 &&
+    if (spin_.count() > 0 && gate_.pollers() == 0 &&
         std::chrono::steady_clock::now() < busy_until_.load(std::memory_order_relaxed)) {
       if (io_.poll() == 0) {
         if (spin_hook_) {

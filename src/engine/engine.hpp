@@ -74,10 +74,7 @@ class Engine {
 
   /// While non-zero, user threads are polling for progress themselves: the engine thread
   /// neither spins nor wakes for the watched socket's packets (see ReadinessGate).
-  void add_progressing(int d) noexcept {
-    progressing_.fetch_add(d, std::memory_order_relaxed);
-    gate_.add_pollers(d);
-  }
+  void add_progressing(int d) noexcept { gate_.add_pollers(d); }
 
   /// The descriptor the engine thread should wait on instead of `fds` (a socket and its
   /// timer; one set per engine); it stays the engine's. Throws std::system_error.
@@ -112,7 +109,6 @@ class Engine {
   bool polite_;
   std::mutex mu_;
   std::atomic<std::chrono::steady_clock::time_point> busy_until_{};
-  std::atomic<int> progressing_{0};
   ReadinessGate gate_;
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;

@@ -35,8 +35,9 @@ int ReadinessGate::watch(std::vector<int> fds) {
   if (outer_ < 0) {
     inner_ = new_epoll();
     outer_ = new_epoll();
-    if (pollers_ == 0 && !add(outer_, inner_)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
-    open_ = pollers_ == 0;
+    const bool open = pollers() == 0;
+    if (open && !add(outer_, inner_)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
+    open_ = open;
   }
   for (int fd : fds_) ::epoll_ctl(inner_, EPOLL_CTL_DEL, fd, nullptr);
   fds_ = std::move(fds);
@@ -53,13 +54,13 @@ void ReadinessGate::unwatch() {
 
 void ReadinessGate::add_pollers(int delta) {
   std::lock_guard lk(mu_);
-  pollers_ += delta;
+  const int pollers = pollers_.fetch_add(delta, std::memory_order_relaxed) + delta;
   if (outer_ < 0) return;
   // One syscall either way: the watched descriptors stay in the inner set, and only the
   // inner set enters or leaves the outer one the reactor waits on.
-  if (pollers_ == 0 && !open_) {
+  if (pollers == 0 && !open_) {
     open_ = add(outer_, inner_);
-  } else if (pollers_ > 0 && open_) {
+  } else if (pollers > 0 && open_) {
     ::epoll_ctl(outer_, EPOLL_CTL_DEL, inner_, nullptr);
     open_ = false;
   }

@@ -7,6 +7,7 @@
 // spinning user thread needs.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -30,6 +31,8 @@ class ReadinessGate {
   /// is pending makes the gate readable at once, so nothing that arrived while it was
   /// closed is left unseen.
   void add_pollers(int delta);
+  /// Threads polling now (a snapshot; any thread).
+  int pollers() const noexcept { return pollers_.load(std::memory_order_relaxed); }
 
   /// Call from the reactor's handler before reading the descriptors: consumes the
   /// readiness the gate reported, so the next event reports again (edge-triggered).
@@ -40,7 +43,7 @@ class ReadinessGate {
   int inner_ = -1;  // holds fds_ for good
   int outer_ = -1;  // what the reactor waits on; holds inner_ while the gate is open
   std::vector<int> fds_;
-  int pollers_ = 0;
+  std::atomic<int> pollers_{0};  // changed under mu_ only
   bool open_ = false;
 };
 

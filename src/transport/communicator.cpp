@@ -148,6 +148,11 @@ void check_algorithm(const Group& g, const char* op, Algorithm a, std::initializ
   bad(g, op, std::string("algorithm ") + to_string(a) + " is not available for " + op);
 }
 
+// Every all_reduce variant takes the same algorithms.
+void check_all_reduce_algorithm(const Group& g, const char* op, Algorithm a) {
+  check_algorithm(g, op, a, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
+}
+
 void check_v(const Group& g, const char* op, std::span<const std::size_t> counts,
              std::span<const std::size_t> displs) {
   auto n = static_cast<std::size_t>(g.size());
@@ -259,7 +264,7 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
   check_op(g, name, t, op);
   check_buffer(g, name, "send", send, count);
   check_buffer(g, name, "recv", recv, count);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
+  check_all_reduce_algorithm(g, name, o.algorithm);
   return start(g, name, o, t, op, [=](const Coll& c) { detail::coll::all_reduce(c, send, recv, count); });
 }
 
@@ -268,7 +273,7 @@ Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffer
   auto& g = self();
   const char* name = "all_reduce_bucketed";
   check_op(g, name, t, op);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
+  check_all_reduce_algorithm(g, name, o.algorithm);
   auto bufs = std::make_shared<std::vector<MutableBuffer>>(buffers.begin(), buffers.end());
   std::size_t total = 0;
   for (auto& b : *bufs) {
@@ -318,7 +323,7 @@ Request Communicator::iall_reduce_compressed(void* data, std::size_t count, Data
     bad(g, name, "count " + std::to_string(count) + " differs from the previous step's " +
                      std::to_string(state.residual_.size() / size_of(t)) + " (reset() the state first)");
   check_buffer(g, name, "data", data, count);
-  check_algorithm(g, name, o.algorithm, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
+  check_all_reduce_algorithm(g, name, o.algorithm);
   ErrorFeedback* st = &state;
   return start(g, name, o, t, op,
                [=](const Coll& c) { detail::coll::all_reduce_compressed(c, data, count, *st); });
