@@ -132,6 +132,7 @@ struct CollOptions {
   Algorithm algo = Algorithm::automatic;
   std::uint64_t segment = 0;  // 0: Config::segment_bytes
   int timeout_s = 1800;
+  std::uint64_t bulk = 0;  // --bulk: background bulk-lane transfer 0 -> 1 of this size, repeated
 };
 
 struct NamedType {
@@ -482,6 +483,44 @@ struct SweepResult {
   double avg_busbw = 0;
 };
 
+/// --bulk: while the sweep runs, rank 0 streams `bytes` to rank 1 on the bulk lane over and
+/// over (stream_send / stream_recv on a thread of each), so the table shows what a
+/// collective costs beside a large transfer between the same two ranks. A zero-byte
+/// message ends the receiver's loop.
+class BulkLoad {
+ public:
+  BulkLoad(Communicator& comm, std::uint64_t bytes) {
+    if (bytes == 0 || comm.size() < 2 || comm.rank() > 1) return;
+    thread_ = std::thread([this, &comm, bytes] {
+      std::vector<std::byte> buf(static_cast<std::size_t>(bytes), std::byte{1});
+      try {
+        if (comm.rank() == 0) {
+          while (!stop_.load()) comm.stream_send(1, kTag, buf.data(), buf.size());
+          comm.stream_send(1, kTag, buf.data(), 0);
+        } else {
+          while (comm.stream_recv(0, kTag, buf.data(), buf.size()).bytes != 0) {
+          }
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "nexar-bench: rank %d: --bulk transfer: %s\n", comm.rank(), e.what());
+      }
+    });
+    // Let the first transfer get under way (announcement, clear-to-send) before timing.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ~BulkLoad() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  BulkLoad(const BulkLoad&) = delete;
+  BulkLoad& operator=(const BulkLoad&) = delete;
+
+ private:
+  static constexpr int kTag = 0x5eed;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 /// One rank's whole sweep. Rank 0 prints.
 template <class T>
 void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team& team, SweepResult& result) {
@@ -524,6 +563,7 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
   };
 
   if (print) report.header();
+  BulkLoad bulk(comm, o.bulk);
 
   if (ci.coll == Coll::barrier) {
     double us = time_iterations([&] { comm.barrier(co); });
@@ -691,6 +731,9 @@ void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, i
               "validation: %d  timing: median over iters of max over ranks\n",
               n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
               o.factor, o.warmup, o.iters, o.check);
+  if (o.bulk)
+    std::printf("# meanwhile: rank 0 streams %s to rank 1 on the bulk lane, over and over (--bulk)\n",
+                human_size(o.bulk).c_str());
   std::fflush(stdout);
 }
 
@@ -829,6 +872,8 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
          "one the collective lacks is an error")
       ->type_name("ALGO");
   size_opt("--segment", &o->segment, "Pipelining segment in bytes (default: NEXAR_SEGMENT_BYTES, 512K)");
+  size_opt("--bulk", &o->bulk,
+           "Meanwhile rank 0 streams this many bytes to rank 1 on the bulk lane, over and over (default 0: off)");
   app->add_option("--timeout", o->timeout_s, "Overall deadline in seconds (exit 124); 0 disables it")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
