@@ -25,7 +25,7 @@
 
 #include <gtest/gtest.h>
 
-#include "collective/runner.hpp"
+#include "comm/runner.hpp"
 #include "collective_support.hpp"
 #include "support.hpp"
 

@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <nexar/buffer.hpp>
 #include <nexar/collective.hpp>
 #include <nexar/compression.hpp>
 #include <nexar/config.hpp>
@@ -28,18 +29,6 @@ class Group;
 /// Element types that may be sent as typed spans.
 template <class T>
 concept Trivial = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
-
-/// One piece of a gather list for send_iov.
-struct ConstBuffer {
-  const void* data = nullptr;
-  std::size_t bytes = 0;
-};
-
-/// One buffer of a fused (bucketed) collective: `count` elements at `data`.
-struct MutableBuffer {
-  void* data = nullptr;
-  std::size_t count = 0;
-};
 
 /// Identifier of an RPC handler.
 using RpcId = std::uint32_t;

@@ -8,6 +8,10 @@
 
 namespace nexar {
 
+namespace detail {
+struct ErrorFeedbackAccess;
+}
+
 /// Which elements a compressed all_reduce sends.
 struct Compression {
   enum class Kind {
@@ -39,11 +43,11 @@ class ErrorFeedback {
     step_ = 0;
   }
 
-  // State used by Communicator::iall_reduce_compressed.
+  // The compressed all_reduce reads and updates the state; nothing else may.
+ private:
+  friend struct detail::ErrorFeedbackAccess;
   std::vector<std::byte> residual_;
   std::uint64_t step_ = 0;
-
- private:
   Compression compression_;
 };
 

@@ -11,7 +11,7 @@
 
 #include "core/log.hpp"
 #include "quic/udp_socket.hpp"
-#include "transport/group.hpp"
+#include "comm/group.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {

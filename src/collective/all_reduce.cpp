@@ -1,11 +1,14 @@
 // all_reduce: ring (reduce-scatter + all-gather, bandwidth-optimal) for large messages,
 // recursive halving-doubling (about 2 log2 n messages) for middle sizes, recursive doubling
-// (log2 n messages) for the smallest; any world size.
+// (log2 n messages) for the smallest; any world size. Also the fused forms: bucketed (many
+// buffers as one operation) and sharded (reduce-scatter + all-gather with the shard kept).
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "collective/algorithms.hpp"
-#include "core/error_format.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -139,7 +142,7 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
   if (c.size() > 1 && count > 0) {
     Algorithm a = c.algorithm;
     if (a == Algorithm::automatic) {
-      const Config& cfg = c.g.node().config();
+      const Config& cfg = c.config();
       const std::size_t b = c.bytes(count);
       a = b < cfg.allreduce_doubling_bytes ? Algorithm::recursive_doubling
           : b < cfg.allreduce_ring_bytes   ? Algorithm::halving_doubling
@@ -177,34 +180,52 @@ void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard
   if (recv) ring_all_gather(c, work, block);
 }
 
-void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t count) {
-  const int n = c.size();
-  auto [off, len] = block_of(count, n, c.rank());
-  if (n == 1) {
-    if (count && send != recv) std::memmove(recv, send, c.bytes(count));
-  } else {
-    // The reductions land in scratch memory, so `send` stays untouched.
-    std::byte* work = c.scratch(1, c.bytes(count));
-    ring_reduce_scatter(c, work, [count, n](int b) { return block_of(count, n, b); }, send);
-    if (len) std::memcpy(recv, work + c.bytes(off), c.bytes(len));
-  }
-  c.finish(recv, len);
+Request iall_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                    ReduceOp op, const CollectiveOptions& o) {
+  const char* name = "all_reduce";
+  check_op(p, name, t, op);
+  check_buffer(p, name, "send", send, count);
+  check_buffer(p, name, "recv", recv, count);
+  check_all_reduce_algorithm(p, name, o.algorithm);
+  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce(c, send, recv, count); });
 }
 
-void all_gather_v(const Coll& c, const void* send, std::size_t send_count, void* recv,
-                  std::span<const std::size_t> counts, std::span<const std::size_t> displs) {
-  const std::size_t mine = displs[static_cast<std::size_t>(c.rank())];
-  if (send_count && at(recv, c.bytes(mine)) != send)
-    std::memmove(at(recv, c.bytes(mine)), send, c.bytes(send_count));
-  ring_all_gather(c, recv, [counts, displs](int b) {
-    return std::pair{displs[static_cast<std::size_t>(b)], counts[static_cast<std::size_t>(b)]};
+Request iall_reduce_bucketed(CollectivePort& p, std::span<const MutableBuffer> buffers, DataType t,
+                             ReduceOp op, const CollectiveOptions& o) {
+  const char* name = "all_reduce_bucketed";
+  check_op(p, name, t, op);
+  check_all_reduce_algorithm(p, name, o.algorithm);
+  auto bufs = std::make_shared<const std::vector<MutableBuffer>>(buffers.begin(), buffers.end());
+  std::size_t total = 0;
+  for (auto& b : *bufs) {
+    check_buffer(p, name, "bucket", b.data, b.count);
+    total += b.count;
+  }
+  return p.start(name, o, t, op, [bufs, total](const Coll& c) {
+    // One operation over the concatenation: pack, reduce, unpack.
+    std::byte* flat = c.scratch(1, c.bytes(total));
+    std::size_t off = 0;
+    for (auto& b : *bufs) {
+      if (b.count) std::memcpy(flat + off, b.data, c.bytes(b.count));
+      off += c.bytes(b.count);
+    }
+    all_reduce(c, flat, flat, total);
+    off = 0;
+    for (auto& b : *bufs) {
+      if (b.count) std::memcpy(b.data, flat + off, c.bytes(b.count));
+      off += c.bytes(b.count);
+    }
   });
 }
 
-void all_gather(const Coll& c, const void* send, void* recv, std::size_t count) {
-  std::vector<std::size_t> counts(static_cast<std::size_t>(c.size()), count), displs(counts.size());
-  for (std::size_t i = 0; i < displs.size(); ++i) displs[i] = i * count;
-  all_gather_v(c, send, count, recv, counts, displs);
+Request iall_reduce_sharded(CollectivePort& p, const void* send, void* recv, void* shard,
+                            std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
+  const char* name = "all_reduce_sharded";
+  check_op(p, name, t, op);
+  check_buffer(p, name, "send", send, count);
+  if (!recv && !shard) bad(p, name, "recv and shard are both null: nothing to produce");
+  check_algorithm(p, name, o.algorithm, {Algorithm::ring});
+  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce_sharded(c, send, recv, shard, count); });
 }
 
 }  // namespace nexar::detail::coll

@@ -5,6 +5,8 @@
 #include <vector>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -35,6 +37,33 @@ void all_to_all_v(const Coll& c, const void* send, std::span<const std::size_t> 
     c.sendrecv(static_cast<int>(to), at(send, c.bytes(send_displs[to])), c.bytes(send_counts[to]),
                static_cast<int>(from), at(recv, c.bytes(recv_displs[from])), c.bytes(recv_counts[from]));
   }
+}
+
+Request iall_to_all(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                    const CollectiveOptions& o) {
+  const char* name = "all_to_all";
+  check_buffer(p, name, "send", send, count);
+  check_buffer(p, name, "recv", recv, count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::pairwise});
+  auto [counts, displs] = uniform_layout(p.size(), count);
+  return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) {
+    all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
+  });
+}
+
+Request iall_to_all_v(CollectivePort& p, const void* send, Counts send_counts, Counts send_displs,
+                      void* recv, Counts recv_counts, Counts recv_displs, DataType t,
+                      const CollectiveOptions& o) {
+  const char* name = "all_to_all_v";
+  check_v(p, name, send_counts, send_displs);
+  check_v(p, name, recv_counts, recv_displs);
+  check_own(p, name, "send_counts[rank]", send_counts[static_cast<std::size_t>(p.rank())], recv_counts,
+            p.rank());
+  check_algorithm(p, name, o.algorithm, {Algorithm::pairwise});
+  auto sc = copy_of(send_counts), sd = copy_of(send_displs), rc = copy_of(recv_counts),
+       rd = copy_of(recv_displs);
+  return p.start(name, o, t, ReduceOp::sum,
+                 [=](const Coll& c) { all_to_all_v(c, send, *sc, *sd, recv, *rc, *rd); });
 }
 
 }  // namespace nexar::detail::coll

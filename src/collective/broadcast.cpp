@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -54,12 +56,21 @@ void broadcast(const Coll& c, void* buf, std::size_t count, int root) {
   if (c.size() == 1 || count == 0) return;
   Algorithm a = c.algorithm;
   if (a == Algorithm::automatic)
-    a = c.bytes(count) < c.g.node().config().broadcast_chain_bytes ? Algorithm::tree : Algorithm::ring;
+    a = c.bytes(count) < c.config().broadcast_chain_bytes ? Algorithm::tree : Algorithm::ring;
   if (a == Algorithm::tree) {
     tree(c, buf, count, root);
   } else {
     chain(c, buf, count, root);
   }
+}
+
+Request ibroadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
+                   const CollectiveOptions& o) {
+  const char* name = "broadcast";
+  check_root(p, name, root);
+  check_buffer(p, name, "", buf, count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::tree, Algorithm::ring});
+  return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) { broadcast(c, buf, count, root); });
 }
 
 }  // namespace nexar::detail::coll

@@ -12,8 +12,18 @@
 #include <vector>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
-namespace nexar::detail::coll {
+namespace nexar::detail {
+
+// The state ErrorFeedback keeps for this file alone.
+struct ErrorFeedbackAccess {
+  static std::vector<std::byte>& residual(ErrorFeedback& s) noexcept { return s.residual_; }
+  static std::uint64_t next_step(ErrorFeedback& s) noexcept { return s.step_++; }
+};
+
+namespace coll {
 
 namespace {
 
@@ -21,11 +31,12 @@ template <class T>
 void run(const Coll& c, T* data, std::size_t count, ErrorFeedback& st) {
   const Compression& cfg = st.compression();
   const auto n = static_cast<std::size_t>(c.size());
-  if (st.residual_.size() != count * sizeof(T)) st.residual_.assign(count * sizeof(T), std::byte{0});
-  T* res = reinterpret_cast<T*>(st.residual_.data());
+  std::vector<std::byte>& residual = ErrorFeedbackAccess::residual(st);
+  if (residual.size() != count * sizeof(T)) residual.assign(count * sizeof(T), std::byte{0});
+  T* res = reinterpret_cast<T*>(residual.data());
   // g = data + residual: what this rank would like to send.
   for (std::size_t i = 0; i < count; ++i) data[i] += res[i];
-  const std::uint64_t step = st.step_++;
+  const std::uint64_t step = ErrorFeedbackAccess::next_step(st);
   if (count == 0) return;
   const std::size_t k = std::min<std::size_t>(
       count, std::max<std::size_t>(1, static_cast<std::size_t>(std::ceil(cfg.ratio * static_cast<double>(count)))));
@@ -90,4 +101,24 @@ void all_reduce_compressed(const Coll& c, void* data, std::size_t count, ErrorFe
   }
 }
 
-}  // namespace nexar::detail::coll
+Request iall_reduce_compressed(CollectivePort& p, void* data, std::size_t count, DataType t,
+                               ReduceOp op, ErrorFeedback& state, const CollectiveOptions& o) {
+  const char* name = "all_reduce_compressed";
+  if (t != DataType::f32 && t != DataType::f64)
+    bad(p, name, std::string("dtype ") + to_string(t) + " is not supported (f32 or f64)");
+  if (op != ReduceOp::sum && op != ReduceOp::avg)
+    bad(p, name, std::string("reduction ") + to_string(op) + " is not supported (sum or avg)");
+  const double ratio = state.compression().ratio;
+  if (!(ratio > 0.0 && ratio <= 1.0)) bad(p, name, "compression ratio " + std::to_string(ratio) + " outside (0, 1]");
+  const std::size_t held = state.residual().size();
+  if (held != 0 && held != count * size_of(t))
+    bad(p, name, "count " + std::to_string(count) + " differs from the previous step's " +
+                     std::to_string(held / size_of(t)) + " (reset() the state first)");
+  check_buffer(p, name, "data", data, count);
+  check_all_reduce_algorithm(p, name, o.algorithm);
+  ErrorFeedback* st = &state;
+  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce_compressed(c, data, count, *st); });
+}
+
+}  // namespace coll
+}  // namespace nexar::detail

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <exception>
 
-#include "collective/runner.hpp"
 #include "reduce/reduce.hpp"
 
 namespace nexar::detail {
@@ -12,22 +11,12 @@ std::size_t Coll::segment_elems() const noexcept {
   return std::max<std::size_t>(1, segment_bytes / elem());
 }
 
-static std::chrono::milliseconds left(std::chrono::steady_clock::time_point deadline) {
-  auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-  return std::max(d, std::chrono::milliseconds(1));
-}
-
 Request Coll::isend(int to, const void* data, std::size_t bytes) const {
-  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of()};
-  const Config& cfg = g.node().config();
-  a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
-  ConstBuffer b{data, bytes};
-  return g.node().isend(a, g.world_of(to), std::span<const ConstBuffer>(&b, 1));
+  return port.isend(name, tag, deadline, to, data, bytes);
 }
 
 Request Coll::irecv(int from, void* data, std::size_t bytes) const {
-  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of(), true};
-  return g.node().irecv(a, g.world_of(from), data, bytes);
+  return port.irecv(name, tag, deadline, from, data, bytes);
 }
 
 Requests::~Requests() {
@@ -70,8 +59,6 @@ void Coll::accumulate(void* dst, const void* src, std::size_t n) const {
 void Coll::combine(void* dst, const void* a, const void* b, std::size_t n) const {
   reduce::combine(dtype, op, dst, a, b, n);
 }
-
-std::byte* Coll::scratch(int slot, std::size_t bytes) const { return g.runner().scratch(slot, bytes); }
 
 void Coll::finish_over(void* data, std::size_t n, int ranks) const {
   reduce::finish(dtype, op, data, n, ranks);

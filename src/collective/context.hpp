@@ -1,7 +1,7 @@
-// What a collective algorithm works with: its communicator, its tag, its deadline, the
-// element type and reduction, and point-to-point helpers in group ranks on the bulk lane.
-// Algorithms run on the communicator's collective thread; a failed step throws
-// nexar::Error, which fails the collective's Request.
+// What a collective algorithm works with: its communicator (through CollectivePort), its
+// tag, its deadline, the element type and reduction, and point-to-point helpers in
+// communicator ranks. Algorithms run on the communicator's collective thread; a failed step
+// throws nexar::Error, which fails the collective's Request.
 #pragma once
 
 #include <nexar/collective.hpp>
@@ -10,9 +10,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
-#include "transport/group.hpp"
+#include "collective/port.hpp"
 
 namespace nexar::detail {
 
@@ -28,17 +29,18 @@ class Requests : public std::vector<Request> {
 };
 
 struct Coll {
-  Group& g;
+  CollectivePort& port;
   const char* name;  ///< the collective, e.g. "all_reduce"; names every error
-  Tag tag;
+  std::int64_t tag;
   std::chrono::steady_clock::time_point deadline;
   std::size_t segment_bytes;
   Algorithm algorithm;
   DataType dtype = DataType::u8;
   ReduceOp op = ReduceOp::sum;
 
-  int rank() const noexcept { return g.rank(); }
-  int size() const noexcept { return g.size(); }
+  int rank() const noexcept { return port.rank(); }
+  int size() const noexcept { return port.size(); }
+  const Config& config() const noexcept { return port.config(); }
   std::size_t elem() const noexcept { return size_of(dtype); }
   /// Elements per pipelining segment (at least 1).
   std::size_t segment_elems() const noexcept;
@@ -57,9 +59,8 @@ struct Coll {
   void accumulate(void* dst, const void* src, std::size_t n) const;
   /// dst[i] = op(a[i], b[i]) for n elements of dtype (dst may be a).
   void combine(void* dst, const void* a, const void* b, std::size_t n) const;
-  /// Uninitialised scratch memory of the collective's thread (slot 0 or 1), valid until
-  /// the collective returns (CollectiveRunner::scratch).
-  std::byte* scratch(int slot, std::size_t bytes) const;
+  /// Uninitialised scratch memory (slot 0 or 1), valid until the collective returns.
+  std::byte* scratch(int slot, std::size_t bytes) const { return port.scratch(slot, bytes); }
   /// The final step of avg over size() ranks (no-op for other ops).
   void finish(void* data, std::size_t n) const { finish_over(data, n, size()); }
   /// The final step of avg over `ranks` contributions (no-op for other ops).

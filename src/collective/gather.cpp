@@ -1,8 +1,10 @@
-// gather / gather_v and scatter / scatter_v: the root exchanges with every rank directly,
-// all transfers in flight at once.
+// gather / gather_v: the root receives from every rank directly, all transfers in flight
+// at once.
 #include <cstring>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -25,23 +27,27 @@ void gather_v(const Coll& c, const void* send, std::size_t send_count, void* rec
   Coll::wait_all(reqs);
 }
 
-void scatter_v(const Coll& c, const void* send, std::span<const std::size_t> counts,
-               std::span<const std::size_t> displs, void* recv, std::size_t recv_count, int root) {
-  if (c.rank() != root) {
-    c.recv(root, recv, c.bytes(recv_count));
-    return;
-  }
-  Requests reqs;
-  for (int i = 0; i < c.size(); ++i) {
-    auto ui = static_cast<std::size_t>(i);
-    if (i == root) {
-      if (recv_count && at(send, c.bytes(displs[ui])) != recv)
-        std::memmove(recv, at(send, c.bytes(displs[ui])), c.bytes(recv_count));
-      continue;
-    }
-    reqs.push_back(c.isend(i, at(send, c.bytes(displs[ui])), c.bytes(counts[ui])));
-  }
-  Coll::wait_all(reqs);
+Request igather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                int root, const CollectiveOptions& o) {
+  const char* name = "gather";
+  check_root(p, name, root);
+  check_buffer(p, name, "send", send, count);
+  if (p.rank() == root) check_buffer(p, name, "recv", recv, count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::linear});
+  auto [counts, displs] = uniform_layout(p.size(), count);
+  return p.start(name, o, t, ReduceOp::sum,
+                 [=](const Coll& c) { gather_v(c, send, count, recv, *counts, *displs, root); });
+}
+
+Request igather_v(CollectivePort& p, const void* send, std::size_t send_count, void* recv,
+                  Counts counts, Counts displs, DataType t, int root, const CollectiveOptions& o) {
+  const char* name = "gather_v";
+  check_root(p, name, root);
+  check_buffer(p, name, "send", send, send_count);
+  auto [cs, ds] = root_layout(p, name, root, counts, displs, "send_count", send_count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::linear});
+  return p.start(name, o, t, ReduceOp::sum,
+                 [=](const Coll& c) { gather_v(c, send, send_count, recv, *cs, *ds, root); });
 }
 
 }  // namespace nexar::detail::coll

@@ -3,6 +3,8 @@
 #include <vector>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -24,6 +26,17 @@ void reduce(const Coll& c, const void* send, void* recv, std::size_t count, int 
   }
   c.finish(acc.data(), count);
   if (count) std::memcpy(recv, acc.data(), c.bytes(count));
+}
+
+Request ireduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                ReduceOp op, int root, const CollectiveOptions& o) {
+  const char* name = "reduce";
+  check_root(p, name, root);
+  check_op(p, name, t, op);
+  check_buffer(p, name, "send", send, count);
+  if (p.rank() == root) check_buffer(p, name, "recv", recv, count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::tree});
+  return p.start(name, o, t, op, [=](const Coll& c) { reduce(c, send, recv, count, root); });
 }
 
 }  // namespace nexar::detail::coll

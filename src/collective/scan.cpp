@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
 
 namespace nexar::detail::coll {
 
@@ -29,6 +31,16 @@ void scan(const Coll& c, const void* send, void* recv, std::size_t count, bool e
     std::memcpy(recv, prefix.data(), c.bytes(count));
     c.finish_over(recv, count, r + 1);
   }
+}
+
+Request iscan(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+              ReduceOp op, bool exclusive, const CollectiveOptions& o) {
+  const char* name = exclusive ? "exclusive_scan" : "scan";
+  check_op(p, name, t, op);
+  check_buffer(p, name, "send", send, count);
+  check_buffer(p, name, "recv", recv, count);
+  check_algorithm(p, name, o.algorithm, {Algorithm::linear});
+  return p.start(name, o, t, op, [=](const Coll& c) { scan(c, send, recv, count, exclusive); });
 }
 
 }  // namespace nexar::detail::coll

@@ -4,7 +4,7 @@
 //
 // One subcommand per collective (all_reduce, broadcast, reduce, all_gather, reduce_scatter,
 // all_to_all, gather, scatter, scan, barrier), all with the flags of nccl-tests. Ranks:
-//   * started by a launcher (nexar-run, torchrun, mpirun, srun: see cluster::launched), this
+//   * started by a launcher (nexar-run, torchrun, mpirun, srun: see nexar::launched_from_env), this
 //     process is one rank and joins through join_from_env(); rank 0 prints;
 //   * otherwise --ranks N threads of this process, each holding one communicator of
 //     bootstrap_local(N): real QUIC connections over 127.0.0.1 between every pair.
@@ -50,7 +50,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "cluster/launch_env.hpp"
 #include "subcommands.hpp"
 #include "table.hpp"
 
@@ -775,7 +774,7 @@ int run_launched(const CollOptions& o, const CollInfo& ci, const Config& cfg, co
 int run_collective(const CollOptions& o, const CollInfo& ci) {
   const std::string who = fmt::format("nexar-bench {}", ci.name);
   const int n = o.ranks;
-  const bool launched = cluster::launched(cluster::process_env());
+  const bool launched = launched_from_env();
   Config cfg;
   try {
     cfg = Config::from_env();

@@ -2,17 +2,24 @@
 // one host, over nexar (QUIC) and, in the same run and between the same two processes,
 // over a plain TCP socket pair (the baseline).
 //
-// The parent plans a two-rank local cluster (plan_local), opens a TCP listener, and
-// forks: the parent is rank 0, the child rank 1. Every measurement is done twice in a
-// row, nexar then TCP, so that noise on the host hits both. Rank 0 takes all times and
-// prints the table; rank 1 checks sampled bytes of every message it receives.
+// The parent opens a TCP listener and a pipe and forks: the parent is rank 0, the child
+// rank 1. The parent then starts a seed on 127.0.0.1 (nexar::Seed: forking after it would
+// copy its threads' state) and hands its address and token to the child through the pipe;
+// both join through it, as any two processes of a cluster do. Every measurement is done
+// twice in a row, nexar then TCP, so that noise on the host hits both. Rank 0 takes all
+// times and prints the table; rank 1 checks sampled bytes of every message it receives.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include <nexar/cluster.hpp>
 #include <nexar/nexar.hpp>
 
 #include <algorithm>
@@ -27,11 +34,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "cluster/local.hpp"
-#include "quic/address.hpp"
-#include "quic/udp_socket.hpp"
 #include "subcommands.hpp"
 #include "table.hpp"
 #include "tcp_baseline.hpp"
@@ -290,21 +295,60 @@ std::string describe_status(int status) {
   return "ended abnormally";
 }
 
+// Whether the kernel takes UDP segmentation offload on a loopback socket (the table's title
+// says so, since it decides much of nexar's bandwidth).
 bool probe_gso() {
-  try {
-    quic::UdpSocket s(quic::UdpSocket::open_bound(quic::Address::parse("127.0.0.1:0")), true);
-    return s.gso();
-  } catch (const std::exception&) {
-    return false;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int seg = 1200;
+  bool ok = ::setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The seed's address and token, from rank 0 to rank 1 through a pipe.
+void write_all(int fd, const std::string& s) {
+  std::size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error(std::string("pipe to rank 1: ") + std::strerror(errno));
+    off += static_cast<std::size_t>(n);
   }
+}
+
+std::string read_all(int fd) {
+  std::string s;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(std::string("pipe from rank 0: ") + std::strerror(errno));
+    if (n == 0) return s;
+    s.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+Communicator join_rank(int rank, const std::string& seed, const std::string& token, const Config& cfg) {
+  JoinOptions j;
+  j.seed = seed;
+  j.token = token;
+  j.rank = rank;
+  j.world = 2;
+  j.bind = "127.0.0.1";
+  return join(j, cfg);
 }
 
 // ---- rank 1 (child) -------------------------------------------------------------------------
 
-int rank1(const P2pOptions& o, cluster::NodePlan plan, const Config& cfg, std::uint16_t tcp_port) {
+int rank1(const P2pOptions& o, int seed_pipe, const Config& cfg, std::uint16_t tcp_port) {
   try {
     TcpLink tcp = TcpLink::connect_loopback(tcp_port);
-    Communicator comm = cluster::start_node(std::move(plan), cfg);
+    const std::string seed = read_all(seed_pipe);
+    ::close(seed_pipe);
+    const auto nl = seed.find('\n');
+    if (nl == std::string::npos) throw std::runtime_error("rank 0 sent no seed address");
+    Communicator comm = join_rank(1, seed.substr(0, nl), seed.substr(nl + 1), cfg);
     NexarPeer nx(comm, 0);
     TcpPeer tc(tcp);
     auto buf = make_buffer(o.max_bytes, false);
@@ -338,7 +382,7 @@ struct Row {
   double nexar_gbs, tcp_gbs;
 };
 
-int rank0(const P2pOptions& o, cluster::NodePlan plan, const Config& cfg, TcpListener& listener, pid_t child,
+int rank0(const P2pOptions& o, int seed_pipe, const Config& cfg, TcpListener& listener, pid_t child,
           const std::string& title) {
   int rc = 0;
   std::optional<int> child_status;
@@ -346,7 +390,14 @@ int rank0(const P2pOptions& o, cluster::NodePlan plan, const Config& cfg, TcpLis
   try {
     TcpLink tcp(listener.accept(cfg.connect_timeout));
     listener.close();
-    Communicator comm = cluster::start_node(std::move(plan), cfg);
+    SeedOptions so;
+    so.listen = "127.0.0.1:0";
+    so.world = 2;
+    Seed seed(so, cfg);
+    write_all(seed_pipe, seed.address() + "\n" + seed.token());
+    ::close(std::exchange(seed_pipe, -1));
+    Communicator comm = join_rank(0, seed.address(), seed.token(), cfg);
+    seed.wait();
     NexarPeer nx(comm, 1);
     TcpPeer tc(tcp);
     auto buf = make_buffer(o.max_bytes, true);
@@ -408,6 +459,7 @@ int rank0(const P2pOptions& o, cluster::NodePlan plan, const Config& cfg, TcpLis
     std::fprintf(stderr, "nexar-bench p2p: rank 0: error: %s\n", e.what());
     rc = 1;
   }
+  if (seed_pipe >= 0) ::close(seed_pipe);  // rank 1 then reads no seed and gives up
   // On failure our communicator and socket are closed by now, so rank 1 fails fast too.
   if (!child_status) child_status = wait_child(child, std::chrono::seconds(10));
   g_child = 0;
@@ -421,7 +473,6 @@ int rank0(const P2pOptions& o, cluster::NodePlan plan, const Config& cfg, TcpLis
 
 int run_p2p(const P2pOptions& o) {
   Config cfg;
-  std::vector<cluster::NodePlan> plans;
   std::string title;
   try {
     cfg = Config::from_env();
@@ -434,7 +485,6 @@ int run_p2p(const P2pOptions& o) {
     title = fmt::format("# nexar-bench p2p: 2 processes on 127.0.0.1, QUIC (udp payload {}, GSO {}) vs TCP",
                         cfg.udp_payload ? cfg.udp_payload : Config::loopback_udp_payload,
                         gso ? "on" : (cfg.udp_gso ? "off: not supported by the kernel" : "off"));
-    plans = cluster::plan_local(2, cfg);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nexar-bench p2p: error: %s\n", e.what());
     return 1;
@@ -448,6 +498,11 @@ int run_p2p(const P2pOptions& o) {
     return 1;
   }
 
+  int seed_pipe[2];
+  if (::pipe2(seed_pipe, O_CLOEXEC) != 0) {
+    std::perror("nexar-bench p2p: pipe");
+    return 1;
+  }
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = ::getpid();
@@ -459,18 +514,18 @@ int run_p2p(const P2pOptions& o) {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive rank 0
     if (::getppid() != parent) ::_exit(1);
-    cluster::discard(plans, 1);
+    ::close(seed_pipe[1]);
     listener->close();
     arm_deadline(o.timeout_s, "rank 1");
-    int rc = rank1(o, std::move(plans[1]), cfg, listener->port());
+    int rc = rank1(o, seed_pipe[0], cfg, listener->port());
     std::fflush(stdout);
     std::fflush(stderr);
     ::_exit(rc);
   }
   g_child = pid;
-  cluster::discard(plans, 0);
+  ::close(seed_pipe[0]);
   arm_deadline(o.timeout_s, "rank 0");
-  int rc = rank0(o, std::move(plans[0]), cfg, *listener, pid, title);
+  int rc = rank0(o, seed_pipe[1], cfg, *listener, pid, title);
   ::alarm(0);
   return rc;
 }

@@ -1,4 +1,4 @@
-#include "collective/runner.hpp"
+#include "comm/runner.hpp"
 
 #include <pthread.h>
 

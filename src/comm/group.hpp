@@ -1,6 +1,8 @@
 // A communicator as the application sees it: a group of world ranks on one node, with the
 // id its frames carry. The world is group 0 with every rank; split() makes subgroups.
-// Ranks in the public API are group ranks; the node works in world ranks.
+// Ranks in the public API are group ranks; the node works in world ranks. A Group is also
+// what its collectives see of it (CollectivePort): their messages travel as point-to-point
+// messages of the collective matching space, and they run on the group's CollectiveRunner.
 #pragma once
 
 #include <nexar/communicator.hpp>
@@ -10,13 +12,14 @@
 #include <mutex>
 #include <vector>
 
+#include "collective/port.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::detail {
 
 class CollectiveRunner;
 
-class Group : public std::enable_shared_from_this<Group> {
+class Group final : public CollectivePort, public std::enable_shared_from_this<Group> {
  public:
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group.
   Group(std::shared_ptr<CommImpl> node, std::uint64_t id, std::vector<int> members, int rank);
@@ -27,8 +30,9 @@ class Group : public std::enable_shared_from_this<Group> {
   CommImpl& node() const noexcept { return *node_; }
   const std::shared_ptr<CommImpl>& node_ptr() const noexcept { return node_; }
   std::uint64_t id() const noexcept { return id_; }
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return static_cast<int>(members_.size()); }
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return static_cast<int>(members_.size()); }
+  const Config& config() const noexcept override { return node_->config(); }
   int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
   const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
   bool is_world() const noexcept { return id_ == 0; }
@@ -42,18 +46,30 @@ class Group : public std::enable_shared_from_this<Group> {
   void check_tag(const char* op, int tag, bool allow_any) const;
   void check_open(const char* op) const;
 
-  /// Point-to-point in group ranks with application tags (validated here).
+  /// Point-to-point in group ranks with application tags (validated here), on the data or
+  /// the bulk lane.
   Request isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts);
   Request irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap);
 
-  /// The tag of the next collective. Collectives are started in the same order on every
-  /// rank, so the n-th one gets the same tag everywhere and its messages never match
-  /// another collective's.
-  Tag next_collective_tag() noexcept;
-  /// The n-th split of this group (same on every member).
-  std::uint64_t next_split() noexcept { return splits_.fetch_add(1); }
+  // CollectivePort: what the group's collectives see of it.
+  Request isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
+                const void* data, std::size_t bytes) override;
+  Request irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
+                std::size_t bytes) override;
+  std::byte* scratch(int slot, std::size_t bytes) override;
+  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+                std::function<void(const Coll&)> body) override;
+
+  /// Collective: the members passing the same `color` form a new group ranked by (`key`,
+  /// rank here); nullptr for a negative color.
+  std::shared_ptr<Group> split(int color, int key);
+
   /// Runs collectives of this group one after another on its own thread.
   CollectiveRunner& runner();
+
+  /// Counts the calling thread's blocking collective calls (Communicator::BlockingCall):
+  /// a collective started while the count is positive is left to its caller to run.
+  static void blocking_calls(int delta) noexcept;
 
  private:
   std::shared_ptr<CommImpl> node_;

@@ -1,0 +1,35 @@
+// reduce_scatter: the reduce-scatter half of the ring (ring.cpp); rank r ends with block r
+// (block_of(count, n, r)) of the element-wise reduction.
+#include <cstring>
+
+#include "collective/algorithms.hpp"
+#include "collective/checks.hpp"
+#include "collective/collectives.hpp"
+
+namespace nexar::detail::coll {
+
+void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t count) {
+  const int n = c.size();
+  auto [off, len] = block_of(count, n, c.rank());
+  if (n == 1) {
+    if (count && send != recv) std::memmove(recv, send, c.bytes(count));
+  } else {
+    // The reductions land in scratch memory, so `send` stays untouched.
+    std::byte* work = c.scratch(1, c.bytes(count));
+    ring_reduce_scatter(c, work, [count, n](int b) { return block_of(count, n, b); }, send);
+    if (len) std::memcpy(recv, work + c.bytes(off), c.bytes(len));
+  }
+  c.finish(recv, len);
+}
+
+Request ireduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count,
+                        DataType t, ReduceOp op, const CollectiveOptions& o) {
+  const char* name = "reduce_scatter";
+  check_op(p, name, t, op);
+  check_buffer(p, name, "send", send, count);
+  check_buffer(p, name, "recv", recv, block_of(count, p.size(), p.rank()).second);
+  check_algorithm(p, name, o.algorithm, {Algorithm::ring});
+  return p.start(name, o, t, op, [=](const Coll& c) { reduce_scatter(c, send, recv, count); });
+}
+
+}  // namespace nexar::detail::coll

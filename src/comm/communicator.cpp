@@ -1,0 +1,199 @@
+// nexar::Communicator, the public facade: point-to-point and RPC go to the Group (which
+// checks ranks and tags) and its node; each collective goes to its own entry point in
+// src/collective, which checks its arguments and starts it on the group's collective thread.
+#include <nexar/communicator.hpp>
+
+#include "collective/collectives.hpp"
+#include "comm/group.hpp"
+
+namespace nexar {
+
+using detail::Domain;
+using detail::Group;
+
+Communicator::Communicator(std::shared_ptr<detail::Group> group) : group_(std::move(group)) {}
+
+detail::Group& Communicator::self() const {
+  if (!group_) throw Error(Errc::invalid_argument, "communicator: used an empty Communicator");
+  return *group_;
+}
+
+int Communicator::rank() const { return self().rank(); }
+int Communicator::size() const { return self().size(); }
+std::uint64_t Communicator::id() const { return self().id(); }
+const Config& Communicator::config() const { return self().node().config(); }
+bool Communicator::is_open() const { return group_ && group_->is_open(); }
+void Communicator::close() {
+  if (group_) group_->close();
+}
+
+void Communicator::check_element_multiple(const Status& s, std::size_t elem) {
+  if (elem > 1 && s.bytes % elem != 0) {
+    throw Error(Errc::invalid_argument,
+                "recv: message of " + std::to_string(s.bytes) + " bytes from rank " +
+                    std::to_string(s.source) + " is not a whole number of " + std::to_string(elem) +
+                    "-byte elements");
+  }
+}
+
+void Communicator::check_span_size(const char* op, std::size_t have, std::size_t need) {
+  if (have < need) {
+    throw Error(Errc::invalid_argument, std::string(op) + ": receive span holds " +
+                                            std::to_string(have) + " elements, " +
+                                            std::to_string(need) + " needed");
+  }
+}
+
+// ---- point-to-point ----------------------------------------------------------------------
+
+void Communicator::send(int dest, int tag, const void* data, std::size_t bytes) {
+  isend(dest, tag, data, bytes).wait();
+}
+Request Communicator::isend(int dest, int tag, const void* data, std::size_t bytes) {
+  ConstBuffer b{data, bytes};
+  return self().isend(Domain::data, "send", dest, tag, std::span<const ConstBuffer>(&b, 1));
+}
+void Communicator::send_iov(int dest, int tag, std::span<const ConstBuffer> parts) {
+  isend_iov(dest, tag, parts).wait();
+}
+Request Communicator::isend_iov(int dest, int tag, std::span<const ConstBuffer> parts) {
+  return self().isend(Domain::data, "send_iov", dest, tag, parts);
+}
+Status Communicator::recv(int source, int tag, void* data, std::size_t capacity) {
+  return irecv(source, tag, data, capacity).wait();
+}
+Request Communicator::irecv(int source, int tag, void* data, std::size_t capacity) {
+  return self().irecv(Domain::data, "recv", source, tag, data, capacity);
+}
+void Communicator::stream_send(int dest, int tag, const void* data, std::size_t bytes) {
+  istream_send(dest, tag, data, bytes).wait();
+}
+Request Communicator::istream_send(int dest, int tag, const void* data, std::size_t bytes) {
+  ConstBuffer b{data, bytes};
+  return self().isend(Domain::bulk, "stream_send", dest, tag, std::span<const ConstBuffer>(&b, 1));
+}
+Status Communicator::stream_recv(int source, int tag, void* data, std::size_t capacity) {
+  return istream_recv(source, tag, data, capacity).wait();
+}
+Request Communicator::istream_recv(int source, int tag, void* data, std::size_t capacity) {
+  return self().irecv(Domain::bulk, "stream_recv", source, tag, data, capacity);
+}
+
+// ---- RPC (world ranks: RPC is addressed to processes) -------------------------------------
+
+void Communicator::register_rpc(RpcId id, RpcHandler handler) {
+  if (!handler) throw Error(Errc::invalid_argument, "register_rpc: empty handler for id " + std::to_string(id));
+  self().node().rpc().add(id, std::move(handler));
+}
+
+void Communicator::unregister_rpc(RpcId id) { self().node().rpc().remove(id); }
+
+std::vector<std::byte> Communicator::rpc(int dest, RpcId id, std::span<const std::byte> args,
+                                         std::optional<std::chrono::milliseconds> timeout) {
+  std::vector<std::byte> reply;
+  rpc_async(dest, id, args, &reply, timeout).wait();
+  return reply;
+}
+
+Request Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> args,
+                                std::vector<std::byte>* reply,
+                                std::optional<std::chrono::milliseconds> timeout) {
+  auto& g = self();
+  g.check_open("rpc");
+  g.check_rank("rpc", dest, false);
+  auto& n = g.node();
+  return n.rpc_call(g.world_of(dest), id, args, reply, timeout.value_or(n.config().rpc_timeout));
+}
+
+// ---- collectives ---------------------------------------------------------------------------
+
+Communicator::BlockingCall::BlockingCall() noexcept { Group::blocking_calls(1); }
+Communicator::BlockingCall::~BlockingCall() { Group::blocking_calls(-1); }
+
+namespace coll = detail::coll;
+
+Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t,
+                                  ReduceOp op, const CollectiveOptions& o) {
+  return coll::iall_reduce(self(), send, recv, count, t, op, o);
+}
+Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffers, DataType t,
+                                           ReduceOp op, const CollectiveOptions& o) {
+  return coll::iall_reduce_bucketed(self(), buffers, t, op, o);
+}
+Request Communicator::iall_reduce_sharded(const void* send, void* recv, void* shard, std::size_t count,
+                                          DataType t, ReduceOp op, const CollectiveOptions& o) {
+  return coll::iall_reduce_sharded(self(), send, recv, shard, count, t, op, o);
+}
+Request Communicator::iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
+                                             ErrorFeedback& state, const CollectiveOptions& o) {
+  return coll::iall_reduce_compressed(self(), data, count, t, op, state, o);
+}
+Request Communicator::ibroadcast(void* buf, std::size_t count, DataType t, int root,
+                                 const CollectiveOptions& o) {
+  return coll::ibroadcast(self(), buf, count, t, root, o);
+}
+Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                              int root, const CollectiveOptions& o) {
+  return coll::ireduce(self(), send, recv, count, t, op, root, o);
+}
+Request Communicator::iall_gather(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  return coll::iall_gather(self(), send, recv, count, t, o);
+}
+Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  return coll::ireduce_scatter(self(), send, recv, count, t, op, o);
+}
+Request Communicator::iall_to_all(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  return coll::iall_to_all(self(), send, recv, count, t, o);
+}
+Request Communicator::igather(const void* send, void* recv, std::size_t count, DataType t, int root,
+                              const CollectiveOptions& o) {
+  return coll::igather(self(), send, recv, count, t, root, o);
+}
+Request Communicator::iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
+                               const CollectiveOptions& o) {
+  return coll::iscatter(self(), send, recv, count, t, root, o);
+}
+Request Communicator::iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                            const CollectiveOptions& o) {
+  return coll::iscan(self(), send, recv, count, t, op, false, o);
+}
+Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  return coll::iscan(self(), send, recv, count, t, op, true, o);
+}
+Request Communicator::ibarrier(const CollectiveOptions& o) { return coll::ibarrier(self(), o); }
+Request Communicator::iall_gather_v(const void* send, std::size_t send_count, void* recv,
+                                    std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, DataType t,
+                                    const CollectiveOptions& o) {
+  return coll::iall_gather_v(self(), send, send_count, recv, counts, displs, t, o);
+}
+Request Communicator::igather_v(const void* send, std::size_t send_count, void* recv,
+                                std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                                DataType t, int root, const CollectiveOptions& o) {
+  return coll::igather_v(self(), send, send_count, recv, counts, displs, t, root, o);
+}
+Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> counts,
+                                 std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                                 DataType t, int root, const CollectiveOptions& o) {
+  return coll::iscatter_v(self(), send, counts, displs, recv, recv_count, t, root, o);
+}
+Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, void* recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs, DataType t,
+                                    const CollectiveOptions& o) {
+  return coll::iall_to_all_v(self(), send, send_counts, send_displs, recv, recv_counts, recv_displs, t, o);
+}
+
+// ---- split ---------------------------------------------------------------------------------
+
+Communicator Communicator::split(int color, int key) const {
+  auto child = self().split(color, key);
+  return child ? Communicator(std::move(child)) : Communicator();
+}
+
+}  // namespace nexar

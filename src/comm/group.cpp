@@ -1,0 +1,243 @@
+#include "comm/group.hpp"
+
+#include <algorithm>
+
+#include "collective/algorithms.hpp"
+#include "comm/runner.hpp"
+#include "core/error_format.hpp"
+
+namespace nexar::detail {
+
+Group::Group(std::shared_ptr<CommImpl> node, std::uint64_t id, std::vector<int> members, int rank)
+    : node_(std::move(node)), id_(id), members_(std::move(members)), rank_(rank) {
+  auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(node_->size()), -1);
+  for (std::size_t i = 0; i < members_.size(); ++i)
+    (*local)[static_cast<std::size_t>(members_[i])] = static_cast<int>(i);
+  local_of_ = std::move(local);
+}
+
+Group::~Group() {
+  // Collectives still queued fail with Errc::closed; the thread is joined.
+  if (runner_) runner_->stop();
+}
+
+bool Group::is_open() const noexcept {
+  return !closed_.load(std::memory_order_acquire) && node_->is_open();
+}
+
+void Group::close() {
+  closed_.store(true, std::memory_order_release);
+  if (is_world()) node_->close();
+  std::lock_guard lk(runner_mu_);
+  if (runner_) runner_->stop();
+}
+
+void Group::check_open(const char* op) const {
+  if (closed_.load(std::memory_order_acquire)) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+  node_->check_open(op, -1);
+}
+
+void Group::check_rank(const char* op, int r, bool allow_any) const {
+  if (allow_any && r == any_source) return;
+  if (r < 0 || r >= size()) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "rank " + std::to_string(r) + " out of range [0, " + std::to_string(size()) + ")");
+  }
+}
+
+void Group::check_tag(const char* op, int tag, bool allow_any) const {
+  if (allow_any && tag == any_tag) return;
+  if (tag < 0 || tag > max_tag) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "tag " + std::to_string(tag) + " out of range [0, " + std::to_string(max_tag) + "]");
+  }
+}
+
+Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts) {
+  check_open(op);
+  check_rank(op, dest, false);
+  check_tag(op, tag, false);
+  if (dest == rank_) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "peer " + std::to_string(dest) + " is this rank; point-to-point needs another rank");
+  }
+  CommImpl::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
+  return node_->isend(a, world_of(dest), parts);
+}
+
+Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
+  check_open(op);
+  check_rank(op, source, true);
+  check_tag(op, tag, true);
+  if (source == rank_) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "peer " + std::to_string(source) + " is this rank; point-to-point needs another rank");
+  }
+  CommImpl::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
+  return node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap);
+}
+
+CollectiveRunner& Group::runner() {
+  std::lock_guard lk(runner_mu_);
+  if (!runner_) runner_ = std::make_unique<CollectiveRunner>();
+  return *runner_;
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+
+namespace {
+
+thread_local int t_blocking_calls = 0;
+
+std::chrono::milliseconds left(CollectivePort::Clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CollectivePort::Clock::now());
+  return std::max(d, std::chrono::milliseconds(1));
+}
+
+// Lets the thread waiting for a collective run it when it is next in line, and otherwise
+// poll the engine like any waiter.
+class CollectiveHelper final : public Progress {
+ public:
+  CollectiveHelper(std::weak_ptr<Group> g, std::uint64_t task) : g_(std::move(g)), task_(task) {}
+  bool poll(bool bounded) override {
+    auto g = g_.lock();
+    if (!g) return false;
+    if (bounded) {
+      // wait_for(d) must return by d: leave the collective to its thread.
+      g->runner().kick(task_);
+      return g->node().poll();
+    }
+    if (g->runner().ready(task_)) {
+      // The collective's own waits poll while it runs; this wait must not count as a
+      // poller meanwhile, or the engine would stop watching the socket while those waits
+      // sleep.
+      g->node().waiting(-1);
+      bool ran = g->runner().help(task_);
+      g->node().waiting(1);
+      if (ran) return true;
+    }
+    return g->node().poll();
+  }
+  bool run_here() override {
+    auto g = g_.lock();
+    return g && g->runner().help(task_);
+  }
+  void waiting(int delta) override {
+    if (auto g = g_.lock()) g->node().waiting(delta);
+  }
+  void sleeping() override {
+    if (auto g = g_.lock()) {
+      g->runner().kick(task_);
+      g->node().sleeping();
+    }
+  }
+  void woke() override {
+    if (auto g = g_.lock()) g->node().woke();
+  }
+
+ private:
+  std::weak_ptr<Group> g_;
+  std::uint64_t task_;
+};
+
+}  // namespace
+
+void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
+
+Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
+                     const void* data, std::size_t bytes) {
+  CommImpl::P2p a{Domain::bulk, op, id_, tag, left(deadline), local_of_};
+  const Config& cfg = node_->config();
+  a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
+  ConstBuffer b{data, bytes};
+  return node_->isend(a, world_of(to), std::span<const ConstBuffer>(&b, 1));
+}
+
+Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
+                     std::size_t bytes) {
+  CommImpl::P2p a{Domain::bulk, op, id_, tag, left(deadline), local_of_, true};
+  return node_->irecv(a, world_of(from), data, bytes);
+}
+
+std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
+
+Request Group::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+                     std::function<void(const Coll&)> body) {
+  check_open(name);
+  const Config& cfg = node_->config();
+  auto deadline = Clock::now() + o.timeout.value_or(cfg.op_timeout);
+  auto st = std::make_shared<OpState>(name, deadline);
+  st->spin = cfg.spin;
+  st->yield_when_idle = cfg.yield_when_idle;
+  // Collectives start in the same order on every rank, so the n-th one gets the same tag
+  // everywhere and its messages never match another collective's.
+  const Tag tag = internal_tag_base + static_cast<Tag>(collectives_.fetch_add(1));
+  Coll c{*this, name, tag, deadline,
+         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
+         o.algorithm, t, op};
+  std::weak_ptr<OpState> weak = st;
+  std::uint64_t id = runner().submit(t_blocking_calls > 0, CollectiveRunner::Task{
+      [c, st, body = std::move(body), node = node_.get()]() {
+        try {
+          CommImpl::PollScope scope(*node);
+          body(c);
+          st->succeed();
+        } catch (const Error& e) {
+          st->complete(e.code(), e.what());
+        } catch (const std::exception& e) {
+          st->complete(Errc::io, std::string(c.name) + ": " + e.what());
+        }
+      },
+      [weak, name, rank = rank_] {
+        if (auto s = weak.lock())
+          s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
+                                        ": communicator closed before the collective ran");
+      }});
+  // Only this thread touches `helper`, and before any waiter can see the Request.
+  if (id != 0) st->helper = std::make_shared<CollectiveHelper>(weak_from_this(), id);
+  return Request(st);
+}
+
+std::shared_ptr<Group> Group::split(int color, int key) {
+  // Every member learns every (color, key) through an all_gather on this group.
+  std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
+  const std::uint64_t seq = splits_.fetch_add(1);
+  start("split", {}, DataType::i64, ReduceOp::sum,
+        [&](const Coll& c) { coll::all_gather(c, mine, all.data(), 2); })
+      .wait();
+  if (color < 0) return nullptr;
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, parent rank)
+  for (int r = 0; r < size(); ++r)
+    if (all[2 * static_cast<std::size_t>(r)] == color)
+      members.emplace_back(all[2 * static_cast<std::size_t>(r) + 1], r);
+  std::sort(members.begin(), members.end());
+  std::vector<int> world;
+  int my_rank = -1;
+  for (auto& [k, r] : members) {
+    if (r == rank_) my_rank = static_cast<int>(world.size());
+    world.push_back(world_of(r));
+  }
+  return std::make_shared<Group>(node_, split_id(id_, seq, color), std::move(world), my_rank);
+}
+
+std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept {
+  // splitmix64 over the three inputs.
+  auto mix = [](std::uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+  };
+  std::uint64_t h = mix(parent ^ mix(seq ^ mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)))));
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace nexar::detail
