@@ -298,8 +298,7 @@ void hostile_data_lane(const std::vector<std::uint8_t>& evil) {
   Request pending = c0.irecv(1, 5, buf, sizeof buf);
   Request pending_any = c0.irecv(nexar::any_source, 6, buf, sizeof buf);
   Bytes args(4);
-  Bytes reply;
-  Request pending_rpc = c0.rpc_async(1, 1, args, &reply);
+  nexar::RpcCall pending_rpc = c0.rpc_async(1, 1, args);
   EXPECT_FALSE(pending.test());
 
   bool pushed = on_engine(engine, [&] { return hostile.push(nexar::wire::Lane::data, evil); });

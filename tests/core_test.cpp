@@ -36,7 +36,7 @@ const char* const kVars[] = {
     "NEXAR_UNEXPECTED_LIMIT_BYTES", "NEXAR_STREAM_WINDOW_BYTES", "NEXAR_UDP_PAYLOAD_BYTES",
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
-    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE",
+    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -203,6 +203,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.connect_timeout, c.connect_timeout);
   EXPECT_EQ(e.idle_timeout, c.idle_timeout);
   EXPECT_EQ(e.rpc_timeout, c.rpc_timeout);
+  EXPECT_EQ(e.rpc_threads, c.rpc_threads);
   EXPECT_EQ(e.max_frame_bytes, c.max_frame_bytes);
   EXPECT_EQ(e.eager_limit, c.eager_limit);
   EXPECT_EQ(e.unexpected_limit, c.unexpected_limit);
@@ -258,6 +259,7 @@ TEST_F(EnvTest, Describe) {
       "connect_timeout = 20000 ms\n"
       "idle_timeout = 15000 ms\n"
       "rpc_timeout = 30000 ms\n"
+      "rpc_threads = 16\n"
       "max_frame_bytes = 2 GiB\n"
       "eager_limit = 64 KiB\n"
       "unexpected_limit = 64 MiB\n"
@@ -292,6 +294,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_CONNECT_TIMEOUT_MS", "2345");
   set("NEXAR_IDLE_TIMEOUT_MS", "3456");
   set("NEXAR_RPC_TIMEOUT_MS", "4567");
+  set("NEXAR_RPC_THREADS", "3");
   set("NEXAR_MAX_FRAME_BYTES", "1G");
   set("NEXAR_EAGER_LIMIT_BYTES", "32768");
   set("NEXAR_UNEXPECTED_LIMIT_BYTES", "128M");
@@ -306,6 +309,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.connect_timeout, 2345ms);
   EXPECT_EQ(c.idle_timeout, 3456ms);
   EXPECT_EQ(c.rpc_timeout, 4567ms);
+  EXPECT_EQ(c.rpc_threads, 3u);
   EXPECT_EQ(c.max_frame_bytes, GiB);
   EXPECT_EQ(c.eager_limit, 32768u);
   EXPECT_EQ(c.unexpected_limit, 128 * MiB);
@@ -406,6 +410,8 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"connect_timeout", [](Config& c) { c.connect_timeout = 0ms; }},
       {"idle_timeout", [](Config& c) { c.idle_timeout = 0ms; }},
       {"rpc_timeout", [](Config& c) { c.rpc_timeout = -5ms; }},
+      {"rpc_threads", [](Config& c) { c.rpc_threads = 0; }},
+      {"rpc_threads", [](Config& c) { c.rpc_threads = 1025; }},
       {"max_frame_bytes", [](Config& c) { c.max_frame_bytes = 64 * KiB - 1; c.eager_limit = 0; }},
       {"max_frame_bytes", [](Config& c) { c.max_frame_bytes = TiB + 1; }},
       {"eager_limit", [](Config& c) { c.max_frame_bytes = 64 * KiB; c.eager_limit = 64 * KiB + 1; }},

@@ -142,8 +142,8 @@ TEST(Rpc, ConcurrentAsyncFromFourThreads) {
   for (int t = 0; t < threads; ++t) {
     ts.emplace_back([&, t] {
       try {
-        std::vector<Bytes> args(calls), replies(calls);
-        std::vector<Request> reqs;
+        std::vector<Bytes> args(calls);
+        std::vector<nexar::RpcCall> reqs;
         std::vector<int> dests;
         for (int i = 0; i < calls; ++i) {
           // Distinct payloads: the thread and call number, then random bytes.
@@ -152,11 +152,11 @@ TEST(Rpc, ConcurrentAsyncFromFourThreads) {
           std::memcpy(args[static_cast<std::size_t>(i)].data(), id, sizeof id);
           int dest = (t + i) % 3;  // rank 1, rank 2 and self
           dests.push_back(dest);
-          reqs.push_back(comms[0].rpc_async(dest, kMark, args[static_cast<std::size_t>(i)], &replies[static_cast<std::size_t>(i)]));
+          reqs.push_back(comms[0].rpc_async(dest, kMark, args[static_cast<std::size_t>(i)]));
         }
         for (int i = 0; i < calls; ++i) {
-          reqs[static_cast<std::size_t>(i)].wait();
-          if (replies[static_cast<std::size_t>(i)] != mark(args[static_cast<std::size_t>(i)], dests[static_cast<std::size_t>(i)], 0)) {
+          const Bytes& reply = reqs[static_cast<std::size_t>(i)].wait();
+          if (reply != mark(args[static_cast<std::size_t>(i)], dests[static_cast<std::size_t>(i)], 0)) {
             std::lock_guard lk(mu);
             failures.push_back("thread " + std::to_string(t) + " call " + std::to_string(i) + ": wrong reply");
           } else {
@@ -195,11 +195,10 @@ TEST(Rpc, ThrowingHandler) {
   for (int dest : {1, 0}) {
     std::string w = expect_error(Errc::rpc_failed, [&] { comms[0].rpc(dest, kBoom, {}); });
     EXPECT_TRUE(contains(w, "boom")) << w;
-    // Async flavour: the failure lands in the Request.
-    Bytes reply;
-    Request r = comms[0].rpc_async(dest, kBoom, {}, &reply);
+    // Async flavour: the failure lands in the call.
+    nexar::RpcCall r = comms[0].rpc_async(dest, kBoom, {});
     expect_error(Errc::rpc_failed, [&] { r.wait(); });
-    EXPECT_EQ(r.error(), nexar::make_error_code(Errc::rpc_failed));
+    EXPECT_EQ(r.request().error(), nexar::make_error_code(Errc::rpc_failed));
   }
   Bytes a = random_bytes(10, 2);
   EXPECT_EQ(comms[0].rpc(1, kEcho, a), a);
@@ -262,16 +261,15 @@ TEST(Rpc, ThousandRpcsDuringBulkTransfer) {
   // The calls are pipelined, 16 in flight, as an application overlapping them would; each
   // still crosses the connection that the bulk lane is saturating.
   constexpr int total = 1000, window = 16;
-  std::vector<Bytes> args(total), replies(total);
-  std::vector<Request> calls(total);
+  std::vector<Bytes> args(total);
+  std::vector<nexar::RpcCall> calls(total);
   int correct = 0;
   auto t0 = Clock::now();
   double bulk_ms = -1;
   int done_before_bulk = total;  // calls completed before the bulk transfer was seen done
   for (int i = 0; i < total; ++i) {
     if (i >= window) {
-      calls[static_cast<std::size_t>(i - window)].wait();
-      if (replies[static_cast<std::size_t>(i - window)] == mark(args[static_cast<std::size_t>(i - window)], 1, 0)) ++correct;
+      if (calls[static_cast<std::size_t>(i - window)].wait() == mark(args[static_cast<std::size_t>(i - window)], 1, 0)) ++correct;
     }
     if (bulk_ms < 0 && br.test()) {
       bulk_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -281,11 +279,10 @@ TEST(Rpc, ThousandRpcsDuringBulkTransfer) {
     a.resize(12);
     std::int32_t v[3] = {i, i * 7, -i};
     std::memcpy(a.data(), v, sizeof v);
-    calls[static_cast<std::size_t>(i)] = comms[0].rpc_async(1, kMark, a, &replies[static_cast<std::size_t>(i)]);
+    calls[static_cast<std::size_t>(i)] = comms[0].rpc_async(1, kMark, a);
   }
   for (int i = total - window; i < total; ++i) {
-    calls[static_cast<std::size_t>(i)].wait();
-    if (replies[static_cast<std::size_t>(i)] == mark(args[static_cast<std::size_t>(i)], 1, 0)) ++correct;
+    if (calls[static_cast<std::size_t>(i)].wait() == mark(args[static_cast<std::size_t>(i)], 1, 0)) ++correct;
   }
   double first_ms = 0;
   double rpcs_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -304,3 +301,120 @@ TEST(Rpc, ThousandRpcsDuringBulkTransfer) {
 }
 
 }  // namespace
+
+// ---- handlers that call RPCs, concurrency, and the thread limit ----------------------------
+
+constexpr nexar::RpcId kChain = 20, kRendezvous = 21, kOuter = 22, kInner = 23;
+
+// A handler calls back into its caller, whose handler calls the callee again, and so on:
+// each level holds one handler thread on its rank, so this needs more than one per rank.
+TEST(Rpc, HandlersCallBackIntoTheirCaller) {
+  auto comms = world(2);
+  for (auto& c : comms) {
+    Communicator* self = &c;
+    c.register_rpc(kChain, [self](int caller, std::span<const std::byte> a) {
+      // Argument: the remaining depth. Reply: the ranks visited, innermost first.
+      const auto depth = static_cast<int>(a[0]);
+      Bytes out;
+      if (depth > 0) out = self->rpc(caller, kChain, Bytes{static_cast<std::byte>(depth - 1)});
+      out.push_back(static_cast<std::byte>(self->rank()));
+      return out;
+    });
+  }
+  const Bytes got = comms[0].rpc(1, kChain, Bytes{std::byte{5}});
+  // Depth 5 on rank 1, 4 on rank 0, ..., 0 on rank 0: visited 0,1,0,1,0,1 from the inside.
+  EXPECT_EQ(got, (Bytes{std::byte{0}, std::byte{1}, std::byte{0}, std::byte{1}, std::byte{0}, std::byte{1}}));
+  // And a handler calling its own rank.
+  comms[1].register_rpc(kOuter, [self = &comms[1]](int, std::span<const std::byte> a) {
+    return self->rpc(self->rank(), kEcho, a);
+  });
+  const Bytes args = random_bytes(33, 9);
+  EXPECT_EQ(comms[0].rpc(1, kOuter, args), args);
+}
+
+// Two calls to a handler that returns only once both are inside it: passes only when the
+// rank runs them at the same time.
+TEST(Rpc, HandlersRunConcurrently) {
+  auto comms = world(2);
+  std::atomic<int> inside{0};
+  comms[1].register_rpc(kRendezvous, [&inside](int, std::span<const std::byte>) {
+    inside.fetch_add(1);
+    const auto until = Clock::now() + 20s;
+    while (inside.load() < 2 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+    return Bytes{static_cast<std::byte>(inside.load())};
+  });
+  nexar::RpcCall a = comms[0].rpc_async(1, kRendezvous, {});
+  nexar::RpcCall b = comms[0].rpc_async(1, kRendezvous, {});
+  EXPECT_EQ(a.wait(), Bytes{std::byte{2}});
+  EXPECT_EQ(b.wait(), Bytes{std::byte{2}});
+}
+
+// With one handler thread, a handler that calls its own rank waits for a request no thread
+// is left to run: that request fails at once with a message naming the setting, not after
+// the caller's timeout.
+TEST(Rpc, NestedCallBeyondTheThreadLimitFailsClearly) {
+  nexar::Config cfg = test_config();
+  cfg.rpc_threads = 1;
+  cfg.rpc_timeout = 120s;
+  auto comms = world(2, cfg);
+  comms[1].register_rpc(kInner, [](int, std::span<const std::byte>) { return Bytes{std::byte{7}}; });
+  comms[1].register_rpc(kOuter, [self = &comms[1]](int, std::span<const std::byte>) {
+    try {
+      self->rpc(self->rank(), kInner, {});
+      return Bytes{std::byte{'o'}, std::byte{'k'}};
+    } catch (const Error& e) {
+      std::string w = std::string(nexar::to_string(e.code())) + " " + e.what();
+      const auto* p = reinterpret_cast<const std::byte*>(w.data());
+      return Bytes(p, p + w.size());
+    }
+  });
+  const Bytes got = comms[0].rpc(1, kOuter, {});
+  const std::string text(reinterpret_cast<const char*>(got.data()), got.size());
+  EXPECT_TRUE(contains(text, "rpc_failed")) << text;
+  EXPECT_TRUE(contains(text, "NEXAR_RPC_THREADS")) << text;
+  // The rank is usable afterwards: its one thread serves the next call.
+  EXPECT_EQ(comms[0].rpc(1, kInner, {}), Bytes{std::byte{7}});
+}
+
+// Handlers belong to the communicator they were registered on and see the caller's rank in
+// it; the world's handler of the same id is another one.
+TEST(Rpc, SplitCommunicatorsHaveTheirOwnHandlersAndRanks) {
+  constexpr int n = 4;
+  auto comms = world(n);
+  std::vector<Communicator> subs(n);
+  {
+    std::vector<std::thread> ts;
+    // Reversed keys: sub-rank = 1 - (world rank / 2) within each parity.
+    for (int r = 0; r < n; ++r)
+      ts.emplace_back([&, r] { subs[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(r % 2, -r); });
+    for (auto& t : ts) t.join();
+  }
+  for (int r = 0; r < n; ++r) {
+    auto& s = subs[static_cast<std::size_t>(r)];
+    ASSERT_EQ(s.size(), 2);
+    ASSERT_EQ(s.rank(), 1 - r / 2);
+    // Reply: 's', the callee's world rank, the caller's rank as the handler saw it.
+    s.register_rpc(kMark, [r](int caller, std::span<const std::byte>) {
+      return Bytes{std::byte{'s'}, static_cast<std::byte>(r), static_cast<std::byte>(caller)};
+    });
+    s.register_rpc(kInner, [](int, std::span<const std::byte>) { return Bytes{std::byte{'i'}}; });
+  }
+  for (int r = 0; r < n; ++r) {
+    auto& s = subs[static_cast<std::size_t>(r)];
+    for (int d = 0; d < 2; ++d) {
+      // Sub-rank d of r's group is world rank 2 * (1 - d) + r % 2.
+      const int callee = 2 * (1 - d) + r % 2;
+      EXPECT_EQ(s.rpc(d, kMark, {}), (Bytes{std::byte{'s'}, static_cast<std::byte>(callee),
+                                           static_cast<std::byte>(s.rank())}))
+          << "world rank " << r << " -> sub-rank " << d;
+    }
+    // Through the world, the world's handler answers, with the caller's world rank.
+    const int other = (r + 1) % n;
+    EXPECT_EQ(comms[static_cast<std::size_t>(r)].rpc(other, kMark, {}), mark({}, other, r));
+    // kInner exists only on the split communicators; kEcho only on the world.
+    expect_error(Errc::unknown_rpc, [&] { comms[static_cast<std::size_t>(r)].rpc(other, kInner, {}); });
+    expect_error(Errc::unknown_rpc, [&] { s.rpc(0, kEcho, {}); });
+  }
+  // Rank validation uses the split communicator's size.
+  expect_error(Errc::invalid_argument, [&] { subs[0].rpc(2, kMark, {}); });
+}

@@ -19,6 +19,7 @@
 #include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
 #include <nexar/request.hpp>
+#include <nexar/rpc.hpp>
 
 namespace nexar {
 
@@ -29,15 +30,6 @@ class Group;
 /// Element types that may be sent as typed spans.
 template <class T>
 concept Trivial = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
-
-/// Identifier of an RPC handler.
-using RpcId = std::uint32_t;
-
-/// An RPC handler: gets the caller's rank and the argument bytes, returns the reply bytes.
-/// It runs on the communicator's RPC thread, one call at a time per communicator; an
-/// exception it throws is sent back to the caller as Errc::rpc_failed with its what().
-using RpcHandler =
-    std::function<std::vector<std::byte>(int caller, std::span<const std::byte> args)>;
 
 /// A set of `size()` ranks, each holding one Communicator, connected by one QUIC connection
 /// per pair with independent lanes (control, data, RPC request, RPC response, bulk).
@@ -122,23 +114,26 @@ class Communicator {
 
   // ---- RPC ---------------------------------------------------------------------------
 
-  /// Registers `handler` under `id`, replacing any previous one.
+  /// Registers `handler` as function `id` of this communicator, replacing any previous
+  /// one: calls made through this communicator (or a copy) reach it, and it sees the
+  /// caller's rank in this communicator. Another communicator of the same ranks (a split)
+  /// has handlers of its own. Errors: invalid_argument (empty handler), closed.
   void register_rpc(RpcId id, RpcHandler handler);
   /// Removes the handler of `id`; later calls to it fail with Errc::unknown_rpc.
   void unregister_rpc(RpcId id);
 
-  /// Calls handler `id` on rank `dest` (which may be this rank) and returns its reply.
-  /// Errors: invalid_argument, unknown_rpc (no such handler there, reported at once),
-  /// rpc_failed (the handler threw), timeout (default Config::rpc_timeout), peer_*, closed.
+  /// Calls function `id` of this communicator on rank `dest` (which may be this rank) and
+  /// returns its reply. Errors: invalid_argument (dest out of range, arguments over
+  /// max_frame_bytes), unknown_rpc (no such handler there, reported at once), rpc_failed
+  /// (the handler threw, or every handler thread there waits for a nested call: see
+  /// Config::rpc_threads), timeout (default Config::rpc_timeout), peer_closed, peer_failed,
+  /// closed.
   std::vector<std::byte> rpc(int dest, RpcId id, std::span<const std::byte> args,
                              std::optional<std::chrono::milliseconds> timeout = {});
 
-  /// Non-blocking RPC call; the reply is written to `*reply` when the Request completes
-  /// (`reply` must outlive it; `args` are copied before the call returns).
-  Request rpc_async(int dest, RpcId id, std::span<const std::byte> args,
-                    std::vector<std::byte>* reply,
+  /// Non-blocking rpc(): `args` are copied before it returns; the RpcCall brings the reply.
+  RpcCall rpc_async(int dest, RpcId id, std::span<const std::byte> args,
                     std::optional<std::chrono::milliseconds> timeout = {});
-
 
   // ---- communicators -----------------------------------------------------------------
 

@@ -25,6 +25,12 @@ struct Config {
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(15)};
   /// Default deadline of an RPC call (NEXAR_RPC_TIMEOUT_MS).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(30)};
+  /// Most RPC handlers one rank runs at once (NEXAR_RPC_THREADS), range 1 .. 1024. A handler
+  /// thread is added whenever a request arrives while every thread is busy, so handlers
+  /// may call RPCs themselves (back to their caller too); a request that finds all of them
+  /// waiting for their own nested calls fails at once with Errc::rpc_failed instead of
+  /// waiting for a deadlock's timeout.
+  std::uint32_t rpc_threads = 16;
 
   /// Largest payload one frame may claim; larger claims are a protocol error
   /// (NEXAR_MAX_FRAME_BYTES). Messages larger than this are refused at send().

@@ -74,13 +74,11 @@ bool oversubscribed(int local_ranks) {
 Communicator start_member(detail::NodeOptions o, const Config& config) {
   log::set_level(config.log_level);
   const int rank = o.rank;
-  const int world = o.world;
   auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
   if (rank == 0) log::info("effective config:\n{}", config.describe());
+  auto group = detail::Group::world(impl);
   impl->start();
-  std::vector<int> members(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) members[static_cast<std::size_t>(r)] = r;
-  return Communicator(std::make_shared<detail::Group>(std::move(impl), 0, std::move(members), rank));
+  return Communicator(std::move(group));
 }
 
 Communicator start_node(NodePlan plan, const Config& config) {

@@ -79,30 +79,35 @@ Request Communicator::istream_recv(int source, int tag, void* data, std::size_t 
   return self().irecv(Domain::bulk, "stream_recv", source, tag, data, capacity);
 }
 
-// ---- RPC (world ranks: RPC is addressed to processes) -------------------------------------
+// ---- RPC: handlers and calls belong to this communicator ----------------------------------
 
 void Communicator::register_rpc(RpcId id, RpcHandler handler) {
+  auto& g = self();
   if (!handler) throw Error(Errc::invalid_argument, "register_rpc: empty handler for id " + std::to_string(id));
-  self().node().rpc().add(id, std::move(handler));
+  g.check_open("register_rpc");
+  g.rpc().service().add(g.id(), g.local_of(), id, std::move(handler));
 }
 
-void Communicator::unregister_rpc(RpcId id) { self().node().rpc().remove(id); }
+void Communicator::unregister_rpc(RpcId id) {
+  auto& g = self();
+  g.rpc().service().remove(g.id(), id);
+}
 
 std::vector<std::byte> Communicator::rpc(int dest, RpcId id, std::span<const std::byte> args,
                                          std::optional<std::chrono::milliseconds> timeout) {
-  std::vector<std::byte> reply;
-  rpc_async(dest, id, args, &reply, timeout).wait();
-  return reply;
+  RpcCall call = rpc_async(dest, id, args, timeout);
+  // A handler waiting here holds its thread: the service must know, or it could wait for
+  // a request that no thread is left to run.
+  detail::RpcService::NestedWait nested(self().rpc().service());
+  return std::move(call.wait());
 }
 
-Request Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> args,
-                                std::vector<std::byte>* reply,
+RpcCall Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> args,
                                 std::optional<std::chrono::milliseconds> timeout) {
   auto& g = self();
   g.check_open("rpc");
   g.check_rank("rpc", dest, false);
-  auto& n = g.node();
-  return n.rpc_call(g.world_of(dest), id, args, reply, timeout.value_or(n.config().rpc_timeout));
+  return g.rpc().call(g.id(), g.world_of(dest), id, args, timeout.value_or(g.config().rpc_timeout));
 }
 
 // ---- collectives ---------------------------------------------------------------------------

@@ -8,8 +8,18 @@
 
 namespace nexar::detail {
 
-Group::Group(std::shared_ptr<CommImpl> node, std::uint64_t id, std::vector<int> members, int rank)
-    : node_(std::move(node)), id_(id), members_(std::move(members)), rank_(rank) {
+std::shared_ptr<Group> Group::world(std::shared_ptr<CommImpl> node) {
+  auto rpc = std::make_shared<Rpc>(*node);
+  node->attach_rpc(rpc);
+  std::vector<int> members(static_cast<std::size_t>(node->size()));
+  for (int r = 0; r < node->size(); ++r) members[static_cast<std::size_t>(r)] = r;
+  const int rank = node->rank();
+  return std::make_shared<Group>(std::move(node), std::move(rpc), 0, std::move(members), rank);
+}
+
+Group::Group(std::shared_ptr<CommImpl> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
+             std::vector<int> members, int rank)
+    : node_(std::move(node)), rpc_(std::move(rpc)), id_(id), members_(std::move(members)), rank_(rank) {
   auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(node_->size()), -1);
   for (std::size_t i = 0; i < members_.size(); ++i)
     (*local)[static_cast<std::size_t>(members_[i])] = static_cast<int>(i);
@@ -225,7 +235,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     if (r == rank_) my_rank = static_cast<int>(world.size());
     world.push_back(world_of(r));
   }
-  return std::make_shared<Group>(node_, split_id(id_, seq, color), std::move(world), my_rank);
+  return std::make_shared<Group>(node_, rpc_, split_id(id_, seq, color), std::move(world), my_rank);
 }
 
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept {

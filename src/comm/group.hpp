@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collective/port.hpp"
+#include "rpc/rpc.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::detail {
@@ -21,14 +22,19 @@ class CollectiveRunner;
 
 class Group final : public CollectivePort, public std::enable_shared_from_this<Group> {
  public:
-  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group.
-  Group(std::shared_ptr<CommImpl> node, std::uint64_t id, std::vector<int> members, int rank);
+  /// The world group of `node` (every rank, id 0). It sets up the node's RPC, so call it
+  /// before CommImpl::start(): requests may arrive as soon as the mesh is up.
+  static std::shared_ptr<Group> world(std::shared_ptr<CommImpl> node);
+  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `rpc`
+  /// serves and calls for the node.
+  Group(std::shared_ptr<CommImpl> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
+        std::vector<int> members, int rank);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
   CommImpl& node() const noexcept { return *node_; }
-  const std::shared_ptr<CommImpl>& node_ptr() const noexcept { return node_; }
+  Rpc& rpc() const noexcept { return *rpc_; }
   std::uint64_t id() const noexcept { return id_; }
   int rank() const noexcept override { return rank_; }
   int size() const noexcept override { return static_cast<int>(members_.size()); }
@@ -73,6 +79,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
 
  private:
   std::shared_ptr<CommImpl> node_;
+  std::shared_ptr<Rpc> rpc_;
   std::uint64_t id_;
   std::vector<int> members_;
   std::shared_ptr<const std::vector<int>> local_of_;

@@ -1,5 +1,6 @@
 // Config::from_env(), validate() and describe(). The variables and ranges are documented
 // in docs/CONFIG.md; keep the two in step.
+#include <charconv>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
 
@@ -130,6 +131,16 @@ void env_bytes(const char* var, std::uint64_t& out) {
   if (auto s = env(var)) out = parse_bytes(var, *s);
 }
 
+void env_count(const char* var, std::uint32_t& out) {
+  if (auto s = env(var)) {
+    std::uint32_t v = 0;
+    auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
+    if (ec != std::errc{} || end != s->data() + s->size() || s->empty())
+      malformed(var, *s, "not a whole number (examples: 1, 16)");
+    out = v;
+  }
+}
+
 // ---- formatting --------------------------------------------------------------------------
 
 // Exact, human-readable: the largest binary unit that divides the value, else bytes.
@@ -165,6 +176,7 @@ Config Config::from_env() {
   env_ms("NEXAR_CONNECT_TIMEOUT_MS", c.connect_timeout);
   env_ms("NEXAR_IDLE_TIMEOUT_MS", c.idle_timeout);
   env_ms("NEXAR_RPC_TIMEOUT_MS", c.rpc_timeout);
+  env_count("NEXAR_RPC_THREADS", c.rpc_threads);
   env_bytes("NEXAR_MAX_FRAME_BYTES", c.max_frame_bytes);
   env_bytes("NEXAR_EAGER_LIMIT_BYTES", c.eager_limit);
   env_bytes("NEXAR_UNEXPECTED_LIMIT_BYTES", c.unexpected_limit);
@@ -205,6 +217,8 @@ void Config::validate() const {
   check_timeout("connect_timeout", "NEXAR_CONNECT_TIMEOUT_MS", connect_timeout);
   check_timeout("idle_timeout", "NEXAR_IDLE_TIMEOUT_MS", idle_timeout);
   check_timeout("rpc_timeout", "NEXAR_RPC_TIMEOUT_MS", rpc_timeout);
+  if (rpc_threads < 1 || rpc_threads > 1024)
+    out_of_range("rpc_threads", "NEXAR_RPC_THREADS", fmt::format("{}", rpc_threads), "1 .. 1024");
 
   if (max_frame_bytes < kMinFrame || max_frame_bytes > kMaxFrame) {
     out_of_range("max_frame_bytes", "NEXAR_MAX_FRAME_BYTES", format_bytes(max_frame_bytes),
@@ -254,6 +268,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "connect_timeout = {} ms\n", connect_timeout.count());
   fmt::format_to(it, "idle_timeout = {} ms\n", idle_timeout.count());
   fmt::format_to(it, "rpc_timeout = {} ms\n", rpc_timeout.count());
+  fmt::format_to(it, "rpc_threads = {}\n", rpc_threads);
   fmt::format_to(it, "max_frame_bytes = {}\n", format_bytes(max_frame_bytes));
   fmt::format_to(it, "eager_limit = {}\n", format_bytes(eager_limit));
   fmt::format_to(it, "unexpected_limit = {}\n", format_bytes(unexpected_limit));

@@ -76,17 +76,6 @@ CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
     peers_[static_cast<std::size_t>(r)] =
         std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
-  rpc_ = std::make_unique<RpcService>(
-      rank_, [this](int caller, std::uint64_t call, wire::RpcStatus st, std::vector<std::byte> out) {
-        if (caller == rank_) {
-          // A call to ourselves: complete it on the engine, like a reply from a peer.
-          engine_.post([this, call, st, out = std::move(out)]() mutable {
-            finish_call(call, st, std::move(out));
-          });
-          return;
-        }
-        send_rpc_response(caller, call, st, out);
-      });
 }
 
 CommImpl::~CommImpl() { close(); }
@@ -179,14 +168,13 @@ void CommImpl::drain_then_shutdown(std::chrono::steady_clock::time_point until,
     q.posted().clear();
     q.unexpected().clear();
   }
-  for (auto& [id, c] : calls_) fail(c.op, Errc::closed, c.dest, "communicator closed");
-  calls_.clear();
   done->succeed();
 }
 
 void CommImpl::close() {
   if (closed_.exchange(true)) return;
-  if (rpc_) rpc_->stop();
+  // Handlers stop and waiting calls fail with Errc::closed before the connections go.
+  if (rpc_) rpc_->on_close();
   if (ep_) {
     auto done = std::make_shared<OpState>("close", std::chrono::steady_clock::time_point::max());
     auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
@@ -233,14 +221,7 @@ void CommImpl::on_peer_closed(Peer& p) {
       }
     }
   }
-  for (auto it = calls_.begin(); it != calls_.end();) {
-    if (it->second.dest == p.rank()) {
-      fail(it->second.op, p.gone_code(), p.rank(), p.gone_why());
-      it = calls_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  if (rpc_) rpc_->on_peer_gone(p.rank(), p.gone_code(), p.gone_why());
 }
 
 // ---- validation ----------------------------------------------------------------------------
@@ -469,113 +450,21 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   return Request(st);
 }
 
-// ---- RPC ---------------------------------------------------------------------------------
+// ---- RPC lanes ---------------------------------------------------------------------------
 
-CommImpl::PendingCall* CommImpl::pending_call(std::uint64_t id) {
-  auto it = calls_.find(id);
-  return it == calls_.end() ? nullptr : &it->second;
-}
-
-void CommImpl::finish_call(std::uint64_t call, wire::RpcStatus status, std::vector<std::byte> payload) {
-  auto it = calls_.find(call);
-  if (it == calls_.end()) return;  // timed out or cancelled meanwhile
-  PendingCall c = std::move(it->second);
-  calls_.erase(it);
-  std::string text(reinterpret_cast<const char*>(payload.data()), payload.size());
-  switch (status) {
-    case wire::RpcStatus::ok: {
-      std::size_t n = payload.size();
-      if (c.reply) *c.reply = std::move(payload);
-      c.op->succeed(Status{c.dest, -1, n});
-      break;
-    }
-    case wire::RpcStatus::unknown_id:
-      fail(c.op, Errc::unknown_rpc, c.dest, text);
-      break;
-    case wire::RpcStatus::handler_failed:
-      fail(c.op, Errc::rpc_failed, c.dest, text);
-      break;
-  }
-}
-
-void CommImpl::send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus st,
-                                 std::span<const std::byte> payload) {
-  if (payload.size() > cfg_.max_frame_bytes) {
-    // The caller would take an oversized frame for a protocol violation and drop the
-    // whole connection: answer with an error instead.
-    std::string why = "reply of " + std::to_string(payload.size()) + " bytes from rank " +
-                      std::to_string(rank_) + " exceeds max_frame_bytes " +
-                      std::to_string(cfg_.max_frame_bytes);
-    send_rpc_response(dest, call, wire::RpcStatus::handler_failed,
-                      std::as_bytes(std::span<const char>(why.data(), why.size())));
-    return;
-  }
+bool CommImpl::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
+                              std::span<const std::byte> payload) {
+  Peer* p = peer(dest);
+  if (!p || p->gone()) return false;
   PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
-  FrameHeader h;
-  h.type = FrameType::rpc_response;
-  h.flags = static_cast<std::uint8_t>(st);
-  h.src = static_cast<std::uint32_t>(rank_);
-  h.seq = call;
-  h.length = payload.size();
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
-  std::size_t len = wire::header_size + payload.size();
-  submit([this, dest, b = std::move(b), len]() mutable {
-    peer(dest)->send_frame(Lane::rpc_response, std::move(b), len);
+  const std::size_t len = wire::header_size + payload.size();
+  submit([this, dest, lane, b = std::move(b), len]() mutable {
+    // A peer that went away meanwhile was reported to on_peer_gone: nothing to send.
+    if (Peer* pp = peer(dest); !pp->gone()) pp->send_frame(lane, std::move(b), len);
   });
-}
-
-Request CommImpl::rpc_call(int dest, RpcId id, std::span<const std::byte> args,
-                           std::vector<std::byte>* reply, std::chrono::milliseconds timeout) {
-  const char* op = "rpc";
-  check_open(op, dest);
-  if (dest < 0 || dest >= world_) {
-    ErrorContext ctx{op, rank_, -1, {}, {}};
-    throw make_error(Errc::invalid_argument, ctx,
-                     "rank " + std::to_string(dest) + " out of range [0, " + std::to_string(world_) + ")");
-  }
-  if (args.size() > cfg_.max_frame_bytes) {
-    ErrorContext ctx{op, rank_, dest, {}, {}};
-    throw make_error(Errc::invalid_argument, ctx,
-                     "arguments of " + std::to_string(args.size()) + " bytes exceed max_frame_bytes");
-  }
-  auto st = new_op(op, timeout);
-  std::uint64_t call = next_call_.fetch_add(1);
-  install_canceller(st, dest, "no reply in time", "call cancelled",
-                    [call](CommImpl& c, OpState*) { return c.calls_.erase(call) > 0; });
-  if (dest == rank_) {
-    std::vector<std::byte> copy(args.begin(), args.end());
-    engine_.post([this, st, reply, call, id, copy = std::move(copy)]() mutable {
-      calls_[call] = PendingCall{st, reply, rank_};
-      rpc_->submit(rank_, id, call, std::move(copy));
-    });
-    return Request(st);
-  }
-  Peer* p = peer(dest);
-  if (p->gone()) {
-    fail(st, p->gone_code(), dest, p->gone_why());
-    return Request(st);
-  }
-  PooledBuffer b = pool_.acquire(wire::header_size + args.size());
-  FrameHeader h;
-  h.type = FrameType::rpc_request;
-  h.src = static_cast<std::uint32_t>(rank_);
-  h.tag = id;
-  h.seq = call;
-  h.length = args.size();
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-  if (!args.empty()) std::memcpy(b.data() + wire::header_size, args.data(), args.size());
-  std::size_t len = wire::header_size + args.size();
-  submit([this, st, reply, call, dest, b = std::move(b), len]() mutable {
-    Peer* pp = peer(dest);
-    if (pp->gone()) {
-      fail(st, pp->gone_code(), dest, pp->gone_why());
-      return;
-    }
-    calls_[call] = PendingCall{st, reply, dest};
-    pp->send_frame(Lane::rpc_request, std::move(b), len);
-  });
-  return Request(st);
+  return true;
 }
 
 }  // namespace nexar::detail

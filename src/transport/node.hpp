@@ -1,10 +1,10 @@
 // A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
-// Peer per other rank, the matching queues of the data and bulk lanes, and the RPC service.
-// The public Communicator is a handle to it (detail::CommImpl is this class).
+// Peer per other rank and the matching queues of the data and bulk lanes; the frames of the
+// RPC lanes go to the RPC module above it (RpcLanes). Communicators (src/comm) are groups of
+// ranks on one node.
 //
 // Threads: user threads validate arguments, copy eager payloads into pooled buffers and
-// post work to the engine; everything below runs on the engine thread, except RpcService's
-// handler thread.
+// post work to the engine; everything below runs on the engine thread.
 #pragma once
 
 #include <nexar/communicator.hpp>
@@ -22,10 +22,10 @@
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
 #include "quic/endpoint.hpp"
-#include "rpc/rpc_service.hpp"
 #include "tls/credentials.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/peer.hpp"
+#include "transport/rpc_lanes.hpp"
 
 namespace nexar::detail {
 
@@ -73,9 +73,17 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   void check_open(const char* op, int peer) const;
   Request isend(const P2p& a, int dest, std::span<const ConstBuffer> parts);
   Request irecv(const P2p& a, int source, void* data, std::size_t cap);
-  Request rpc_call(int dest, RpcId id, std::span<const std::byte> args, std::vector<std::byte>* reply,
-                   std::chrono::milliseconds timeout);
-  RpcService& rpc() noexcept { return *rpc_; }
+
+  /// Hands the RPC lanes' frames to `rpc` (before start(); the node keeps it alive).
+  void attach_rpc(std::shared_ptr<RpcLanes> rpc) { rpc_ = std::move(rpc); }
+  RpcLanes* rpc() const noexcept { return rpc_.get(); }
+  /// Sends one whole frame, header `h` followed by `payload` (copied), on an RPC lane to
+  /// world rank `dest`. Any thread. Returns false when the peer is already gone (it is told
+  /// to RpcLanes::on_peer_gone either way).
+  bool send_rpc_frame(int dest, wire::Lane lane, const wire::FrameHeader& h,
+                      std::span<const std::byte> payload);
+  /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
+  std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
 
   // Progress: waiting user threads drive the engine while they spin.
   bool poll(bool bounded = false) override;
@@ -138,19 +146,8 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
   /// A peer went away: fail receives that can only be satisfied by it.
   void on_peer_closed(Peer& p);
-  /// A reply (or local result) for RPC call `call` arrived.
-  void finish_call(std::uint64_t call, wire::RpcStatus st, std::vector<std::byte> payload);
-  struct PendingCall {
-    std::shared_ptr<OpState> op;
-    std::vector<std::byte>* reply = nullptr;
-    int dest = -1;
-  };
-  PendingCall* pending_call(std::uint64_t id);
-  void send_rpc_response(int dest, std::uint64_t call, wire::RpcStatus st,
-                         std::span<const std::byte> payload);
 
  private:
-  std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
   /// the operation if nothing has moved yet, and then it fails naming `peer_rank`.
   template <class Withdraw>
@@ -215,9 +212,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   std::vector<std::unique_ptr<Peer>> peers_;
   MatchQueue match_[2];
   std::unique_ptr<quic::ConnectionHandler> router_;
-  std::unique_ptr<RpcService> rpc_;
-  std::map<std::uint64_t, PendingCall> calls_;
-  std::atomic<std::uint64_t> next_call_{1};
+  std::shared_ptr<RpcLanes> rpc_;
   std::atomic<bool> closed_{false};
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;

@@ -377,7 +377,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
       return true;
     case FrameType::rpc_response:
-      s.sink.kind = node_.pending_call(h.seq) ? Sink::rpc_response : Sink::discard;
+      s.sink.kind = node_.rpc() && node_.rpc()->awaits(h.seq) ? Sink::rpc_response : Sink::discard;
       if (s.sink.kind == Sink::rpc_response)
         s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
       return true;
@@ -456,12 +456,11 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       }
       break;
     case FrameType::rpc_request:
-      node_.rpc().submit(rank_, static_cast<RpcId>(h.tag), h.seq, std::move(k.bytes));
+      if (node_.rpc()) node_.rpc()->on_request(rank_, h.comm, h.tag, h.seq, std::move(k.bytes));
       break;
     case FrameType::rpc_response:
-      if (k.kind == Sink::rpc_response) {
-        node_.finish_call(h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
-      }
+      if (k.kind == Sink::rpc_response)
+        node_.rpc()->on_response(rank_, h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
       break;
     default:
       break;
