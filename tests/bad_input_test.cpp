@@ -36,6 +36,8 @@ namespace {
 
 using nexar::testing::contains;
 using nexar::testing::expect_error;
+using nexar::testing::on_engine;
+using nexar::testing::random_bytes;
 
 using namespace std::chrono_literals;
 using nexar::Communicator;
@@ -47,22 +49,8 @@ using nexar::Status;
 using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::byte>;
 
-nexar::Config test_config() {
-  nexar::Config c;
-  c.op_timeout = 30s;
-  c.connect_timeout = 15s;
-  c.idle_timeout = 15s;
-  c.rpc_timeout = 30s;
-  c.log_level = nexar::LogLevel::off;  // protocol errors below are expected; keep quiet
-  return c;
-}
-
-Bytes random_bytes(std::size_t n, std::uint64_t seed) {
-  Bytes v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
+// Protocol errors below are expected: keep quiet.
+nexar::Config test_config() { return nexar::testing::test_config(nexar::LogLevel::off); }
 
 void ping(Communicator& a, Communicator& b, int tag, std::size_t bytes = 100) {
   auto msg = random_bytes(bytes, static_cast<std::uint64_t>(tag) + bytes);
@@ -253,23 +241,6 @@ class HostilePeer final : public nexar::quic::ConnectionHandler {
   std::atomic<bool> closed_{false};
   std::promise<std::string> closed_promise_;
 };
-
-// Runs `fn` on `engine`'s thread and waits for it.
-template <class F>
-auto on_engine(nexar::detail::Engine& engine, F fn) {
-  using R = decltype(fn());
-  std::promise<R> p;
-  auto fut = p.get_future();
-  engine.post([&] {
-    if constexpr (std::is_void_v<R>) {
-      fn();
-      p.set_value();
-    } else {
-      p.set_value(fn());
-    }
-  });
-  return fut.get();
-}
 
 void hostile_data_lane(const std::vector<std::uint8_t>& evil) {
   nexar::Config cfg = test_config();

@@ -144,47 +144,6 @@ void with_type(DataType t, F&& f) {
   }
 }
 
-inline const char* name(DataType t) {
-  switch (t) {
-    case DataType::f32: return "f32";
-    case DataType::f64: return "f64";
-    case DataType::f16: return "f16";
-    case DataType::bf16: return "bf16";
-    case DataType::i8: return "i8";
-    case DataType::u8: return "u8";
-    case DataType::i32: return "i32";
-    case DataType::u32: return "u32";
-    case DataType::i64: return "i64";
-    case DataType::u64: return "u64";
-  }
-  return "?";
-}
-
-inline const char* name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "sum";
-    case ReduceOp::prod: return "prod";
-    case ReduceOp::min: return "min";
-    case ReduceOp::max: return "max";
-    case ReduceOp::avg: return "avg";
-  }
-  return "?";
-}
-
-inline const char* name(Algorithm a) {
-  switch (a) {
-    case Algorithm::automatic: return "automatic";
-    case Algorithm::ring: return "ring";
-    case Algorithm::halving_doubling: return "halving_doubling";
-    case Algorithm::tree: return "tree";
-    case Algorithm::linear: return "linear";
-    case Algorithm::pairwise: return "pairwise";
-    case Algorithm::dissemination: return "dissemination";
-    case Algorithm::recursive_doubling: return "recursive_doubling";
-  }
-  return "?";
-}
-
 inline constexpr DataType all_dtypes[] = {DataType::f32, DataType::f64, DataType::f16,
                                           DataType::bf16, DataType::i8,  DataType::u8,
                                           DataType::i32, DataType::u32, DataType::i64,

@@ -37,6 +37,7 @@ namespace {
 using namespace nexar::coll_test;
 using nexar::Algorithm;
 using nexar::coll_test::name;
+using nexar::to_string;  // names of DataType, ReduceOp, Algorithm
 using nexar::block_of;
 using nexar::CollectiveOptions;
 using nexar::Communicator;
@@ -111,12 +112,12 @@ struct Case {
 
 std::string describe(const Case& c, int world, std::size_t count, const char* data = nullptr) {
   std::ostringstream os;
-  os << name(c.coll) << " " << name(c.dt);
+  os << name(c.coll) << " " << to_string(c.dt);
   const bool red = c.coll == Coll::all_reduce || c.coll == Coll::reduce ||
                    c.coll == Coll::reduce_scatter || c.coll == Coll::scan ||
                    c.coll == Coll::exclusive_scan;
-  if (red) os << " " << name(c.op);
-  os << " world=" << world << " count=" << count << " alg=" << name(c.alg);
+  if (red) os << " " << to_string(c.op);
+  os << " world=" << world << " count=" << count << " alg=" << to_string(c.alg);
   if (c.coll == Coll::reduce || c.coll == Coll::broadcast || c.coll == Coll::gather ||
       c.coll == Coll::scatter || c.coll == Coll::gather_v || c.coll == Coll::scatter_v)
     os << " root=" << c.root;
@@ -283,7 +284,7 @@ TEST_P(ReduceMatrix, MatchesReference) {
 
 std::string reduce_param_name(const ::testing::TestParamInfo<ReduceParam>& p) {
   const auto [coll, dt, op, n] = p.param;
-  return std::string(name(coll)) + "_" + name(dt) + "_" + name(op) + "_w" + std::to_string(n);
+  return std::string(name(coll)) + "_" + to_string(dt) + "_" + to_string(op) + "_w" + std::to_string(n);
 }
 
 INSTANTIATE_TEST_SUITE_P(Collective, ReduceMatrix, ::testing::ValuesIn(reduce_matrix()),
@@ -419,7 +420,7 @@ struct VCase {
 
 std::string describe(const VCase& v, int n) {
   std::ostringstream os;
-  os << name(v.coll) << " " << name(v.dt) << " world=" << n << " pattern=" << v.pattern;
+  os << name(v.coll) << " " << to_string(v.dt) << " world=" << n << " pattern=" << v.pattern;
   if (v.coll == Coll::gather_v || v.coll == Coll::scatter_v) os << " root=" << v.root;
   if (v.gaps) os << " gaps";
   if (v.reversed) os << " reversed-displs";
@@ -535,7 +536,7 @@ void run_late_barrier(std::vector<Communicator>& comms, int late, Algorithm alg)
   CollectiveOptions o;
   o.algorithm = alg;
   const std::string ctx = "barrier world=" + std::to_string(n) + " late=" + std::to_string(late) +
-                          " alg=" + name(alg);
+                          " alg=" + to_string(alg);
   if (!run_ranks(comms, ctx, [&](int r) {
         if (r == late) {
           std::this_thread::sleep_for(50ms);
@@ -659,7 +660,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Algorithm::halving_doubling, Algorithm::recursive_doubling),
                        ::testing::Range(1, 9), ::testing::Bool()),
     [](const ::testing::TestParamInfo<AlgParam>& p) {
-      return std::string(name(std::get<0>(p.param))) + "_w" +
+      return std::string(to_string(std::get<0>(p.param))) + "_w" +
              std::to_string(std::get<1>(p.param)) +
              (std::get<2>(p.param) ? "_in_place" : "");
     });
@@ -713,7 +714,7 @@ std::vector<RootParam> rooted_params() {
 INSTANTIATE_TEST_SUITE_P(Collective, Rooted, ::testing::ValuesIn(rooted_params()),
                          [](const ::testing::TestParamInfo<RootParam>& p) {
                            return std::string(name(std::get<0>(p.param))) + "_" +
-                                  name(std::get<1>(p.param)) + "_w" +
+                                  to_string(std::get<1>(p.param)) + "_w" +
                                   std::to_string(std::get<2>(p.param)) + "_root" +
                                   std::to_string(std::get<3>(p.param));
                          });
@@ -817,7 +818,7 @@ INSTANTIATE_TEST_SUITE_P(Collective, AllToAll,
                                                               Algorithm::pairwise),
                                             ::testing::Range(1, 9)),
                          [](const ::testing::TestParamInfo<A2AParam>& p) {
-                           return std::string(name(std::get<0>(p.param))) + "_w" +
+                           return std::string(to_string(std::get<0>(p.param))) + "_w" +
                                   std::to_string(std::get<1>(p.param));
                          });
 
@@ -1386,7 +1387,7 @@ TEST(Collective, NaNPropagatesAndIsIdenticalOnEveryRank) {
       }
       CollectiveOptions o;
       o.algorithm = a;
-      const std::string ctx = std::string("all_reduce f32 ") + name(op) + " with one NaN per element, world=5 alg=" + name(a);
+      const std::string ctx = std::string("all_reduce f32 ") + to_string(op) + " with one NaN per element, world=5 alg=" + to_string(a);
       if (!run_ranks(comms, ctx, [&](int r) {
             auto& ou = out[static_cast<std::size_t>(r)];
             ou.assign(count, 0.0f);
@@ -1422,7 +1423,7 @@ TEST(Collective, SignedZerosInMinMax) {
               from_d<T>(((i >> (r % 6)) & 1) ? -0.0 : 0.0);
       for (ReduceOp op : {ReduceOp::min, ReduceOp::max})
         for (Coll c : {Coll::all_reduce, Coll::reduce_scatter}) {
-          const std::string ctx = std::string(name(c)) + " " + name(t) + " " + name(op) +
+          const std::string ctx = std::string(name(c)) + " " + to_string(t) + " " + to_string(op) +
                                   " of signed zeros world=6";
           if (!run_ranks(comms, ctx, [&](int r) {
                 auto& o = out[static_cast<std::size_t>(r)];
@@ -1455,8 +1456,8 @@ TEST(Collective, IntegerWrapExtremesAndHalfOverflow) {
   auto& comms = pooled_world(n);
   auto check_all = [&]<class T>(const char* what, ReduceOp op, std::vector<T> per_rank, T want) {
     std::vector<T> out(static_cast<std::size_t>(n) * 3, T{});
-    const std::string ctx = std::string("all_reduce ") + name(nexar::dtype_of_v<T>) + " " +
-                            name(op) + " world=8: " + what;
+    const std::string ctx = std::string("all_reduce ") + to_string(nexar::dtype_of_v<T>) + " " +
+                            to_string(op) + " world=8: " + what;
     if (!run_ranks(comms, ctx, [&](int r) {
           const T x[3] = {per_rank[static_cast<std::size_t>(r)], per_rank[static_cast<std::size_t>(r)],
                           per_rank[static_cast<std::size_t>(r)]};

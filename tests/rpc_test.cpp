@@ -27,6 +27,8 @@ namespace {
 
 using nexar::testing::contains;
 using nexar::testing::expect_error;
+using nexar::testing::random_bytes;
+using nexar::testing::test_config;
 
 using namespace std::chrono_literals;
 using nexar::Communicator;
@@ -37,23 +39,6 @@ using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<std::byte>;
 
 constexpr nexar::RpcId kEcho = 1, kSum = 2, kBoom = 3, kSlow = 4, kSleep2s = 5, kMark = 6;
-
-nexar::Config test_config() {
-  nexar::Config c;
-  c.op_timeout = 30s;
-  c.connect_timeout = 15s;
-  c.idle_timeout = 15s;
-  c.rpc_timeout = 30s;
-  c.log_level = nexar::LogLevel::error;
-  return c;
-}
-
-Bytes random_bytes(std::size_t n, std::uint64_t seed) {
-  Bytes v(n);
-  std::mt19937_64 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
 
 std::uint64_t byte_sum(std::span<const std::byte> s) {
   std::uint64_t t = 0;

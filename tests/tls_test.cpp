@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support.hpp"
+
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@ namespace {
 
 using nexar::Errc;
 using nexar::Error;
+using nexar::testing::contains;
 using namespace nexar::tls;
 
 struct CrtDeleter {
@@ -55,10 +58,6 @@ Error expect_tls_error(const std::function<void()>& fn) {
   }
   ADD_FAILURE() << "expected nexar::Error(Errc::tls)";
   return Error(Errc::ok, "");
-}
-
-bool contains(const std::string& hay, const std::string& needle) {
-  return hay.find(needle) != std::string::npos;
 }
 
 // ---- PKI ------------------------------------------------------------------------------

@@ -48,31 +48,6 @@ std::string hex(std::uint64_t v, int digits) {
   return s;
 }
 
-const char* type_name(FrameType t) noexcept {
-  switch (t) {
-    case FrameType::hello: return "hello";
-    case FrameType::goodbye: return "goodbye";
-    case FrameType::eager: return "eager";
-    case FrameType::rts: return "rts";
-    case FrameType::cts: return "cts";
-    case FrameType::rdata: return "rdata";
-    case FrameType::rpc_request: return "rpc_request";
-    case FrameType::rpc_response: return "rpc_response";
-  }
-  return "unknown";
-}
-
-const char* lane_name(Lane l) noexcept {
-  switch (l) {
-    case Lane::control: return "control";
-    case Lane::data: return "data";
-    case Lane::rpc_request: return "rpc_request";
-    case Lane::rpc_response: return "rpc_response";
-    case Lane::bulk: return "bulk";
-  }
-  return "unknown";
-}
-
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
          t <= static_cast<std::uint8_t>(FrameType::rpc_response);
@@ -106,6 +81,31 @@ DecodeError length_too_big(std::uint64_t length, std::uint64_t limit) {
 }
 
 }  // namespace
+
+const char* to_string(FrameType t) noexcept {
+  switch (t) {
+    case FrameType::hello: return "hello";
+    case FrameType::goodbye: return "goodbye";
+    case FrameType::eager: return "eager";
+    case FrameType::rts: return "rts";
+    case FrameType::cts: return "cts";
+    case FrameType::rdata: return "rdata";
+    case FrameType::rpc_request: return "rpc_request";
+    case FrameType::rpc_response: return "rpc_response";
+  }
+  return "unknown";
+}
+
+const char* to_string(Lane l) noexcept {
+  switch (l) {
+    case Lane::control: return "control";
+    case Lane::data: return "data";
+    case Lane::rpc_request: return "rpc_request";
+    case Lane::rpc_response: return "rpc_response";
+    case Lane::bulk: return "bulk";
+  }
+  return "unknown";
+}
 
 void encode_preamble(Lane lane, std::span<std::byte, preamble_size> out) noexcept {
   for (std::size_t i = 0; i < magic.size(); ++i) out[i] = magic[i];
@@ -157,13 +157,13 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
   const auto raw_type = std::to_integer<std::uint8_t>(p[0]);
   if (!known_type(raw_type)) return {"unknown frame type " + hex(raw_type, 2)};
   const auto type = static_cast<FrameType>(raw_type);
-  const char* tname = type_name(type);
+  const char* tname = to_string(type);
 
   const std::uint16_t reserved = get_u16(p + 2);
   if (reserved != 0) return {"reserved bytes " + hex(reserved, 4) + " must be zero"};
 
   if (!allowed_on(type, lane)) {
-    return {std::string("frame type ") + tname + " not allowed on lane " + lane_name(lane)};
+    return {std::string("frame type ") + tname + " not allowed on lane " + to_string(lane)};
   }
 
   const auto flags = std::to_integer<std::uint8_t>(p[1]);

@@ -56,6 +56,13 @@ struct FrameHeader {
 };
 inline constexpr std::size_t header_size = 40;
 
+/// The name of a frame type as the protocol documentation and error messages spell it
+/// ("eager", "rpc_response"); "unknown" for a value outside the enum.
+const char* to_string(FrameType t) noexcept;
+
+/// The name of a lane ("control", "bulk"); "unknown" for a value outside the enum.
+const char* to_string(Lane l) noexcept;
+
 /// Writes the preamble of a stream for `lane` into `out`.
 void encode_preamble(Lane lane, std::span<std::byte, preamble_size> out) noexcept;
 

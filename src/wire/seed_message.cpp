@@ -2,6 +2,7 @@
 // are a u32 length followed by that many bytes, checked against what is left of the body.
 #include "wire/seed_message.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -15,13 +16,8 @@ constexpr std::uint32_t kMaxMembers = 1u << 20;
 
 class Writer {
  public:
-  explicit Writer(SeedMsgType t) {
-    out_.insert(out_.end(), kMagic, kMagic + 4);
-    out_.push_back(seed_protocol_version);
-    out_.push_back(static_cast<std::uint8_t>(t));
-    out_.push_back(0);
-    out_.push_back(0);
-    u32(0);  // body length, patched by finish()
+  explicit Writer(SeedMsgType t) : type_(t) {
+    out_.resize(seed_header_size);  // written by finish(), once the body length is known
   }
   void u16(std::uint16_t v) {
     for (int i = 0; i < 2; ++i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
@@ -37,11 +33,13 @@ class Writer {
   }
   std::vector<std::uint8_t> finish() {
     const auto body = static_cast<std::uint32_t>(out_.size() - seed_header_size);
-    for (int i = 0; i < 4; ++i) out_[8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(body >> (8 * i));
+    const auto header = encode_seed_header(type_, body);
+    std::copy(header.begin(), header.end(), out_.begin());
     return std::move(out_);
   }
 
  private:
+  SeedMsgType type_;
   std::vector<std::uint8_t> out_;
 };
 
@@ -165,6 +163,18 @@ std::uint32_t check_header(const std::uint8_t* p, std::uint32_t limit) {
 }
 
 }  // namespace
+
+std::array<std::uint8_t, seed_header_size> encode_seed_header(SeedMsgType type,
+                                                              std::uint32_t body_size) noexcept {
+  std::array<std::uint8_t, seed_header_size> h{};
+  std::copy(kMagic, kMagic + 4, h.begin());
+  h[4] = seed_protocol_version;
+  h[5] = static_cast<std::uint8_t>(type);
+  // h[6], h[7]: reserved, zero
+  for (int i = 0; i < 4; ++i)
+    h[8 + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(body_size >> (8 * i));
+  return h;
+}
 
 std::vector<std::uint8_t> encode(const SeedHello& m) {
   Writer w(SeedMsgType::hello);

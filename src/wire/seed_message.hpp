@@ -66,6 +66,11 @@ struct JoinReject {
 
 using SeedMessage = std::variant<SeedHello, JoinRequest, JoinAccept, JoinReject>;
 
+/// The fixed header of a message of `type` whose body is `body_size` bytes: what every
+/// encode() below writes in front of the body. `body_size` is not checked against any limit.
+std::array<std::uint8_t, seed_header_size> encode_seed_header(SeedMsgType type,
+                                                              std::uint32_t body_size) noexcept;
+
 std::vector<std::uint8_t> encode(const SeedHello& m);
 std::vector<std::uint8_t> encode(const JoinRequest& m);
 std::vector<std::uint8_t> encode(const JoinAccept& m);
