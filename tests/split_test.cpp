@@ -146,6 +146,11 @@ void check_msg(const std::string& ctx, int w, const Split& s, const Msg& m, cons
   const Communicator& c = s.comm[static_cast<std::size_t>(w)];
   const std::string where = ctx + ": world rank " + std::to_string(w) + " (sub-rank " +
                             std::to_string(sub) + ")";
+  if (want_sub_src < 0 || want_sub_src >= c.size()) {
+    ADD_FAILURE() << where << ": sender's sub-rank " << want_sub_src << " (Status::source " << st.source
+                  << ") out of range";
+    return;
+  }
   EXPECT_EQ(st.source, want_sub_src) << where << ": Status::source is not the sub-rank of the sender";
   EXPECT_EQ(st.tag, want_tag) << where;
   EXPECT_EQ(st.bytes, sizeof(Msg)) << where;
