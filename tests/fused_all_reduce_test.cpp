@@ -31,7 +31,6 @@ using nexar::ErrorFeedback;
 using nexar::MutableBuffer;
 using nexar::ReduceOp;
 using nexar::Request;
-using nexar::coll_test::name;
 using nexar::testing::contains;
 using nexar::testing::expect_error;
 
@@ -56,8 +55,8 @@ struct Case {
 
 std::string describe(const char* what, const Case& c, int world) {
   std::ostringstream os;
-  os << what << " " << name(c.dt) << " " << name(c.op) << " data=" << name(c.kind)
-     << " alg=" << name(c.alg) << " segment_bytes=" << c.segment << " world=" << world;
+  os << what << " " << nexar::to_string(c.dt) << " " << nexar::to_string(c.op) << " data=" << name(c.kind)
+     << " alg=" << nexar::to_string(c.alg) << " segment_bytes=" << c.segment << " world=" << world;
   return os.str();
 }
 
@@ -430,8 +429,8 @@ void run_top_k(std::vector<Communicator>& comms, ReduceOp op, std::size_t count,
   const int n = static_cast<int>(comms.size());
   const auto un = static_cast<std::size_t>(n);
   const std::size_t k = k_of(ratio, count);
-  const std::string base = std::string("all_reduce_compressed top_k ") + name(nexar::dtype_of_v<T>) +
-                           " " + name(op) + " world=" + std::to_string(n) + " count=" +
+  const std::string base = std::string("all_reduce_compressed top_k ") + nexar::to_string(nexar::dtype_of_v<T>) +
+                           " " + nexar::to_string(op) + " world=" + std::to_string(n) + " count=" +
                            std::to_string(count) + " ratio=" + std::to_string(ratio) +
                            " (k=" + std::to_string(k) + ")";
   const T guard = sentinel<T>();
@@ -559,7 +558,7 @@ void run_random_k(std::vector<Communicator>& comms, ReduceOp op, std::size_t cou
   const auto un = static_cast<std::size_t>(n);
   const std::size_t k = k_of(ratio, count);
   const std::string base = std::string("all_reduce_compressed random_k ") +
-                           name(nexar::dtype_of_v<T>) + " " + name(op) + " world=" +
+                           nexar::to_string(nexar::dtype_of_v<T>) + " " + nexar::to_string(op) + " world=" +
                            std::to_string(n) + " count=" + std::to_string(count) +
                            " ratio=" + std::to_string(ratio) + " (k=" + std::to_string(k) + ")";
   Compression comp;
@@ -692,7 +691,7 @@ void run_conservation(std::vector<Communicator>& comms, Compression::Kind kind, 
   const std::size_t k = k_of(ratio, count);
   const std::string base = std::string("all_reduce_compressed conservation ") +
                            (kind == Compression::Kind::top_k ? "top_k " : "random_k ") +
-                           name(nexar::dtype_of_v<T>) + " world=" + std::to_string(n) +
+                           nexar::to_string(nexar::dtype_of_v<T>) + " world=" + std::to_string(n) +
                            " count=" + std::to_string(count) + " k=" + std::to_string(k);
   Compression comp;
   comp.kind = kind;
@@ -779,7 +778,7 @@ void run_ratio_one(std::vector<Communicator>& comms, Compression::Kind kind, Red
   const auto un = static_cast<std::size_t>(n);
   const std::string ctx = std::string("all_reduce_compressed ratio 1 ") +
                           (kind == Compression::Kind::top_k ? "top_k " : "random_k ") +
-                          name(nexar::dtype_of_v<T>) + " " + name(op) + " world=" +
+                          nexar::to_string(nexar::dtype_of_v<T>) + " " + nexar::to_string(op) + " world=" +
                           std::to_string(n) + " count=" + std::to_string(count);
   Compression comp;
   comp.kind = kind;
@@ -860,7 +859,7 @@ TEST(FusedAllReduce, ValidationRejectsBadArguments) {
       });
       const MutableBuffer floats[] = {{a.data(), 8}, {b.data(), 8}};
       for (Algorithm alg : {Algorithm::tree, Algorithm::linear, Algorithm::pairwise, Algorithm::dissemination})
-        expect_invalid("all_reduce_bucketed", std::string("forced ") + name(alg), [&] {
+        expect_invalid("all_reduce_bucketed", std::string("forced ") + nexar::to_string(alg), [&] {
           cm.iall_reduce_bucketed(floats, DataType::f32, ReduceOp::sum, with(alg)).wait();
         });
       EXPECT_EQ(a, std::vector<float>(8, 1.0f)) << wctx << ": a rejected bucketed call wrote";
@@ -879,7 +878,7 @@ TEST(FusedAllReduce, ValidationRejectsBadArguments) {
         cm.iall_reduce_sharded(ia.data(), out.data(), nullptr, 8, DataType::i32, ReduceOp::avg, o).wait();
       });
       for (Algorithm alg : {Algorithm::halving_doubling, Algorithm::recursive_doubling, Algorithm::tree})
-        expect_invalid("all_reduce_sharded", std::string("forced ") + name(alg), [&] {
+        expect_invalid("all_reduce_sharded", std::string("forced ") + nexar::to_string(alg), [&] {
           cm.iall_reduce_sharded(a.data(), out.data(), shard.data(), 8, DataType::f32, ReduceOp::sum, with(alg)).wait();
         });
       EXPECT_EQ(out, std::vector<float>(8, -1.0f)) << wctx << ": a rejected sharded call wrote";
@@ -894,7 +893,7 @@ TEST(FusedAllReduce, ValidationRejectsBadArguments) {
         cm.iall_reduce_compressed(a.data(), 4, DataType::f16, ReduceOp::sum, st, o).wait();
       });
       for (ReduceOp op : {ReduceOp::max, ReduceOp::min, ReduceOp::prod})
-        expect_invalid("all_reduce_compressed", std::string("op ") + name(op), [&] {
+        expect_invalid("all_reduce_compressed", std::string("op ") + nexar::to_string(op), [&] {
           cm.iall_reduce_compressed(a.data(), 8, DataType::f32, op, st, o).wait();
         });
       expect_invalid("all_reduce_compressed", "null data with count 8", [&] {
@@ -926,6 +925,14 @@ TEST(FusedAllReduce, ValidationRejectsBadArguments) {
       EXPECT_TRUE(std::equal(res1.begin(), res1.end(), st.residual().begin(), st.residual().end()))
           << wctx << ": a rejected call changed the residual";
       EXPECT_EQ(c9, std::vector<float>(9, 1.0f)) << wctx;
+      // The same bytes as another type (f64 count 4 after f32 count 8): rejected too, or
+      // the float residual would be read as doubles.
+      std::vector<double> d4(4, 1.0);
+      expect_invalid("all_reduce_compressed", "f64 after f32 without reset()", [&] {
+        cm.iall_reduce_compressed(d4.data(), 4, DataType::f64, ReduceOp::sum, st, o).wait();
+      });
+      EXPECT_EQ(st.steps(), 1u) << wctx;
+      EXPECT_EQ(d4, std::vector<double>(4, 1.0)) << wctx;
       // After reset() the new count is accepted and the steps start over.
       st.reset();
       EXPECT_EQ(st.steps(), 0u) << wctx;

@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include <nexar/dtype.hpp>
+
 namespace nexar {
 
 namespace detail {
@@ -37,7 +39,7 @@ class ErrorFeedback {
   std::span<const std::byte> residual() const noexcept { return residual_; }
   /// Steps run so far.
   std::uint64_t steps() const noexcept { return step_; }
-  /// Forgets the residual (e.g. after the tensor's shape changed).
+  /// Forgets the residual (e.g. after the tensor's shape or type changed).
   void reset() noexcept {
     residual_.clear();
     step_ = 0;
@@ -47,6 +49,7 @@ class ErrorFeedback {
  private:
   friend struct detail::ErrorFeedbackAccess;
   std::vector<std::byte> residual_;
+  DataType dtype_ = DataType::f32;  ///< the residual's element type, while it holds any
   std::uint64_t step_ = 0;
   Compression compression_;
 };

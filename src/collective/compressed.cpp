@@ -20,6 +20,7 @@ namespace nexar::detail {
 // The state ErrorFeedback keeps for this file alone.
 struct ErrorFeedbackAccess {
   static std::vector<std::byte>& residual(ErrorFeedback& s) noexcept { return s.residual_; }
+  static DataType& dtype(ErrorFeedback& s) noexcept { return s.dtype_; }
   static std::uint64_t next_step(ErrorFeedback& s) noexcept { return s.step_++; }
 };
 
@@ -33,6 +34,7 @@ void run(const Coll& c, T* data, std::size_t count, ErrorFeedback& st) {
   const auto n = static_cast<std::size_t>(c.size());
   std::vector<std::byte>& residual = ErrorFeedbackAccess::residual(st);
   if (residual.size() != count * sizeof(T)) residual.assign(count * sizeof(T), std::byte{0});
+  ErrorFeedbackAccess::dtype(st) = c.dtype;
   T* res = reinterpret_cast<T*>(residual.data());
   // g = data + residual: what this rank would like to send.
   for (std::size_t i = 0; i < count; ++i) data[i] += res[i];
@@ -111,6 +113,10 @@ Request iall_reduce_compressed(CollectivePort& p, void* data, std::size_t count,
   const double ratio = state.compression().ratio;
   if (!(ratio > 0.0 && ratio <= 1.0)) bad(p, name, "compression ratio " + std::to_string(ratio) + " outside (0, 1]");
   const std::size_t held = state.residual().size();
+  const DataType held_type = ErrorFeedbackAccess::dtype(state);
+  if (held != 0 && held_type != t)
+    bad(p, name, std::string("dtype ") + to_string(t) + " differs from the previous step's " +
+                     to_string(held_type) + " (reset() the state first)");
   if (held != 0 && held != count * size_of(t))
     bad(p, name, "count " + std::to_string(count) + " differs from the previous step's " +
                      std::to_string(held / size_of(t)) + " (reset() the state first)");
