@@ -228,7 +228,7 @@ class HostilePeer final : public nexar::quic::ConnectionHandler {
     if (!conn_) return false;
     keep_.push_back(std::move(bytes));
     auto& k = keep_.back();
-    conn_->push(out_[static_cast<int>(lane)], nexar::quic::Chunk{k.data(), k.size(), {}, nullptr});
+    conn_->push(out_[static_cast<int>(lane)], nexar::quic::Chunk{k.data(), k.size(), {}});
     return true;
   }
 

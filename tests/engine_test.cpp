@@ -1,5 +1,5 @@
-// Engine module: OpState completion and waits, Request, BufferPool, the progress thread,
-// the readiness gate and the wake timer.
+// Engine module: OpState completion and waits, Request, BufferPool, the progress thread
+// (and its EventLoop side), the readiness gate.
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sched.h>
@@ -14,7 +14,6 @@
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
 #include "engine/readiness_gate.hpp"
-#include "engine/wake_timer.hpp"
 
 using namespace std::chrono_literals;
 using nexar::Errc;
@@ -23,17 +22,11 @@ using nexar::detail::BufferPool;
 using nexar::detail::Engine;
 using nexar::detail::OpState;
 using nexar::detail::ReadinessGate;
-using nexar::detail::WakeTimer;
 
 namespace {
 bool readable(int fd, int wait_ms = 0) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, wait_ms) == 1 && (p.revents & POLLIN);
-}
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(OpState::Clock::now().time_since_epoch()).count());
 }
 
 // A datagram socket pair: what one end sends, the other can read.
@@ -279,42 +272,43 @@ TEST(ReadinessGate, EveryNewEventReportsAgainAfterConsume) {
   EXPECT_FALSE(readable(g, 20));
 }
 
-TEST(WakeTimer, FiresAtTheDeadlineAndClears) {
-  WakeTimer t;
-  EXPECT_FALSE(readable(t.fd()));
-  EXPECT_FALSE(t.clear());
-  const auto t0 = OpState::Clock::now();
-  t.arm_at(steady_ns() + 5'000'000);
-  EXPECT_FALSE(readable(t.fd()));
-  ASSERT_TRUE(readable(t.fd(), 2000));
-  EXPECT_GE(OpState::Clock::now() - t0, 4ms);
-  EXPECT_TRUE(t.clear());
-  EXPECT_FALSE(t.clear());
-  EXPECT_FALSE(readable(t.fd()));
-
-  t.arm_at(steady_ns() - 1'000'000);  // already past: fires at once
-  EXPECT_TRUE(readable(t.fd(), 1000));
-  EXPECT_TRUE(t.clear());
-
-  t.arm_at(steady_ns() + 5'000'000);
-  t.disarm();
-  EXPECT_FALSE(readable(t.fd(), 20));
-
-  // Re-arming later replaces the earlier deadline.
-  t.arm_at(steady_ns() + 5'000'000);
-  t.arm_at(steady_ns() + 200'000'000);
-  EXPECT_FALSE(readable(t.fd(), 30));
-}
-
-TEST(WakeTimer, WatchedThroughTheGate) {
-  WakeTimer t;
-  ReadinessGate gate;
-  const int g = gate.watch({t.fd()});
-  t.arm_at(steady_ns() + 2'000'000);
-  ASSERT_TRUE(readable(g, 2000));
-  gate.consume();
-  EXPECT_TRUE(t.clear());
-  EXPECT_FALSE(readable(g));
+// Engine as an EventLoop: `ready` runs on the engine thread each time a watched descriptor
+// turns readable, until it returns false or unwatch().
+TEST(Engine, WatchCallsReadyUntilItDeclines) {
+  Pair p;
+  Engine e(0us);
+  e.start();
+  std::atomic<int> calls{0};
+  std::atomic<bool> on_thread{true};
+  std::promise<void> second;
+  e.post([&] {
+    e.watch({p.fd[0]}, [&] {
+      if (!e.on_engine_thread()) on_thread = false;
+      p.drain();
+      if (calls.fetch_add(1) + 1 == 2) {
+        second.set_value();
+        return false;  // stop watching
+      }
+      return true;
+    });
+  });
+  p.send();
+  for (int i = 0; i < 200 && calls.load() < 1; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(calls.load(), 1);
+  p.send();
+  ASSERT_EQ(second.get_future().wait_for(5s), std::future_status::ready);
+  // Declined: a third datagram calls nobody.
+  p.send();
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_TRUE(on_thread.load());
+  std::promise<void> done;
+  e.post([&] {
+    e.unwatch();
+    done.set_value();
+  });
+  done.get_future().wait();
+  e.stop();
 }
 
 // With more ranks than cores the progress thread must not preempt running ranks when it

@@ -192,7 +192,7 @@ TEST(Connection, HandshakeChecksBothCertificatesAndCarriesOrderedData) {
     std::size_t off = 0, step = 1;
     while (off < data.size()) {
       std::size_t n = std::min(step, data.size() - off);
-      c->push(s, quic::Chunk{data.data() + off, n, {}, nullptr});
+      c->push(s, quic::Chunk{data.data() + off, n, {}});
       off += n;
       step = step * 3 + 1;
       if (step > (1u << 20)) step = 17;
@@ -247,7 +247,7 @@ TEST(Connection, VanishedPeerFailsPromptly) {
   static std::uint8_t payload[4096];
   client.run([&] {
     auto s = c->open_stream(0);
-    c->push(s, quic::Chunk{payload, sizeof payload, {}, nullptr});
+    c->push(s, quic::Chunk{payload, sizeof payload, {}});
   });
   auto f = client.events.closed.get_future();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);

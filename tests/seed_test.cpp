@@ -108,7 +108,7 @@ class RawSeedClient final : public nexar::quic::ConnectionHandler {
         sent_ = reply_(c, *h);
         if (!sent_.empty()) {
           out_ = c.open_stream(0);
-          c.push(out_, nexar::quic::Chunk{sent_.data(), sent_.size(), {}, nullptr});
+          c.push(out_, nexar::quic::Chunk{sent_.data(), sent_.size(), {}});
         }
       } else {
         answer(std::move(m));

@@ -157,7 +157,7 @@ class Attempt final : public quic::ConnectionHandler {
     }
     request_bytes_ = wire::encode(req);
     const std::int64_t s = c.open_stream(0);
-    c.push(s, quic::Chunk{request_bytes_.data(), request_bytes_.size(), {}, nullptr});
+    c.push(s, quic::Chunk{request_bytes_.data(), request_bytes_.size(), {}});
   }
 
   void end(quic::Connection& c, Errc code, const std::string& why, bool retry) {

@@ -388,7 +388,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
   void send(Joiner& j, std::vector<std::uint8_t> bytes) {
     j.sent.push_back(std::move(bytes));
     const auto& b = j.sent.back();
-    j.conn->push(j.out, quic::Chunk{b.data(), b.size(), {}, nullptr});
+    j.conn->push(j.out, quic::Chunk{b.data(), b.size(), {}});
   }
 
   // Sends the final message; the joiner closes the connection when it has it.

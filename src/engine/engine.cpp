@@ -8,7 +8,33 @@ namespace nexar::detail {
 Engine::Engine(std::chrono::microseconds spin, bool polite)
     : io_(1), guard_(asio::make_work_guard(io_)), spin_(spin), polite_(polite) {}
 
-Engine::~Engine() { stop(); }
+Engine::~Engine() {
+  stop();
+  unwatch();
+}
+
+void Engine::watch(std::vector<int> fds, std::function<bool()> ready) {
+  ready_ = std::move(ready);
+  gate_fd_.assign(gate_.watch(std::move(fds)));
+  wait_ready();
+}
+
+void Engine::wait_ready() {
+  gate_fd_.async_wait(asio::posix::stream_descriptor::wait_read, guard([this](asio::error_code ec) {
+                        if (ec || !gate_fd_.is_open()) return;
+                        gate_.consume();
+                        if (ready_()) wait_ready();
+                      }));
+}
+
+void Engine::unwatch() {
+  if (!gate_fd_.is_open()) return;
+  // The descriptor is the gate's: stop waiting on it without closing it.
+  asio::error_code ec;
+  gate_fd_.cancel(ec);
+  gate_fd_.release();
+  gate_.unwatch();
+}
 
 void Engine::start() {
   thread_ = std::thread([this] {

@@ -15,6 +15,7 @@
 
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
 
 #include <atomic>
@@ -22,12 +23,15 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
+#include <vector>
 
+#include "core/event_loop.hpp"
 #include "engine/readiness_gate.hpp"
 
 namespace nexar::detail {
 
-class Engine {
+class Engine final : public EventLoop {
  public:
   /// `polite`: more ranks than cores (Config::yield_when_idle). The progress thread then
   /// runs under SCHED_BATCH, so waking it (a timer, a packet nobody polls for) never
@@ -50,6 +54,7 @@ class Engine {
 
   /// Runs `f` on the engine thread, under the engine lock.
   template <class F>
+    requires(!std::is_same_v<std::decay_t<F>, std::function<void()>>)
   void post(F&& f) {
     asio::post(io_, guard(std::forward<F>(f)));
   }
@@ -76,20 +81,18 @@ class Engine {
   /// neither spins nor wakes for the watched socket's packets (see ReadinessGate).
   void add_progressing(int d) noexcept { gate_.add_pollers(d); }
 
-  /// The descriptor the engine thread should wait on instead of `fds` (a socket and its
-  /// timer; one set per engine); it stays the engine's. Throws std::system_error.
-  int watch(std::vector<int> fds) { return gate_.watch(std::move(fds)); }
-  /// Before the watched descriptors close.
-  void unwatch() { gate_.unwatch(); }
-  /// In the handler of watch()'s descriptor, before reading the socket.
-  void consume_readiness() { gate_.consume(); }
+  // EventLoop. The watched descriptors (a socket and its timer) sit in the readiness gate,
+  // whose one descriptor the engine thread waits on; `ready` runs under the engine lock.
+  void watch(std::vector<int> fds, std::function<bool()> ready) override;
+  void unwatch() override;
+  void post(std::function<void()> f) override { asio::post(io_, guard(std::move(f))); }
 
   /// Called (under the engine lock) on every turn of the spinning loop: the owner polls
   /// its socket and timers there rather than waiting for the reactor to report them.
   void set_spin_hook(std::function<void()> f) { spin_hook_ = std::move(f); }
 
   /// Whenever packets move; keeps the loop spinning a while.
-  void note_activity() noexcept {
+  void note_activity() noexcept override {
     busy_until_.store(std::chrono::steady_clock::now() + spin_, std::memory_order_relaxed);
   }
 
@@ -102,6 +105,7 @@ class Engine {
 
  private:
   void run();
+  void wait_ready();
 
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
@@ -110,6 +114,8 @@ class Engine {
   std::mutex mu_;
   std::atomic<std::chrono::steady_clock::time_point> busy_until_{};
   ReadinessGate gate_;
+  asio::posix::stream_descriptor gate_fd_{io_};  // the gate's descriptor, while watched
+  std::function<bool()> ready_;
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;
   std::atomic<bool> stopping_{false};

@@ -218,11 +218,11 @@ Connection::SendStream* Connection::stream(std::int64_t id) {
 void Connection::push(std::int64_t id, Chunk chunk) {
   SendStream* s = stream(id);
   if (closed_ || !s) {
-    if (chunk.done) chunk.done->complete(Errc::peer_failed, "connection closed");
+    chunk.done(Errc::peer_failed, "connection closed");
     return;
   }
   if (chunk.len == 0) {
-    if (chunk.done) chunk.done->succeed();
+    chunk.done(Errc::ok);
     return;
   }
   s->queued += chunk.len;
@@ -249,7 +249,7 @@ void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len)
   while (!s->q.empty() && s->base + s->q.front().len <= upto) {
     Chunk& c = s->q.front();
     s->base += c.len;
-    if (c.done) c.done->succeed(c.done->status());
+    c.done(Errc::ok);
     s->q.pop_front();
     if (s->send_idx > 0) {
       --s->send_idx;
@@ -365,8 +365,7 @@ void Connection::finish(Errc code, const std::string& why) {
   // anything still queued fails here.
   if (handler_) handler_->on_closed(*this, code, why);
   for (auto& s : streams_) {
-    for (auto& c : s->q)
-      if (c.done) c.done->complete(code, why);
+    for (auto& c : s->q) c.done(code, why);
     s->q.clear();
   }
   ep_.retire(*this);
@@ -470,7 +469,7 @@ void Connection::flush(std::uint64_t ts) {
   }
   send_batch();
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
-  if (total_pkts) ep_.engine().note_activity();
+  if (total_pkts) ep_.loop().note_activity();
 }
 
 }  // namespace nexar::quic

@@ -1,6 +1,8 @@
 // One QUIC connection (ngtcp2 + GnuTLS) to one peer. Sans-I/O in spirit: it never touches
 // the socket or the clock itself; the Endpoint hands it packets and timestamps and sends
-// what it writes. Engine thread only.
+// what it writes. What it carries for its user comes back through callbacks: stream bytes
+// and events to the ConnectionHandler, the fate of each queued chunk to its Completion.
+// Loop thread only.
 #pragma once
 
 #include <ngtcp2/ngtcp2.h>
@@ -17,9 +19,8 @@
 
 #include <nexar/error.hpp>
 
-#include "engine/buffer_pool.hpp"
-#include "engine/op_state.hpp"
 #include "quic/address.hpp"
+#include "quic/completion.hpp"
 
 namespace nexar::tls {
 class TlsContext;
@@ -30,16 +31,16 @@ namespace nexar::quic {
 class Connection;
 class Endpoint;
 
-/// Bytes queued on a stream. They must stay valid until the peer acknowledges them
-/// (ngtcp2 retransmits from them); then `owned` returns to its pool and `done` succeeds.
+/// Bytes queued on a stream. They must stay valid until `done` runs (ngtcp2 retransmits
+/// from them): with Errc::ok once the peer acknowledged the last of them, or with the error
+/// that made the connection drop them. `done` may own them.
 struct Chunk {
   const std::uint8_t* data = nullptr;
   std::size_t len = 0;
-  detail::PooledBuffer owned;
-  std::shared_ptr<detail::OpState> done;
+  Completion done;
 };
 
-/// Events of a connection, delivered on the engine thread.
+/// Events of a connection, delivered on the loop's thread.
 class ConnectionHandler {
  public:
   virtual ~ConnectionHandler() = default;

@@ -37,43 +37,27 @@ std::uint64_t Endpoint::now() noexcept {
                                         .count());
 }
 
-Endpoint::Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
+Endpoint::Endpoint(detail::EventLoop& loop, int fd, const tls::TlsContext& tls,
                    ConnectionSettings settings, bool try_gso)
-    : engine_(engine),
-      tls_(tls),
-      settings_(settings),
-      sock_(fd, try_gso),
-      wait_fd_(engine.io()),
-      rxbuf_(65536),
-      txbuf_(65536) {}
+    : loop_(loop), tls_(tls), settings_(settings), sock_(fd, try_gso), rxbuf_(65536), txbuf_(65536) {}
 
 Endpoint::~Endpoint() {
-  // The descriptor waited on belongs to the engine's readiness gate.
-  if (wait_fd_.is_open()) {
-    asio::error_code ec;
-    wait_fd_.cancel(ec);
-    wait_fd_.release();
-    engine_.unwatch();
-  }
+  // Before the socket and the timer close.
+  if (watching_) loop_.unwatch();
 }
 
 void Endpoint::start(AcceptFn accept) {
   accept_ = std::move(accept);
-  wait_fd_.assign(engine_.watch({sock_.fd(), timer_.fd()}));
-  wait_readable();
+  watching_ = true;
+  loop_.watch({sock_.fd(), timer_.fd()}, [this] { return on_ready(); });
 }
 
-void Endpoint::wait_readable() {
-  if (stopped_) return;
-  wait_fd_.async_wait(asio::posix::stream_descriptor::wait_read,
-                      engine_.guard([this](asio::error_code ec) {
-                        if (ec || stopped_) return;
-                        engine_.consume_readiness();
-                        if (timer_.clear()) timer_at_ = 0;
-                        // Reading ends with flush_dirty(), whose re-arm runs due timers.
-                        on_readable();
-                        wait_readable();
-                      }));
+bool Endpoint::on_ready() {
+  if (stopped_) return false;
+  if (timer_.clear()) timer_at_ = 0;
+  // Reading ends with flush_dirty(), whose re-arm runs due timers.
+  on_readable();
+  return true;
 }
 
 void Endpoint::on_readable() {
@@ -112,8 +96,8 @@ void Endpoint::on_readable() {
       }
     }
   });
-  // Only packets count as activity: an empty poll must not keep the engine spinning.
-  if (got) engine_.note_activity();
+  // Only packets count as activity: an empty poll must not keep the loop spinning.
+  if (got) loop_.note_activity();
 }
 
 void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts) {
@@ -237,7 +221,7 @@ void Endpoint::schedule_flush(Connection& c) {
   }
   if (batching_ == 0 && !flush_posted_) {
     flush_posted_ = true;
-    engine_.post([this] { flush_dirty(); });
+    loop_.post([this] { flush_dirty(); });
   }
 }
 
@@ -265,7 +249,7 @@ void Endpoint::rearm_timer() {
     for (auto& c : conns_)
       if (!c->closed()) next = std::min<std::uint64_t>(next, due_at(*c));
     // Already due (ngtcp2 often wants an ACK or a paced packet right now): handle it here
-    // instead of arming a timer that fires at once and wakes the engine thread.
+    // instead of arming a timer that fires at once and wakes the loop thread.
     if (next > now()) break;
     service_due(now());
   }
@@ -315,7 +299,7 @@ void Endpoint::retire(Connection& c) {
   c.cids_.clear();
   // Free it after the current call chain unwinds; it may be deep inside its own callbacks.
   Connection* p = &c;
-  engine_.post([this, p] {
+  loop_.post([this, p] {
     std::erase_if(dirty_, [p](Connection* x) { return x == p; });
     std::erase_if(conns_, [p](const std::unique_ptr<Connection>& x) { return x.get() == p; });
   });
@@ -333,10 +317,12 @@ void Endpoint::shutdown(const std::string& reason, std::uint64_t app_code) {
   for (auto& c : conns_)
     if (!c->closed()) c->close(app_code, reason);
   stopped_ = true;
-  asio::error_code ec;
   timer_.disarm();
   timer_at_ = 0;
-  wait_fd_.cancel(ec);
+  if (watching_) {
+    watching_ = false;
+    loop_.unwatch();
+  }
 }
 
 }  // namespace nexar::quic

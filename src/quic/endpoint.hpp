@@ -1,21 +1,22 @@
 // A node's QUIC endpoint: one UDP socket for all its incoming and outgoing connections.
 // It reads datagrams (GRO), routes them to connections by destination connection ID,
 // accepts new connections, sends what connections write (GSO batches), and runs the
-// one timer that drives every connection's ngtcp2 expiry. Engine thread only.
+// one timer that drives every connection's ngtcp2 expiry. It is driven by an EventLoop
+// (the transport's progress engine) and knows nothing else of it: everything here runs on
+// the loop's thread, or on a thread holding the loop's lock.
 #pragma once
 
-#include <asio/posix/stream_descriptor.hpp>
-
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
-#include "engine/wake_timer.hpp"
+#include "core/event_loop.hpp"
 #include "quic/connection.hpp"
 #include "quic/udp_socket.hpp"
+#include "quic/wake_timer.hpp"
 
 namespace nexar::quic {
 
@@ -27,7 +28,7 @@ class Endpoint {
   using AcceptFn = std::function<ConnectionHandler*(Connection&)>;
 
   /// Takes ownership of the bound socket `fd`.
-  Endpoint(detail::Engine& engine, int fd, const tls::TlsContext& tls,
+  Endpoint(detail::EventLoop& loop, int fd, const tls::TlsContext& tls,
            ConnectionSettings settings, bool try_gso);
   ~Endpoint();
   Endpoint(const Endpoint&) = delete;
@@ -40,8 +41,8 @@ class Endpoint {
   /// Flushes `c` once the current batch of events is handled.
   void schedule_flush(Connection& c);
   /// While one lives, connections that become dirty are flushed when the outermost one
-  /// ends instead of by work posted to the engine thread: a user thread that sends or
-  /// polls inline flushes itself rather than waking the engine (engine lock held).
+  /// ends instead of by work posted to the loop: a user thread that sends or
+  /// polls inline flushes itself rather than waking the loop's thread (loop lock held).
   class Batch {
    public:
     explicit Batch(Endpoint& ep) : ep_(ep) { ++ep_.batching_; }
@@ -59,9 +60,9 @@ class Endpoint {
   /// Connections not closed yet, those still in their handshake included.
   std::size_t live_connections() const noexcept;
   /// Reads whatever the socket holds, runs due ngtcp2 timers (through flush_dirty's
-  /// re-arm) and sends what that produced (engine lock held).
+  /// re-arm) and sends what that produced (loop lock held).
   void poll() { on_readable(); }
-  /// Handles connections whose ngtcp2 expiry has passed (engine lock held).
+  /// Handles connections whose ngtcp2 expiry has passed (loop lock held).
   void service_timers();
   /// Sends what connections have queued now rather than from posted work.
   void flush_dirty();
@@ -69,7 +70,7 @@ class Endpoint {
   const Address& local() const noexcept { return sock_.local(); }
   const ConnectionSettings& settings() const noexcept { return settings_; }
   const tls::TlsContext& tls() const noexcept { return tls_; }
-  detail::Engine& engine() noexcept { return engine_; }
+  detail::EventLoop& loop() noexcept { return loop_; }
   static std::uint64_t now() noexcept;
 
   /// Counters, for tests and logs.
@@ -82,7 +83,8 @@ class Endpoint {
   friend class Connection;
   /// ngtcp2 settings and transport parameters shared by dialled and accepted connections.
   void defaults(std::uint64_t ts, ngtcp2_settings& st, ngtcp2_transport_params& params) const;
-  void wait_readable();
+  /// The socket or the timer may be readable; false once stopped (stop watching).
+  bool on_ready();
   void on_readable();
   void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
@@ -97,13 +99,13 @@ class Endpoint {
   void remove_cid(const ngtcp2_cid& cid);
   void retire(Connection& c);
 
-  detail::Engine& engine_;
+  detail::EventLoop& loop_;
   const tls::TlsContext& tls_;
   ConnectionSettings settings_;
   UdpSocket sock_;
-  asio::posix::stream_descriptor wait_fd_;
-  // ngtcp2's expiry for every connection; sits in the engine's readiness gate.
-  detail::WakeTimer timer_;
+  // ngtcp2's expiry for every connection; watched by the loop next to the socket.
+  WakeTimer timer_;
+  bool watching_ = false;
   std::uint64_t timer_at_ = 0;  // when timer_ fires; 0 = disarmed
   AcceptFn accept_;
   std::map<std::string, Connection*> cids_;

@@ -35,6 +35,24 @@ std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node)
   return {};
 }
 
+namespace {
+
+// What a queued chunk calls back: its pooled buffer (if any) goes back to the pool, and
+// `op` (if any) completes with the chunk's fate, once the peer acknowledged its last byte.
+quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
+  return [buf = std::move(buf), op = std::move(op)](Errc code, const std::string& why) mutable {
+    buf.reset();
+    if (!op) return;
+    if (code == Errc::ok) {
+      op->succeed(op->status());
+    } else {
+      op->complete(code, why);
+    }
+  };
+}
+
+}  // namespace
+
 void Peer::on_established(quic::Connection& c) {
   attach(c);
   for (int l = 0; l < wire::lane_count; ++l) {
@@ -43,7 +61,7 @@ void Peer::on_established(quic::Connection& c) {
     wire::encode_preamble(static_cast<Lane>(l),
                           std::span<std::byte, wire::preamble_size>(b.data(), wire::preamble_size));
     const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
-    c.push(out_[l], quic::Chunk{p, wire::preamble_size, std::move(b), nullptr});
+    c.push(out_[l], quic::Chunk{p, wire::preamble_size, chunk_done(std::move(b), nullptr)});
   }
   const std::string& my_name = node_.names_[static_cast<std::size_t>(node_.rank())];
   FrameHeader h;
@@ -65,7 +83,7 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
     return;
   }
   const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
-  conn_->push(out_[static_cast<int>(lane)], quic::Chunk{p, len, std::move(buf), std::move(done)});
+  conn_->push(out_[static_cast<int>(lane)], quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))});
 }
 
 FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
@@ -100,7 +118,8 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
 void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const bool last = i + 1 == parts.size();
-    quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes, {}, last ? op : nullptr};
+    quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes,
+                  last ? chunk_done({}, op) : quic::Completion{}};
     conn_->push(out_[static_cast<int>(lane)], std::move(c));
   }
   if (parts.empty()) op->succeed();

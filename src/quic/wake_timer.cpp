@@ -1,4 +1,4 @@
-#include "engine/wake_timer.hpp"
+#include "quic/wake_timer.hpp"
 
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <system_error>
 
-namespace nexar::detail {
+namespace nexar::quic {
 
 WakeTimer::WakeTimer() : fd_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "timerfd_create");
@@ -33,4 +33,4 @@ bool WakeTimer::clear() noexcept {
   return ::read(fd_, &expirations, sizeof expirations) == static_cast<ssize_t>(sizeof expirations);
 }
 
-}  // namespace nexar::detail
+}  // namespace nexar::quic

@@ -1,12 +1,12 @@
 // A one-shot timer as a descriptor (timerfd on CLOCK_MONOTONIC, the clock of
-// std::chrono::steady_clock), so it can sit in the engine's ReadinessGate next to the
-// socket. Unlike an Asio timer, re-arming it from a user thread posts no cancelled
-// handler to the engine thread, so moving the deadline wakes nobody.
+// std::chrono::steady_clock), so the endpoint's loop watches it next to the socket
+// (EventLoop::watch). Unlike an Asio timer, re-arming it from a user thread posts no
+// cancelled handler to the loop's thread, so moving the deadline wakes nobody.
 #pragma once
 
 #include <cstdint>
 
-namespace nexar::detail {
+namespace nexar::quic {
 
 class WakeTimer {
  public:
@@ -28,4 +28,4 @@ class WakeTimer {
   int fd_ = -1;
 };
 
-}  // namespace nexar::detail
+}  // namespace nexar::quic
