@@ -18,7 +18,7 @@ static std::chrono::milliseconds left(std::chrono::steady_clock::time_point dead
 }
 
 Request Coll::isend(int to, const void* data, std::size_t bytes) const {
-  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of()};
+  CommImpl::P2p a{Domain::collective, name, g.id(), tag, left(deadline), g.local_of()};
   const Config& cfg = g.node().config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -26,7 +26,7 @@ Request Coll::isend(int to, const void* data, std::size_t bytes) const {
 }
 
 Request Coll::irecv(int from, void* data, std::size_t bytes) const {
-  CommImpl::P2p a{Domain::bulk, name, g.id(), tag, left(deadline), g.local_of(), true};
+  CommImpl::P2p a{Domain::collective, name, g.id(), tag, left(deadline), g.local_of(), true};
   return g.node().irecv(a, g.world_of(from), data, bytes);
 }
 

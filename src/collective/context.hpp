@@ -1,5 +1,6 @@
 // What a collective algorithm works with: its communicator, its tag, its deadline, the
-// element type and reduction, and point-to-point helpers in group ranks on the bulk lane.
+// element type and reduction, and point-to-point helpers in group ranks on the collective
+// lane.
 // Algorithms run on the communicator's collective thread; a failed step throws
 // nexar::Error, which fails the collective's Request.
 #pragma once

@@ -1,5 +1,6 @@
 // A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
-// Peer per other rank, the matching queues of the data and bulk lanes, and the RPC service.
+// Peer per other rank, the matching queues of the message lanes (data, bulk, collective),
+// and the RPC service.
 // The public Communicator is a handle to it (detail::CommImpl is this class).
 //
 // Threads: user threads validate arguments, copy eager payloads into pooled buffers and
@@ -29,8 +30,23 @@
 
 namespace nexar::detail {
 
-/// Which matching space a point-to-point operation uses.
-enum class Domain { data = 0, bulk = 1 };
+/// The lane that carries a matching space's messages, and back; only message lanes
+/// (data, bulk, collective) have a matching space.
+constexpr wire::Lane lane_of(Domain d) noexcept {
+  switch (d) {
+    case Domain::bulk: return wire::Lane::bulk;
+    case Domain::collective: return wire::Lane::collective;
+    case Domain::data: break;
+  }
+  return wire::Lane::data;
+}
+constexpr Domain domain_of(wire::Lane lane) noexcept {
+  switch (lane) {
+    case wire::Lane::bulk: return Domain::bulk;
+    case wire::Lane::collective: return Domain::collective;
+    default: return Domain::data;
+  }
+}
 
 struct NodeOptions {
   int rank = 0;
@@ -213,7 +229,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   Engine engine_;
   std::unique_ptr<quic::Endpoint> ep_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  MatchQueue match_[2];
+  MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::unique_ptr<RpcService> rpc_;
   std::map<std::uint64_t, PendingCall> calls_;

@@ -69,6 +69,7 @@ const char* lane_name(Lane l) noexcept {
     case Lane::rpc_request: return "rpc_request";
     case Lane::rpc_response: return "rpc_response";
     case Lane::bulk: return "bulk";
+    case Lane::collective: return "collective";
   }
   return "unknown";
 }
@@ -87,7 +88,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::rts:
     case FrameType::cts:
     case FrameType::rdata:
-      return lane == Lane::data || lane == Lane::bulk;
+      return lane == Lane::data || lane == Lane::bulk || lane == Lane::collective;
     case FrameType::rpc_request:
       return lane == Lane::rpc_request;
     case FrameType::rpc_response:
