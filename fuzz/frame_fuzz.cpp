@@ -1,8 +1,8 @@
 // libFuzzer target for the stream decoder (wire/frame.hpp) and the seed protocol codec
 // (wire/seed_message.hpp).
 //
-// Input: byte 0 picks the lane (byte % 5) and the chunk size (1 + byte / 5); the rest is
-// the stream body. It is fed three ways:
+// Input: byte 0 picks the lane (byte % lane_count) and the chunk size (1 + byte /
+// lane_count); the rest is the stream body. It is fed three ways:
 //   1. after a valid preamble for the lane, in chunks of that size;
 //   2. the same, in one piece;
 //   3. raw (no preamble added), in one piece, so the preamble decoder is fuzzed too.
@@ -238,7 +238,7 @@ void fuzz_seed(std::uint8_t selector, const std::uint8_t* data, std::size_t size
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const auto lane = static_cast<Lane>(data[0] % nexar::wire::lane_count);
-  const std::size_t chunk = 1 + data[0] / 5;
+  const std::size_t chunk = 1 + data[0] / nexar::wire::lane_count;
   const auto body = std::as_bytes(std::span<const std::uint8_t>(data + 1, size - 1));
 
   // The stream with a preamble prepended; one copy, so the payload chunks of both runs

@@ -185,7 +185,7 @@ TEST(BadInput, CertificateFromAnotherCluster) {
 
 // ---- a hostile rank 1 speaking valid QUIC/TLS but invalid nexar frames ---------------------
 
-// Plays rank 1 on the engine thread: accepts rank 0's connection, opens the five lanes
+// Plays rank 1 on the engine thread: accepts rank 0's connection, opens every lane
 // with correct preambles and a correct hello, then writes whatever the test asks for.
 class HostilePeer final : public nexar::quic::ConnectionHandler {
  public:
@@ -236,7 +236,7 @@ class HostilePeer final : public nexar::quic::ConnectionHandler {
 
  private:
   nexar::quic::Connection* conn_ = nullptr;
-  std::int64_t out_[nexar::wire::lane_count] = {-1, -1, -1, -1, -1};
+  std::int64_t out_[nexar::wire::lane_count] = {-1, -1, -1, -1, -1, -1};
   std::deque<std::vector<std::uint8_t>> keep_;
   std::atomic<bool> closed_{false};
   std::promise<std::string> closed_promise_;

@@ -26,7 +26,8 @@ constexpr FrameType all_types[] = {FrameType::hello, FrameType::goodbye,     Fra
                                    FrameType::rts,   FrameType::cts,         FrameType::rdata,
                                    FrameType::rpc_request, FrameType::rpc_response};
 constexpr Lane all_lanes[] = {Lane::control, Lane::data, Lane::rpc_request, Lane::rpc_response,
-                              Lane::bulk};
+                              Lane::bulk,    Lane::collective};
+static_assert(std::size(all_lanes) == lane_count);
 
 // The lane each type is valid on (the first one, for data-lane types).
 Lane home_lane(FrameType t) {
@@ -89,6 +90,30 @@ TEST(Preamble, RoundTripEveryLane) {
   }
 }
 
+// The collective lane is value 5 on the wire and carries exactly the message frames, like
+// the data and bulk lanes.
+TEST(Preamble, CollectiveLaneIsFive) {
+  std::array<std::byte, preamble_size> b{};
+  encode_preamble(Lane::collective, b);
+  EXPECT_EQ(std::to_integer<unsigned>(b[5]), 5u);
+  Lane got = Lane::control;
+  DecodeError e = decode_preamble(b, got);
+  EXPECT_FALSE(e) << e.error;
+  EXPECT_EQ(got, Lane::collective);
+  for (FrameType t : {FrameType::eager, FrameType::rts, FrameType::cts, FrameType::rdata}) {
+    FrameHeader h;
+    h.type = t;
+    EXPECT_FALSE(decode(h, Lane::collective)) << nexar::wire::to_string(t);
+  }
+  for (FrameType t : {FrameType::hello, FrameType::goodbye, FrameType::rpc_request,
+                      FrameType::rpc_response}) {
+    FrameHeader h;
+    h.type = t;
+    EXPECT_EQ(decode(h, Lane::collective).error,
+              std::string("frame type ") + nexar::wire::to_string(t) + " not allowed on lane collective");
+  }
+}
+
 TEST(Preamble, Rejects) {
   auto bad = [](std::size_t at, std::uint8_t v) {
     std::array<std::byte, preamble_size> b{};
@@ -103,7 +128,7 @@ TEST(Preamble, Rejects) {
   EXPECT_TRUE(contains(bad(3, 0), "magic"));
   EXPECT_TRUE(contains(bad(4, 2), "version 2")) << bad(4, 2);
   EXPECT_TRUE(contains(bad(4, 0), "version 0"));
-  EXPECT_TRUE(contains(bad(5, 5), "lane 5")) << bad(5, 5);
+  EXPECT_TRUE(contains(bad(5, 6), "lane 6")) << bad(5, 6);
   EXPECT_TRUE(contains(bad(5, 0xff), "lane 255"));
   EXPECT_TRUE(contains(bad(6, 1), "reserved bytes 0x0001")) << bad(6, 1);
   EXPECT_TRUE(contains(bad(7, 1), "reserved bytes 0x0100")) << bad(7, 1);
@@ -207,7 +232,7 @@ TEST(Validate, LaneRules) {
       case FrameType::goodbye: return l == Lane::control;
       case FrameType::rpc_request: return l == Lane::rpc_request;
       case FrameType::rpc_response: return l == Lane::rpc_response;
-      default: return l == Lane::data || l == Lane::bulk;
+      default: return l == Lane::data || l == Lane::bulk || l == Lane::collective;
     }
   };
   for (FrameType t : all_types) {
@@ -425,6 +450,7 @@ Frame random_frame(std::mt19937_64& rng, Lane lane, std::size_t max_size) {
       break;
     case Lane::data:
     case Lane::bulk:
+    case Lane::collective:
       switch (rng() % 5) {
         case 0: h.type = FrameType::eager; break;
         case 1:

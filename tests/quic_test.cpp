@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <map>
 #include <random>
 
 #include "engine/engine.hpp"
@@ -255,4 +256,60 @@ TEST(Connection, VanishedPeerFailsPromptly) {
   EXPECT_EQ(code, Errc::peer_failed) << why;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s) << "should not wait for the idle timeout";
   server.reset();
+}
+
+namespace {
+
+// Records, per stream, how many bytes had arrived on the other streams when its first byte
+// came and when its last one did.
+struct StreamOrder : Events {
+  std::map<std::int64_t, std::uint64_t> got;
+  std::uint64_t total = 0;
+  std::map<std::int64_t, std::uint64_t> total_at_first, total_at_last;
+  std::uint64_t per_stream = 0;
+  void on_stream_data(quic::Connection& c, std::int64_t s, const std::uint8_t* d,
+                      std::size_t n) override {
+    if (got[s] == 0) total_at_first[s] = total;
+    got[s] += n;
+    total += n;
+    if (got[s] == per_stream) total_at_last[s] = total;
+    Events::on_stream_data(c, s, d, n);
+  }
+};
+
+}  // namespace
+
+// Two streams of one priority queued at once share the link: the second one starts long
+// before the first one ends, instead of waiting behind all of it.
+TEST(Connection, EqualPriorityStreamsTakeTurns) {
+  StreamOrder order;  // outlives the server, whose shutdown still reports to it
+  auto ca = tls::ClusterCa::create("quic-test");
+  Side server(tls::issue_local(ca, "srv")), client(tls::issue_local(ca, "cli"));
+  order.per_stream = 8u << 20;
+  order.want = 2 * order.per_stream;
+  auto got = order.got_all.get_future();
+  server.run([&] { server.ep->start([&](quic::Connection&) { return &order; }); });
+  client.listen();
+  quic::Connection* c = nullptr;
+  client.run([&] { c = &client.ep->connect(server.ep->local(), "srv", &client.events); });
+  ASSERT_EQ(client.events.established.get_future().wait_for(5s), std::future_status::ready);
+  std::vector<std::uint8_t> data(order.per_stream, 0x5a);
+  std::int64_t first = -1, second = -1;
+  client.run([&] {
+    first = c->open_stream(1);
+    second = c->open_stream(1);
+    // Everything is queued before the next flush: the first stream alone could fill it.
+    c->push(first, quic::Chunk{data.data(), data.size(), {}});
+    c->push(second, quic::Chunk{data.data(), data.size(), {}});
+  });
+  ASSERT_EQ(got.wait_for(20s), std::future_status::ready);
+  // Read on the server's engine thread, where they were written.
+  std::uint64_t second_started_at = 0, first_done_at = 0;
+  server.run([&] {
+    second_started_at = order.total_at_first[second];
+    first_done_at = order.total_at_last[first];
+  });
+  EXPECT_LT(second_started_at, order.per_stream / 2)
+      << "the second stream waited behind " << second_started_at << " bytes of the first";
+  EXPECT_LT(second_started_at, first_done_at);
 }

@@ -1,6 +1,7 @@
 // Integration tests of point-to-point messaging over real QUIC between ranks of one process
 // (bootstrap_local): payload integrity, MPI ordering, wildcards, non-blocking operations,
-// scatter/gather, the bulk lane, truncation, timeouts, cancellation, peer loss and close.
+// scatter/gather, the bulk lane (and collectives and sends beside it), truncation,
+// timeouts, cancellation, peer loss and close.
 #include <nexar/nexar.hpp>
 
 #include <gtest/gtest.h>
@@ -799,6 +800,132 @@ TEST(Transport, BulkDoesNotBlockDataLane) {
   EXPECT_TRUE(big == big_got);
 }
 
+
+// ---- collectives and sends beside a bulk lane stalled on flow control -------------------
+
+// Windows and unexpected budget small enough that a few MiB of bulk data nobody receives
+// yet stall the bulk lane: rank 1 buffers unexpected_limit bytes of it, then holds back
+// credit, and rank 0 is left with the rest queued on its bulk stream.
+nexar::Config stalled_bulk_config() {
+  nexar::Config c = test_config();
+  c.stream_window = 256 * 1024;
+  c.unexpected_limit = 256 * 1024;  // eager_limit stays 64 KiB
+  return c;
+}
+
+// Rank 0's bulk transfers to rank 1, queued before anything else and received only at the
+// end: eager messages worth several windows plus the budget (they stall the bulk stream),
+// then one large rendezvous message.
+class StalledBulk {
+ public:
+  explicit StalledBulk(Communicator& c0) {
+    const std::size_t e = c0.config().eager_limit;
+    eager_.reserve(eager_count);
+    for (int i = 0; i < eager_count; ++i) {
+      eager_.push_back(random_bytes(e, 100 + static_cast<std::uint64_t>(i)));
+      sends_.push_back(c0.istream_send(1, i, eager_.back().data(), e));
+    }
+    large_.resize(8u << 20);
+    fill_pattern(large_, 0xb01c);
+    sends_.push_back(c0.istream_send(1, eager_count, large_.data(), large_.size()));
+  }
+  // Rank 1 receives it all at last: every byte must arrive intact.
+  void receive(Communicator& c1) {
+    for (int i = 0; i < eager_count; ++i) {
+      const auto& want = eager_[static_cast<std::size_t>(i)];
+      std::vector<std::byte> got(want.size());
+      Status s = c1.stream_recv(0, i, got.data(), got.size());
+      EXPECT_EQ(s.bytes, want.size()) << "bulk message " << i;
+      EXPECT_TRUE(got == want) << "bulk message " << i;
+    }
+    std::vector<std::byte> got(large_.size());
+    EXPECT_EQ(c1.stream_recv(0, eager_count, got.data(), got.size()).bytes, large_.size());
+    EXPECT_TRUE(got == large_);
+    for (auto& r : sends_) r.wait();
+  }
+
+ private:
+  static constexpr int eager_count = 32;
+  std::vector<std::vector<std::byte>> eager_;
+  std::vector<std::byte> large_;
+  std::vector<Request> sends_;
+};
+
+// Collectives have a lane of their own and their own unexpected-message budget: a bulk
+// stream stalled on flow control (rank 1 has not posted its stream_recv) neither holds
+// their frames back nor uses up the budget their early segments need.
+TEST(Transport, CollectivesDoNotWaitBehindStalledBulk) {
+  auto comms = nexar::bootstrap_local(2, stalled_bulk_config());
+  StalledBulk bulk(comms[0]);
+  nexar::CollectiveOptions o;
+  o.timeout = 10s;  // stuck behind the bulk lane, a collective fails instead of hanging
+  run_ranks(2, [&](int r) {
+    Communicator& c = comms[static_cast<std::size_t>(r)];
+    const auto ur = static_cast<std::uint32_t>(r);
+    c.barrier(o);
+
+    std::uint64_t x = ur + 1, sum = 0;
+    c.all_reduce(&x, &sum, 1, nexar::DataType::u64, nexar::ReduceOp::sum, o);
+    EXPECT_EQ(sum, 3u);
+
+    std::vector<std::uint32_t> v(256 * 1024), out(v.size());  // 1 MiB
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::uint32_t>(i) * 3 + ur;
+    c.all_reduce(v.data(), out.data(), v.size(), nexar::DataType::u32, nexar::ReduceOp::sum, o);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      if (out[i] != static_cast<std::uint32_t>(i) * 6 + 1) {
+        ADD_FAILURE() << "rank " << r << ": all_reduce element " << i << " is " << out[i];
+        break;
+      }
+    }
+
+    // A late receiver: the root's eager segments (more than a window of them) reach rank 1
+    // before its receives, and are buffered against the collective lane's budget.
+    if (r == 1) std::this_thread::sleep_for(200ms);
+    std::vector<std::byte> b(1u << 20);
+    if (r == 0) fill_pattern(b, 0xbca5);
+    nexar::CollectiveOptions chain = o;
+    chain.algorithm = nexar::Algorithm::ring;
+    chain.segment_bytes = 64 * 1024;
+    c.broadcast(b.data(), b.size(), nexar::DataType::u8, 0, chain);
+    std::vector<std::byte> want(b.size());
+    fill_pattern(want, 0xbca5);
+    EXPECT_TRUE(b == want) << "rank " << r << ": broadcast";
+  });
+  bulk.receive(comms[1]);
+}
+
+// The same for point-to-point messages on the data lane, matched and unexpected alike.
+TEST(Transport, SendsDoNotWaitBehindStalledBulk) {
+  nexar::Config cfg = stalled_bulk_config();
+  cfg.op_timeout = 10s;  // stuck behind the bulk lane, an operation fails instead of hanging
+  // Declared before the communicators: a receive stuck on a partly arrived message ignores
+  // its deadline, and its buffer must outlive it.
+  const std::size_t e = cfg.eager_limit;
+  constexpr int early = 12;
+  std::vector<std::vector<std::byte>> msgs, got;
+  for (int i = 0; i < early; ++i) {
+    msgs.push_back(random_bytes(e, 500 + static_cast<std::uint64_t>(i)));
+    got.emplace_back(e);
+  }
+  auto comms = nexar::bootstrap_local(2, cfg);
+  StalledBulk bulk(comms[0]);
+  // Round trips of small and rendezvous-sized messages, receives posted first.
+  ping(comms[0], comms[1], 1, 8);
+  ping(comms[1], comms[0], 2, 8);
+  ping(comms[0], comms[1], 3, 1u << 20);
+  ping(comms[1], comms[0], 4, 1u << 20);
+  // Eager messages worth more than a window and the budget, sent before their receives.
+  for (int i = 0; i < early; ++i)
+    comms[0].send(1, 10 + i, msgs[static_cast<std::size_t>(i)].data(), e);
+  for (int i = 0; i < early; ++i) {
+    auto& g = got[static_cast<std::size_t>(i)];
+    Request r = comms[1].irecv(0, 10 + i, g.data(), g.size());
+    ASSERT_TRUE(r.wait_for(cfg.op_timeout)) << "message " << i << " stuck behind the bulk lane";
+    EXPECT_EQ(r.wait().bytes, e);
+    EXPECT_TRUE(g == msgs[static_cast<std::size_t>(i)]) << "message " << i;
+  }
+  bulk.receive(comms[1]);
+}
 
 // Regression: a rendezvous send whose last part was empty completed before its bytes left,
 // so overwriting the buffer after wait() corrupted what the receiver got.

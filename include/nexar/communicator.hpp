@@ -103,9 +103,11 @@ class Communicator {
   // ---- raw tagged byte streams, bulk lane -----------------------------------------------
 
   /// Sends a large byte range on the bulk lane. Bulk traffic has its own matching space
-  /// (a stream_recv never matches a send and vice versa) and its own QUIC stream, so a
-  /// multi-gigabyte transfer never delays control, data or RPC traffic. Contract and
-  /// errors as send().
+  /// (a stream_recv never matches a send and vice versa), its own QUIC stream, written
+  /// only when no other lane has data to send, and its own unexpected-message budget, so
+  /// a multi-gigabyte transfer (or one the receiver has not taken yet) never delays
+  /// control, data, RPC or collective traffic: collectives have a lane of their own.
+  /// Contract and errors as send().
   void stream_send(int dest, int tag, const void* data, std::size_t bytes);
   Request istream_send(int dest, int tag, const void* data, std::size_t bytes);
   /// Receives from the bulk lane; contract and errors as recv().

@@ -39,9 +39,9 @@ struct Config {
   /// to post a matching receive and then land straight in its buffer
   /// (NEXAR_EAGER_LIMIT_BYTES).
   std::uint64_t eager_limit = 64 * 1024;
-  /// Bytes of unexpected (not yet received) eager messages buffered per peer before the
-  /// receiver stops extending flow-control credit to that peer's lane
-  /// (NEXAR_UNEXPECTED_LIMIT_BYTES).
+  /// Bytes of unexpected (not yet received) eager messages buffered per peer and per
+  /// message lane (data, bulk, collective) before the receiver stops extending
+  /// flow-control credit to that peer's lane (NEXAR_UNEXPECTED_LIMIT_BYTES).
   std::uint64_t unexpected_limit = 64ull * 1024 * 1024;
   /// QUIC per-stream receive window (NEXAR_STREAM_WINDOW_BYTES).
   std::uint64_t stream_window = 16ull * 1024 * 1024;

@@ -163,7 +163,7 @@ void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
 Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
-  CommImpl::P2p a{Domain::bulk, op, id_, tag, left(deadline), local_of_};
+  CommImpl::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_};
   const Config& cfg = node_->config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -172,7 +172,7 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
 
 Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
-  CommImpl::P2p a{Domain::bulk, op, id_, tag, left(deadline), local_of_, true};
+  CommImpl::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_, true};
   return node_->irecv(a, world_of(from), data, bytes);
 }
 

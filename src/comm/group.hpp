@@ -1,8 +1,8 @@
 // A communicator as the application sees it: a group of world ranks on one node, with the
 // id its frames carry. The world is group 0 with every rank; split() makes subgroups.
 // Ranks in the public API are group ranks; the node works in world ranks. A Group is also
-// what its collectives see of it (CollectivePort): their messages travel as point-to-point
-// messages of the collective matching space, and they run on the group's CollectiveRunner.
+// what its collectives see of it (CollectivePort): their messages travel on the collective
+// lane, in its own matching space, and they run on the group's CollectiveRunner.
 #pragma once
 
 #include <nexar/communicator.hpp>

@@ -266,9 +266,16 @@ bool Connection::has_unsent() const noexcept {
 }
 
 Connection::SendStream* Connection::next_writable() {
-  for (auto& s : streams_)
-    if (!s->blocked && s->sent < s->queued) return s.get();
-  return nullptr;
+  // The best priority class with something to write; within it, the stream that waited
+  // longest since it last got bytes into a packet. Always taking the first one would let
+  // one stream of a class starve the others for as long as it has data.
+  SendStream* best = nullptr;
+  for (auto& s : streams_) {
+    if (best && s->priority != best->priority) break;  // streams_ is sorted by priority
+    if (s->blocked || s->sent >= s->queued) continue;
+    if (!best || s->last_turn < best->last_turn) best = s.get();
+  }
+  return best;
 }
 
 // ---- I/O -------------------------------------------------------------------------------
@@ -425,6 +432,7 @@ void Connection::flush(std::uint64_t ts) {
       // Advance the unsent cursor over what ngtcp2 took.
       auto left = static_cast<std::size_t>(datalen);
       s->sent += left;
+      s->last_turn = ++turns_;
       while (left > 0) {
         const Chunk& c = s->q[s->send_idx];
         std::size_t room = c.len - s->send_off;

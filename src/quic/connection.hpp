@@ -83,7 +83,8 @@ class Connection {
   /// Opaque slot for the owner (the transport stores its peer here).
   void* user = nullptr;
 
-  /// Opens a unidirectional stream; lower `priority` values are written first.
+  /// Opens a unidirectional stream; lower `priority` values are written first, and streams
+  /// of equal priority take turns, packet by packet.
   std::int64_t open_stream(int priority);
   /// Queues bytes on a stream opened with open_stream; they go out at the next flush.
   void push(std::int64_t stream, Chunk chunk);
@@ -111,6 +112,7 @@ class Connection {
     std::size_t send_off = 0;  // unsent position inside it
     std::uint64_t queued = 0;  // stream offset of the end of queued data
     std::uint64_t sent = 0;    // stream offset handed to ngtcp2
+    std::uint64_t last_turn = 0;  // turns_ when it last got bytes into a packet
     bool blocked = false;
   };
 
@@ -159,6 +161,7 @@ class Connection {
   std::string peer_node_;
   std::string verify_error_;
   std::vector<std::unique_ptr<SendStream>> streams_;  // sorted by priority
+  std::uint64_t turns_ = 0;  // packets written with stream data, for round-robin
   std::vector<ngtcp2_cid> cids_;     // our source CIDs, registered at the endpoint
   bool established_ = false;
   bool closed_ = false;

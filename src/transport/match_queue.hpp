@@ -1,7 +1,8 @@
-// MPI-style message matching for one lane domain (data or bulk) of a node: receives posted
-// before their message arrived, and messages (or rendezvous announcements) that arrived
-// before their receive was posted. Both lists keep arrival/post order, so the first match
-// is always the oldest one: this is what makes (comm, source, tag) delivery non-overtaking.
+// MPI-style message matching for one matching space (data, bulk or collective) of a node:
+// receives posted before their message arrived, and messages (or rendezvous announcements)
+// that arrived before their receive was posted. Both lists keep arrival/post order, so the
+// first match is always the oldest one: this is what makes (comm, source, tag) delivery
+// non-overtaking.
 // Engine thread only.
 #pragma once
 
@@ -21,6 +22,11 @@ namespace nexar::detail {
 /// above internal_tag_base, which any_tag never matches.
 using Tag = std::int64_t;
 inline constexpr Tag internal_tag_base = Tag{1} << 40;
+
+/// Which matching space a point-to-point operation uses; each has its own message lane
+/// (lane_of in transport/node.hpp), so a message of one never waits behind another's.
+enum class Domain { data = 0, bulk = 1, collective = 2 };
+inline constexpr int domain_count = 3;
 
 /// A receive posted by the application (or by a collective).
 struct RecvOp {

@@ -276,7 +276,7 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     fail(st, p->gone_code(), dest, p->gone_why());
     return Request(st);
   }
-  const Lane lane = d == Domain::bulk ? Lane::bulk : Lane::data;
+  const Lane lane = lane_of(d);
   if (size <= cfg_.eager_limit) {
     // Small: copy once into a pooled buffer behind the header; the caller's buffer is free
     // as soon as we return.
@@ -354,7 +354,7 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
     }
     // Still arriving: the rest goes straight to the receive buffer.
     if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
-    p->release_unexpected(u->data.size());
+    p->release_unexpected(d, u->data.size());
     u->data.clear();
     u->data.shrink_to_fit();
     u->waiter = r;
@@ -364,7 +364,7 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
   if (u->size <= r->cap && u->waiter == nullptr && !u->data.empty())
     std::memcpy(r->buf, u->data.data(), u->data.size());
   finish_recv(*r, u->source, u->tag, u->size);
-  if (p && !u->data.empty()) p->release_unexpected(u->data.size());
+  if (p && !u->data.empty()) p->release_unexpected(d, u->data.size());
 }
 
 void CommImpl::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {

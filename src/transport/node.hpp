@@ -1,7 +1,7 @@
 // A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
-// Peer per other rank and the matching queues of the data and bulk lanes; the frames of the
-// RPC lanes go to the RPC module above it (RpcLanes). Communicators (src/comm) are groups of
-// ranks on one node.
+// Peer per other rank and the matching queues of the message lanes (data, bulk, collective);
+// the frames of the RPC lanes go to the RPC module above it (RpcLanes). Communicators
+// (src/comm) are groups of ranks on one node.
 //
 // Threads: user threads validate arguments, copy eager payloads into pooled buffers and
 // post work to the engine; everything below runs on the engine thread.
@@ -29,8 +29,23 @@
 
 namespace nexar::detail {
 
-/// Which matching space a point-to-point operation uses.
-enum class Domain { data = 0, bulk = 1 };
+/// The lane that carries a matching space's messages, and back; only message lanes
+/// (data, bulk, collective) have a matching space.
+constexpr wire::Lane lane_of(Domain d) noexcept {
+  switch (d) {
+    case Domain::bulk: return wire::Lane::bulk;
+    case Domain::collective: return wire::Lane::collective;
+    case Domain::data: break;
+  }
+  return wire::Lane::data;
+}
+constexpr Domain domain_of(wire::Lane lane) noexcept {
+  switch (lane) {
+    case wire::Lane::bulk: return Domain::bulk;
+    case wire::Lane::collective: return Domain::collective;
+    default: return Domain::data;
+  }
+}
 
 struct NodeOptions {
   int rank = 0;
@@ -210,7 +225,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   Engine engine_;
   std::unique_ptr<quic::Endpoint> ep_;
   std::vector<std::unique_ptr<Peer>> peers_;
-  MatchQueue match_[2];
+  MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
   std::atomic<bool> closed_{false};

@@ -12,16 +12,16 @@ using wire::FrameType;
 using wire::Lane;
 
 namespace {
-// Write priority of the outgoing streams: control and RPC before data, bulk last, so a
-// long bulk transfer never sits in front of a barrier or an RPC.
-constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3};
+// Write priority of the outgoing streams (indexed by lane): control first, then RPC, then
+// data and collective together, bulk last, so a long bulk transfer never sits in front of a
+// barrier or an RPC. Data and collective share a class: the connection takes turns between
+// streams of one class, so a large send and a large collective share the link and a small
+// message of either waits about a packet at most.
+constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3, 2};
 }  // namespace
 
 Peer::Peer(CommImpl& node, int rank, std::string name, quic::Address addr)
     : node_(node), rank_(rank), name_(std::move(name)), addr_(addr), addr_text_(addr.to_string()) {}
-
-Domain Peer::domain_of(Lane lane) { return lane == Lane::bulk ? Domain::bulk : Domain::data; }
-Lane Peer::lane_of(Domain d) { return d == Domain::bulk ? Lane::bulk : Lane::data; }
 
 void Peer::attach(quic::Connection& c) {
   conn_ = &c;
@@ -160,11 +160,12 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
   send_header(lane_of(d), h);
 }
 
-void Peer::release_unexpected(std::uint64_t bytes) {
-  unexpected_bytes_ -= std::min(unexpected_bytes_, bytes);
-  if (unexpected_bytes_ >= node_.config().unexpected_limit || !conn_) return;
+void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
+  std::uint64_t& held = unexpected_bytes_[static_cast<int>(d)];
+  held -= std::min(held, bytes);
+  if (held >= node_.config().unexpected_limit || !conn_) return;
   for (auto& [id, s] : in_) {
-    if (s->deferred) {
+    if (s->deferred && domain_of(s->reader.lane()) == d) {
       conn_->consumed(id, s->deferred);
       s->deferred = 0;
     }
@@ -267,12 +268,13 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   }
   // Messages from it that will never be completed (eager ones cut off mid-way, announced
   // rendezvous ones) must not be matched by later receives; whole ones stay receivable.
-  for (Domain d : {Domain::data, Domain::bulk}) {
-    auto& list = node_.queue(d).unexpected();
+  for (int di = 0; di < domain_count; ++di) {
+    auto& list = node_.queue(static_cast<Domain>(di)).unexpected();
+    std::uint64_t& held = unexpected_bytes_[di];
     for (auto it = list.begin(); it != list.end();) {
       const Unexpected& u = **it;
       if (u.source == rank_ && (u.rendezvous || !u.complete) && !u.waiter) {
-        unexpected_bytes_ -= std::min<std::uint64_t>(unexpected_bytes_, u.data.size());
+        held -= std::min<std::uint64_t>(held, u.data.size());
         it = list.erase(it);
       } else {
         ++it;
@@ -418,8 +420,9 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
         if (k.unexp->size <= w.cap) std::memcpy(w.buf + k.got, chunk.data(), chunk.size());
       } else {
         k.unexp->data.insert(k.unexp->data.end(), chunk.begin(), chunk.end());
-        unexpected_bytes_ += chunk.size();
-        if (unexpected_bytes_ > node_.config().unexpected_limit) {
+        std::uint64_t& held = unexpected_bytes_[static_cast<int>(domain_of(s.reader.lane()))];
+        held += chunk.size();
+        if (held > node_.config().unexpected_limit) {
           s.deferred += chunk.size();
           s.deferred_now += chunk.size();
         }

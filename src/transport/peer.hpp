@@ -21,7 +21,6 @@
 namespace nexar::detail {
 
 class CommImpl;
-enum class Domain;
 
 class Peer final : public quic::ConnectionHandler {
  public:
@@ -67,8 +66,9 @@ class Peer final : public quic::ConnectionHandler {
   /// A matched receive for an announced message: ask the peer for the data.
   void accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_ptr<RecvOp> r,
                          std::uint64_t size);
-  /// Returns credit held back for buffered unexpected bytes that were now consumed.
-  void release_unexpected(std::uint64_t bytes);
+  /// Returns credit held back for buffered unexpected bytes of domain `d` that were now
+  /// consumed.
+  void release_unexpected(Domain d, std::uint64_t bytes);
   /// Unacknowledged bytes on all outgoing lanes.
   std::uint64_t unacked() const;
   /// Orderly close: goodbye on the control lane.
@@ -122,8 +122,6 @@ class Peer final : public quic::ConnectionHandler {
   void protocol_error(const std::string& why);
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
-  static Domain domain_of(wire::Lane lane);
-  static wire::Lane lane_of(Domain d);
 
   CommImpl& node_;
   int rank_;
@@ -134,7 +132,7 @@ class Peer final : public quic::ConnectionHandler {
   std::atomic<State> state_{State::connecting};
   Errc gone_code_ = Errc::ok;
   std::string gone_why_;
-  std::int64_t out_[wire::lane_count] = {-1, -1, -1, -1, -1};
+  std::int64_t out_[wire::lane_count] = {-1, -1, -1, -1, -1, -1};
   std::map<std::int64_t, std::unique_ptr<InStream>> in_;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, RdvOut> rdv_out_;
@@ -142,8 +140,11 @@ class Peer final : public quic::ConnectionHandler {
     std::shared_ptr<RecvOp> recv;
     std::uint64_t size = 0;
   };
-  std::map<std::uint64_t, RdvIn> rdv_in_[2];
-  std::uint64_t unexpected_bytes_ = 0;
+  std::map<std::uint64_t, RdvIn> rdv_in_[domain_count];
+  // Buffered unexpected bytes, per matching space, each bounded by Config::unexpected_limit:
+  // with one shared budget, bulk data nobody received yet could use it all, and the
+  // collective or data lane's credit would then be held back behind it.
+  std::uint64_t unexpected_bytes_[domain_count] = {};
   bool hello_seen_ = false;
 };
 

@@ -62,7 +62,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::rts:
     case FrameType::cts:
     case FrameType::rdata:
-      return lane == Lane::data || lane == Lane::bulk;
+      return lane == Lane::data || lane == Lane::bulk || lane == Lane::collective;
     case FrameType::rpc_request:
       return lane == Lane::rpc_request;
     case FrameType::rpc_response:
@@ -103,6 +103,7 @@ const char* to_string(Lane l) noexcept {
     case Lane::rpc_request: return "rpc_request";
     case Lane::rpc_response: return "rpc_response";
     case Lane::bulk: return "bulk";
+    case Lane::collective: return "collective";
   }
   return "unknown";
 }

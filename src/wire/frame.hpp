@@ -20,9 +20,10 @@ enum class Lane : std::uint8_t {
   data = 1,          ///< point-to-point send/recv
   rpc_request = 2,   ///< RPC calls
   rpc_response = 3,  ///< RPC replies
-  bulk = 4,          ///< raw byte streams and collective bulk data
+  bulk = 4,          ///< raw byte streams (stream_send/stream_recv)
+  collective = 5,    ///< collectives' messages
 };
-inline constexpr int lane_count = 5;
+inline constexpr int lane_count = 6;
 
 /// First 8 bytes of every stream: "NXAR", version, lane, two zero bytes.
 inline constexpr std::size_t preamble_size = 8;
@@ -30,10 +31,11 @@ inline constexpr std::size_t preamble_size = 8;
 enum class FrameType : std::uint8_t {
   hello = 1,         ///< control: sender's rank and world size; payload = node name
   goodbye = 2,       ///< control: orderly close; no payload
-  eager = 3,         ///< data/bulk: a whole message; payload = message bytes
-  rts = 4,           ///< data/bulk: ready-to-send a message of `length` bytes, id `seq`; no payload
-  cts = 5,           ///< data/bulk (reverse direction): clear-to-send message `seq`; no payload
-  rdata = 6,         ///< data/bulk: the bytes of rendezvous message `seq`; payload = message
+  // The message frames travel on the three message lanes: data, bulk and collective.
+  eager = 3,         ///< message lanes: a whole message; payload = message bytes
+  rts = 4,           ///< message lanes: ready-to-send `length` bytes, id `seq`; no payload
+  cts = 5,           ///< message lanes (reverse direction): clear-to-send message `seq`; no payload
+  rdata = 6,         ///< message lanes: the bytes of rendezvous message `seq`; payload = message
   rpc_request = 7,   ///< rpc_request: call `seq` of function `tag`; payload = arguments
   rpc_response = 8,  ///< rpc_response: reply to call `seq`; flags = RpcStatus; payload = reply
 };
