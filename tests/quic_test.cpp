@@ -9,7 +9,7 @@
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 
 using namespace std::chrono_literals;
 using namespace nexar;

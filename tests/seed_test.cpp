@@ -14,7 +14,7 @@
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
 #include "support.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 #include "wire/seed_message.hpp"
 
 #include <arpa/inet.h>

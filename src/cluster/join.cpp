@@ -20,7 +20,7 @@
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 #include "wire/seed_message.hpp"
 
 namespace nexar {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {

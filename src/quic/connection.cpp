@@ -8,7 +8,7 @@
 
 #include "core/log.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 
 namespace nexar::quic {
 

@@ -22,7 +22,7 @@
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/peer.hpp"
 #include "transport/rpc_lanes.hpp"

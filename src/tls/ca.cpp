@@ -1,4 +1,4 @@
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 
 #include <nexar/error.hpp>
 
