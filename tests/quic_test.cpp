@@ -9,6 +9,8 @@
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
+#include "tls/ca.hpp"
+#include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
 
 using namespace std::chrono_literals;

@@ -14,6 +14,8 @@
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
 #include "support.hpp"
+#include "tls/node_key.hpp"
+#include "tls/peer_check.hpp"
 #include "tls/tls_context.hpp"
 #include "wire/seed_message.hpp"
 

@@ -1,3 +1,6 @@
+#include "tls/ca.hpp"
+#include "tls/node_key.hpp"
+#include "tls/peer_check.hpp"
 #include "tls/tls_context.hpp"
 
 #include <nexar/error.hpp>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tls/tls_context.hpp"
+#include "tls/node_key.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {

@@ -8,6 +8,7 @@
 
 #include "core/log.hpp"
 #include "quic/endpoint.hpp"
+#include "tls/peer_check.hpp"
 #include "tls/tls_context.hpp"
 
 namespace nexar::quic {

@@ -22,6 +22,7 @@
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
 #include "quic/endpoint.hpp"
+#include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/peer.hpp"
