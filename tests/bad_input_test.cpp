@@ -29,7 +29,7 @@
 #include "quic/address.hpp"
 #include "quic/connection.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 #include "wire/frame.hpp"
 
 namespace {

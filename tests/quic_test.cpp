@@ -10,7 +10,9 @@
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
-#include "tls/credentials.hpp"
+#include "tls/ca.hpp"
+#include "tls/node_key.hpp"
+#include "tls/tls_context.hpp"
 
 using namespace std::chrono_literals;
 using namespace nexar;

@@ -14,7 +14,9 @@
 #include "quic/endpoint.hpp"
 #include "quic/udp_socket.hpp"
 #include "support.hpp"
-#include "tls/credentials.hpp"
+#include "tls/node_key.hpp"
+#include "tls/peer_check.hpp"
+#include "tls/tls_context.hpp"
 #include "wire/seed_message.hpp"
 
 #include <arpa/inet.h>

@@ -20,7 +20,9 @@
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/node_key.hpp"
+#include "tls/peer_check.hpp"
+#include "tls/tls_context.hpp"
 #include "wire/seed_message.hpp"
 
 namespace nexar {

@@ -11,6 +11,8 @@
 
 #include "core/log.hpp"
 #include "quic/udp_socket.hpp"
+#include "tls/ca.hpp"
+#include "tls/node_key.hpp"
 #include "comm/group.hpp"
 #include "transport/node.hpp"
 

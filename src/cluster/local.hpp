@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "tls/credentials.hpp"
+#include "tls/node_key.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {

@@ -8,7 +8,8 @@
 
 #include "core/log.hpp"
 #include "quic/endpoint.hpp"
-#include "tls/credentials.hpp"
+#include "tls/peer_check.hpp"
+#include "tls/tls_context.hpp"
 
 namespace nexar::quic {
 

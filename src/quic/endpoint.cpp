@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/log.hpp"
-#include "tls/credentials.hpp"
+#include "tls/tls_context.hpp"
 
 namespace nexar::quic {
 
