@@ -19,7 +19,9 @@
 #include <cstring>
 #include <deque>
 #include <future>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -242,27 +244,49 @@ class HostilePeer final : public nexar::quic::ConnectionHandler {
   std::promise<std::string> closed_promise_;
 };
 
+// Rank 0 is a real node; rank 1 is a HostilePeer on an engine and endpoint of its own.
+struct HostileWorld {
+  explicit HostileWorld(nexar::Config c)
+      : cfg(c), plan(nexar::cluster::plan_local(2, cfg)), engine(cfg.spin), tls(plan[1].creds) {
+    nexar::quic::ConnectionSettings settings;
+    settings.idle_timeout_ns = 15'000'000'000ull;
+    settings.handshake_timeout_ns = 15'000'000'000ull;
+    ep = std::make_unique<nexar::quic::Endpoint>(engine, plan[1].udp_fd, tls, settings, false);
+    plan[1].udp_fd = -1;  // the endpoint owns it now
+    engine.start();
+    closed = hostile.closed_future();
+    on_engine(engine, [&] { ep->start([&](nexar::quic::Connection&) { return &hostile; }); });
+    auto started = std::async(std::launch::async,
+                              [&] { return nexar::cluster::start_node(std::move(plan[0]), cfg); });
+    if (started.wait_for(30s) != std::future_status::ready) throw std::runtime_error("rank 0 never finished connecting");
+    c0 = started.get();
+  }
+  ~HostileWorld() {
+    c0.close();
+    on_engine(engine, [&] { ep->shutdown("test over"); });
+    engine.stop();
+    ep.reset();
+  }
+  bool push(nexar::wire::Lane lane, std::vector<std::uint8_t> bytes) {
+    return on_engine(engine, [&] { return hostile.push(lane, std::move(bytes)); });
+  }
+
+  nexar::Config cfg;
+  std::vector<nexar::cluster::NodePlan> plan;
+  HostilePeer hostile;  // outlives the endpoint, which points at it
+  nexar::detail::Engine engine;
+  nexar::tls::TlsContext tls;
+  std::unique_ptr<nexar::quic::Endpoint> ep;
+  std::future<std::string> closed;
+  Communicator c0;
+};
+
 void hostile_data_lane(const std::vector<std::uint8_t>& evil) {
   nexar::Config cfg = test_config();
   cfg.op_timeout = 20s;  // a failure must come from the protocol error, not a deadline
-  auto plan = nexar::cluster::plan_local(2, cfg);
-
-  HostilePeer hostile;  // outlives the endpoint, which points at it
-  nexar::detail::Engine engine(cfg.spin);
-  nexar::tls::TlsContext tls(plan[1].creds);
-  nexar::quic::ConnectionSettings settings;
-  settings.idle_timeout_ns = 15'000'000'000ull;
-  settings.handshake_timeout_ns = 15'000'000'000ull;
-  auto ep = std::make_unique<nexar::quic::Endpoint>(engine, plan[1].udp_fd, tls, settings, false);
-  plan[1].udp_fd = -1;  // the endpoint owns it now
-  engine.start();
-  auto closed = hostile.closed_future();
-  on_engine(engine, [&] { ep->start([&](nexar::quic::Connection&) { return &hostile; }); });
-
-  auto started = std::async(std::launch::async,
-                            [&] { return nexar::cluster::start_node(std::move(plan[0]), cfg); });
-  ASSERT_EQ(started.wait_for(30s), std::future_status::ready) << "rank 0 never finished connecting";
-  Communicator c0 = started.get();
+  HostileWorld w(cfg);
+  Communicator& c0 = w.c0;
+  auto& closed = w.closed;
   const std::size_t rss_before = rss_bytes();
 
   char buf[64];
@@ -272,8 +296,7 @@ void hostile_data_lane(const std::vector<std::uint8_t>& evil) {
   nexar::RpcCall pending_rpc = c0.rpc_async(1, 1, args);
   EXPECT_FALSE(pending.test());
 
-  bool pushed = on_engine(engine, [&] { return hostile.push(nexar::wire::Lane::data, evil); });
-  ASSERT_TRUE(pushed);
+  ASSERT_TRUE(w.push(nexar::wire::Lane::data, evil));
 
   // The pending receive from rank 1 fails promptly with a clear error.
   bool done = false;
@@ -318,11 +341,66 @@ void hostile_data_lane(const std::vector<std::uint8_t>& evil) {
     pending_any.wait();
   } catch (const Error&) {
   }
-  c0.close();
+}
 
-  on_engine(engine, [&] { ep->shutdown("test over"); });
-  engine.stop();
-  ep.reset();
+// A frame header and the first `part` bytes of an eager message of `size` bytes with `tag`.
+std::vector<std::uint8_t> eager_start(int tag, std::size_t size, std::size_t part, std::uint8_t fill) {
+  nexar::wire::FrameHeader h;
+  h.type = nexar::wire::FrameType::eager;
+  h.src = 1;
+  h.tag = static_cast<std::uint64_t>(tag);
+  h.length = size;
+  std::vector<std::uint8_t> out(nexar::wire::header_size + part, fill);
+  nexar::wire::encode_header(h, std::span<std::byte, nexar::wire::header_size>(
+                                    reinterpret_cast<std::byte*>(out.data()), nexar::wire::header_size));
+  return out;
+}
+
+// A peer that stops in the middle of a message must not hold the receive matched with it
+// past its deadline, whether the receive was posted first or matched the message while it
+// arrived; and the rest of that message, when it comes, lands nowhere (the receive's buffer
+// may be gone), while later messages are received intact.
+TEST(BadInput, PeerStallingMidMessageTimesOutTheReceive) {
+  nexar::Config cfg = test_config();
+  cfg.op_timeout = 1s;
+  HostileWorld w(cfg);
+  constexpr std::size_t kSize = 4096, kPart = 1000;
+  for (bool posted_first : {true, false}) {
+    SCOPED_TRACE(posted_first ? "receive posted first" : "message arrives first");
+    const int tag = posted_first ? 5 : 6;
+    auto buf = std::make_unique<std::vector<std::uint8_t>>(kSize, 0);
+    Request r;
+    if (posted_first) {
+      r = w.c0.irecv(1, tag, buf->data(), buf->size());
+      ASSERT_TRUE(w.push(nexar::wire::Lane::data, eager_start(tag, kSize, kPart, 0xA1)));
+    } else {
+      ASSERT_TRUE(w.push(nexar::wire::Lane::data, eager_start(tag, kSize, kPart, 0xA1)));
+      std::this_thread::sleep_for(100ms);  // let the start arrive as an unexpected message
+      r = w.c0.irecv(1, tag, buf->data(), buf->size());
+    }
+    // wait() enforces the receive's own deadline (1 s); a receive stuck past it would hang
+    // this thread, so it waits on a thread of its own that is abandoned if so.
+    auto outcome = std::make_shared<std::promise<std::string>>();
+    std::thread([r, outcome] {
+      try {
+        r.wait();
+        outcome->set_value("succeeded without its whole message");
+      } catch (const Error& e) {
+        outcome->set_value(std::string(nexar::to_string(e.code())));
+      }
+    }).detach();
+    auto f = outcome->get_future();
+    ASSERT_EQ(f.wait_for(15s), std::future_status::ready) << "the receive outlived its 1 s deadline by 14 s";
+    EXPECT_EQ(f.get(), "timeout");
+    buf.reset();  // the application frees the buffer after the error
+    // The rest of the cut message, then a whole one with the same tag.
+    ASSERT_TRUE(w.push(nexar::wire::Lane::data, std::vector<std::uint8_t>(kSize - kPart, 0xA2)));
+    ASSERT_TRUE(w.push(nexar::wire::Lane::data, eager_start(tag, 8, 8, 0xB3)));
+    std::vector<std::uint8_t> next(8, 0);
+    Status st = w.c0.recv(1, tag, next.data(), next.size());
+    EXPECT_EQ(st.bytes, 8u);
+    EXPECT_EQ(next, std::vector<std::uint8_t>(8, 0xB3));
+  }
 }
 
 TEST(BadInput, HostilePeerClaimsFourGiBFrame) {

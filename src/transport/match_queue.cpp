@@ -31,6 +31,12 @@ bool MatchQueue::remove_posted(const OpState* op) {
   return false;
 }
 
+bool MatchQueue::awaits_arrival(const OpState* op) const {
+  for (const auto& u : unexpected_)
+    if (u->waiter && u->waiter->op.get() == op) return true;
+  return false;
+}
+
 std::shared_ptr<Unexpected> MatchQueue::add_unexpected(Unexpected u) {
   unexpected_.push_back(std::make_shared<Unexpected>(std::move(u)));
   return unexpected_.back();

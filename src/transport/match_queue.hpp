@@ -77,6 +77,9 @@ class MatchQueue {
   void post_first(std::shared_ptr<RecvOp> r) { posted_.push_front(std::move(r)); }
   /// Removes a posted receive (cancellation); false if it was matched already.
   bool remove_posted(const OpState* op);
+  /// Whether `op` is the receive an unexpected message still arriving was matched with
+  /// (its bytes land in that receive's buffer as they come).
+  bool awaits_arrival(const OpState* op) const;
 
   std::shared_ptr<Unexpected> add_unexpected(Unexpected u);
   void erase(std::list<std::shared_ptr<Unexpected>>::iterator it) { unexpected_.erase(it); }

@@ -399,6 +399,13 @@ void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
   q.post_first(std::move(r));
 }
 
+bool CommImpl::receiving(Domain d, const OpState* op) const {
+  if (queue(d).awaits_arrival(op)) return true;
+  for (const auto& p : peers_)
+    if (p && p->receiving(op)) return true;
+  return false;
+}
+
 Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   const char* op = a.op;
   const Domain d = a.domain;
@@ -418,7 +425,13 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
   install_canceller(st, source, "no matching message arrived in time", "receive cancelled",
-                    [d](CommImpl& c, OpState* s) { return c.queue(d).remove_posted(s); });
+                    [d](CommImpl& c, OpState* s, Errc code) {
+                      // A receive matched with a message still arriving has no posted entry
+                      // to withdraw. Cancelling it has no effect (it is matched), but its
+                      // deadline still holds: it fails, and the rest of that message is
+                      // dropped as it comes (the waiter is done: nothing lands in its buffer).
+                      return c.queue(d).remove_posted(s) || (code == Errc::timeout && c.receiving(d, s));
+                    });
   submit([this, d, r] {
     if (r->source != any_source) {
       Peer* p = peer(r->source);

@@ -147,6 +147,9 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   Engine& engine() noexcept { return engine_; }
   BufferPool& pool() noexcept { return pool_; }
   MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
+  const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }
+  /// Whether receive `op` of domain `d` is matched with a message still arriving.
+  bool receiving(Domain d, const OpState* op) const;
   Peer* peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)].get(); }
   int rank_of_node(const std::string& node) const;
   /// A receive was matched with an unexpected message (or a peer's data): deliver.

@@ -290,6 +290,18 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   node_.on_peer_closed(*this);
 }
 
+bool Peer::receiving(const OpState* op) const {
+  for (const auto& [id, s] : in_) {
+    if (s->sink.kind == Sink::user && s->sink.recv->op.get() == op) return true;
+    if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter && s->sink.unexp->waiter->op.get() == op)
+      return true;
+  }
+  for (const auto& m : rdv_in_)
+    for (const auto& [seq, r] : m)
+      if (r.recv->op.get() == op) return true;
+  return false;
+}
+
 bool Peer::on_header(InStream& s, const FrameHeader& h) {
   if (h.src != static_cast<std::uint32_t>(rank_)) {
     protocol_error("frame claims source rank " + std::to_string(h.src));
@@ -411,7 +423,9 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
   Sink& k = s.sink;
   switch (k.kind) {
     case Sink::user:
-      if (!k.truncated) std::memcpy(k.recv->buf + k.got, chunk.data(), chunk.size());
+      // A receive that failed meanwhile (its deadline passed) may have lost its buffer: the
+      // rest of its message is dropped.
+      if (!k.truncated && !k.recv->op->done()) std::memcpy(k.recv->buf + k.got, chunk.data(), chunk.size());
       break;
     case Sink::unexpected:
       if (k.unexp->waiter && !k.unexp->waiter->op->done()) {

@@ -66,6 +66,10 @@ class Peer final : public quic::ConnectionHandler {
   /// A matched receive for an announced message: ask the peer for the data.
   void accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_ptr<RecvOp> r,
                          std::uint64_t size);
+  /// Whether the receive `op` is matched with a message from this peer that is still
+  /// arriving (its bytes land in the receive's buffer as they come, or a clear-to-send is
+  /// out for it).
+  bool receiving(const OpState* op) const;
   /// Returns credit held back for buffered unexpected bytes of domain `d` that were now
   /// consumed.
   void release_unexpected(Domain d, std::uint64_t bytes);
