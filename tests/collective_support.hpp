@@ -77,6 +77,14 @@ class WorldPool {
 
 inline std::vector<Communicator>& pooled_world(int n) { return WorldPool::instance().world(n); }
 
+// Closes the pooled worlds after the last test of the binary, while the library is still
+// fully alive (static destruction would be too late).
+class PoolEnvironment : public ::testing::Environment {
+ public:
+  void TearDown() override { WorldPool::instance().clear(); }
+};
+[[maybe_unused]] inline const auto* const pool_env = ::testing::AddGlobalTestEnvironment(new PoolEnvironment);
+
 /// Runs fn(rank) on one thread per rank of `comms`. When a rank throws, every communicator
 /// of `comms` is closed (their pending operations fail at once instead of waiting for the
 /// deadline) and the first failure is reported with `ctx`. Returns true when no rank threw.

@@ -49,14 +49,6 @@ using nexar::testing::contains;
 using nexar::testing::expect_error;
 using Clock = std::chrono::steady_clock;
 
-// Closes the pooled worlds after the last test, while the library is still fully alive.
-class PoolEnvironment : public ::testing::Environment {
- public:
-  void TearDown() override { WorldPool::instance().clear(); }
-};
-[[maybe_unused]] const auto* const pool_env =
-    ::testing::AddGlobalTestEnvironment(new PoolEnvironment);
-
 enum class Coll {
   all_reduce,
   reduce,

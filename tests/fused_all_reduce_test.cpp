@@ -34,14 +34,6 @@ using nexar::Request;
 using nexar::testing::contains;
 using nexar::testing::expect_error;
 
-// Closes the pooled worlds after the last test, while the library is still fully alive.
-class PoolEnvironment : public ::testing::Environment {
- public:
-  void TearDown() override { WorldPool::instance().clear(); }
-};
-[[maybe_unused]] const auto* const pool_env =
-    ::testing::AddGlobalTestEnvironment(new PoolEnvironment);
-
 constexpr int worlds[] = {1, 2, 3, 4, 5};
 
 // One reduction to run: element type, op, kind of data, forced algorithm, segment size.
@@ -423,6 +415,33 @@ std::vector<T> distinct_magnitudes(std::size_t count, std::uint64_t seed) {
 // steps(); at the end, per rank, sent + final residual = sum of inputs (conservation), and
 // for sum, results + residuals of all ranks = inputs of all ranks. All values are eighths
 // of small integers, so every sum is exact and the expected bits are unique.
+// Conservation over the steps of a compressed all_reduce with error feedback: on every rank
+// what it sent plus its final residual equals the sum of its inputs, and (for sum) the
+// results plus every rank's residual equal the inputs of all ranks: nothing was lost or
+// made up.
+template <class T>
+void check_conservation(const std::string& base, const std::vector<ErrorFeedback>& st,
+                        const std::vector<std::vector<double>>& inputs_sum,
+                        const std::vector<std::vector<double>>& sent_sum,
+                        const std::vector<double>& result_sum, ReduceOp op) {
+  const std::size_t count = result_sum.size();
+  std::vector<double> all_inputs(count, 0.0), all_res(count, 0.0);
+  for (std::size_t r = 0; r < st.size(); ++r) {
+    const auto res = residual_of<T>(st[r]);
+    for (std::size_t i = 0; i < count; ++i) {
+      EXPECT_EQ(sent_sum[r][i] + static_cast<double>(res[i]), inputs_sum[r][i])
+          << base << ": rank " << r << " [" << i << "]: sent + final residual != sum of inputs";
+      all_inputs[i] += inputs_sum[r][i];
+      all_res[i] += static_cast<double>(res[i]);
+    }
+  }
+  if (op == ReduceOp::sum) {
+    for (std::size_t i = 0; i < count; ++i)
+      EXPECT_EQ(result_sum[i] + all_res[i], all_inputs[i])
+          << base << " [" << i << "]: results + residuals of all ranks != inputs of all ranks";
+  }
+}
+
 template <class T>
 void run_top_k(std::vector<Communicator>& comms, ReduceOp op, std::size_t count, double ratio,
                std::uint64_t seed) {
@@ -482,22 +501,7 @@ void run_top_k(std::vector<Communicator>& comms, ReduceOp op, std::size_t count,
     if (::testing::Test::HasFailure()) return;
     for (std::size_t i = 0; i < count; ++i) result_sum[i] += static_cast<double>(data[0][i]);
   }
-  // Conservation: nothing was lost or made up over the steps.
-  std::vector<double> all_inputs(count, 0.0), all_res(count, 0.0);
-  for (std::size_t r = 0; r < un; ++r) {
-    const auto res = residual_of<T>(st[r]);
-    for (std::size_t i = 0; i < count; ++i) {
-      EXPECT_EQ(sent_sum[r][i] + static_cast<double>(res[i]), inputs_sum[r][i])
-          << base << ": rank " << r << " [" << i << "]: sent + final residual != sum of inputs";
-      all_inputs[i] += inputs_sum[r][i];
-      all_res[i] += static_cast<double>(res[i]);
-    }
-  }
-  if (op == ReduceOp::sum) {
-    for (std::size_t i = 0; i < count; ++i)
-      EXPECT_EQ(result_sum[i] + all_res[i], all_inputs[i])
-          << base << " [" << i << "]: results + residuals of all ranks != inputs of all ranks";
-  }
+  check_conservation<T>(base, st, inputs_sum, sent_sum, result_sum, op);
 }
 
 // k < world and k >= world, k = 1, k = count (ratio 1), f32 and f64, sum and avg.
@@ -644,21 +648,7 @@ void run_random_k(std::vector<Communicator>& comms, ReduceOp op, std::size_t cou
     if (::testing::Test::HasFailure()) return;
     for (std::size_t i = 0; i < count; ++i) result_sum[i] += static_cast<double>(data[0][i]);
   }
-  std::vector<double> all_inputs(count, 0.0), all_res(count, 0.0);
-  for (std::size_t r = 0; r < un; ++r) {
-    const auto res = residual_of<T>(st[r]);
-    for (std::size_t i = 0; i < count; ++i) {
-      EXPECT_EQ(sent_sum[r][i] + static_cast<double>(res[i]), inputs_sum[r][i])
-          << base << ": rank " << r << " [" << i << "]: sent + final residual != sum of inputs";
-      all_inputs[i] += inputs_sum[r][i];
-      all_res[i] += static_cast<double>(res[i]);
-    }
-  }
-  if (op == ReduceOp::sum) {
-    for (std::size_t i = 0; i < count; ++i)
-      EXPECT_EQ(result_sum[i] + all_res[i], all_inputs[i])
-          << base << " [" << i << "]: results + residuals of all ranks != inputs of all ranks";
-  }
+  check_conservation<T>(base, st, inputs_sum, sent_sum, result_sum, op);
 }
 
 TEST(FusedAllReduce, CompressedRandomKWithErrorFeedback) {

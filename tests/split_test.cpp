@@ -33,14 +33,6 @@ using nexar::Status;
 using nexar::testing::contains;
 using nexar::testing::expect_error;
 
-// Closes the pooled worlds after the last test, while the library is still fully alive.
-class PoolEnvironment : public ::testing::Environment {
- public:
-  void TearDown() override { WorldPool::instance().clear(); }
-};
-[[maybe_unused]] const auto* const pool_env =
-    ::testing::AddGlobalTestEnvironment(new PoolEnvironment);
-
 using RankFn = std::function<int(int)>;  // world rank -> color or key
 
 // One split of every world rank's communicator in `parent` (indexed by world rank; empty
