@@ -380,7 +380,7 @@ Request Communicator::iall_to_all(const void* send, void* recv, std::size_t coun
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::pairwise});
   auto [counts, displs] = uniform_layout(g.size(), count);
-  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return start(g, name, o, t, ReduceOp::sum, [=, counts = counts, displs = displs](const Coll& c) {
     detail::coll::all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
   });
 }
@@ -394,7 +394,7 @@ Request Communicator::igather(const void* send, void* recv, std::size_t count, D
   if (g.rank() == root) check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(g.size(), count);
-  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return start(g, name, o, t, ReduceOp::sum, [=, counts = counts, displs = displs](const Coll& c) {
     detail::coll::gather_v(c, send, count, recv, *counts, *displs, root);
   });
 }
@@ -408,7 +408,7 @@ Request Communicator::iscatter(const void* send, void* recv, std::size_t count, 
   check_buffer(g, name, "recv", recv, count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(g.size(), count);
-  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return start(g, name, o, t, ReduceOp::sum, [=, counts = counts, displs = displs](const Coll& c) {
     detail::coll::scatter_v(c, send, *counts, *displs, recv, count, root);
   });
 }
@@ -496,7 +496,7 @@ Request Communicator::igather_v(const void* send, std::size_t send_count, void* 
   check_buffer(g, name, "send", send, send_count);
   auto [cs, ds] = root_layout(g, name, root, counts, displs, "send_count", send_count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
-  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return start(g, name, o, t, ReduceOp::sum, [=, cs = cs, ds = ds](const Coll& c) {
     detail::coll::gather_v(c, send, send_count, recv, *cs, *ds, root);
   });
 }
@@ -510,7 +510,7 @@ Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> 
   check_buffer(g, name, "recv", recv, recv_count);
   auto [cs, ds] = root_layout(g, name, root, counts, displs, "recv_count", recv_count);
   check_algorithm(g, name, o.algorithm, {Algorithm::linear});
-  return start(g, name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return start(g, name, o, t, ReduceOp::sum, [=, cs = cs, ds = ds](const Coll& c) {
     detail::coll::scatter_v(c, send, *cs, *ds, recv, recv_count, root);
   });
 }
