@@ -1,15 +1,34 @@
 #!/usr/bin/env bash
-# Builds and runs every nexar test: the release build, a short libFuzzer run of the frame
-# decoder, and the whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Builds and runs every nexar test. Every stage configures with -DNEXAR_WERROR=ON: warnings
+# are errors in the project's own builds (the CMake default is OFF, for users and packagers).
+# Stages, in order:
+#   release  GCC (the default c++), RelWithDebInfo, every target; the whole ctest suite.
+#            Build tree: build/
+#   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
+#            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
+#   asan     clang, Debug, AddressSanitizer + UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
+#            tools and tests; the whole ctest suite again. Being clang, this stage is also the
+#            clang -Werror build of the library, tests and tools. Build tree: build-asan/
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
 #   NEXAR_TEST_STAGES="release fuzz asan"   pick stages (default: all three)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
+#   NEXAR_JOBS=N                            parallel build jobs (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 stages=${NEXAR_TEST_STAGES:-"release fuzz asan"}
 jobs=${NEXAR_JOBS:-$(nproc)}
 failed=()
+
+# CC and CXX count only on a build tree's first configure, so a tree that was configured
+# with another compiler (build-asan/ used GCC until the asan stage moved to clang) is
+# started afresh. <build dir>
+clang_tree() {
+  if [ -f "$1/CMakeCache.txt" ] && ! grep -q '^CMAKE_CXX_COMPILER:.*clang++' "$1/CMakeCache.txt"; then
+    echo "== $1 was configured with another compiler than clang++: reconfiguring from scratch"
+    rm -rf "$1"
+  fi
+}
 
 run_ctest() {  # <build dir> <label>
   echo "== ctest ($2)"
@@ -21,20 +40,23 @@ run_ctest() {  # <build dir> <label>
 for stage in $stages; do
   case $stage in
     release)
-      cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+      cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEXAR_WERROR=ON >/dev/null
       cmake --build build -j"$jobs"
       run_ctest build release
       ;;
     fuzz)
+      clang_tree build-fuzz
       CC=clang CXX=clang++ cmake -S "$root" -B build-fuzz -G Ninja -DNEXAR_BUILD_FUZZERS=ON \
-        -DNEXAR_BUILD_TESTS=OFF -DNEXAR_BUILD_TOOLS=OFF -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
+        -DNEXAR_WERROR=ON -DNEXAR_BUILD_TESTS=OFF -DNEXAR_BUILD_TOOLS=OFF -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
       cmake --build build-fuzz -j"$jobs" --target frame_fuzz
       echo "== fuzz (frame decoder)"
       bash tests/fuzz_smoke.sh build-fuzz/bin/frame_fuzz || failed+=(fuzz)
       ;;
     asan)
-      cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DNEXAR_SANITIZE=ON -DNEXAR_BUILD_TOOLS=ON \
-        -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
+      clang_tree build-asan
+      CC=clang CXX=clang++ cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        -DNEXAR_SANITIZE=ON -DNEXAR_WERROR=ON -DNEXAR_BUILD_TOOLS=ON -DNEXAR_BUILD_EXAMPLES=OFF \
+        >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_ctest build-asan asan

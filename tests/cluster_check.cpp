@@ -448,7 +448,7 @@ class Battery {
     const auto [off, len] = nexar::block_of(count, n_, me_);
     std::vector<float> recv(len, poison<float>());
     c_.reduce_scatter(send.data(), recv.data(), count, DataType::f32, ReduceOp::sum);
-    check_.elements(ctx("reduce_scatter f32 sum", count), recv.data(), len, [&](std::size_t i) {
+    check_.elements(ctx("reduce_scatter f32 sum", count), recv.data(), len, [&, off = off](std::size_t i) {
       std::int64_t s = 0;
       for (int r = 0; r < n_; ++r)
         s += static_cast<std::int64_t>(f32_of(rnd(Case::reduce_scatter, count, r, 0, off + i)));

@@ -894,7 +894,7 @@ TEST(Collective, NonBlockingCollectivesInFlightTogether) {
                      [&](std::size_t i) { return exactly(static_cast<std::uint8_t>(10 + i / 5)); });
       const auto [off, len] = block_of(rs_count, n, ir);
       check_elements(ctx + " ireduce_scatter i64 sum", ir, "result", m.rs_out.data(), len + 1,
-                     [&](std::size_t i) {
+                     [&, off = off, len = len](std::size_t i) {
                        if (i == len) return exactly(std::int64_t{-7});
                        return exactly(static_cast<std::int64_t>((off + i) * 100 * un) +
                                       static_cast<std::int64_t>(tri) - n);
@@ -1344,7 +1344,7 @@ TEST(Collective, ReduceScatterGivesRankRBlockR) {
         EXPECT_EQ(owner, r) << ctx << ": rank " << r << " got the block of rank " << owner
                             << " (first element " << o[0] << ", expected "
                             << static_cast<std::int64_t>(off) * n << ")";
-        check_elements(ctx, r, "block", o.data(), len, [&](std::size_t i) {
+        check_elements(ctx, r, "block", o.data(), len, [&, off = off](std::size_t i) {
           return exactly(static_cast<std::int32_t>((off + i) * un));
         });
       }

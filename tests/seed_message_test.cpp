@@ -389,7 +389,8 @@ TEST(SeedMessage, AcceptValidation) {
     append_str(body, "cert");
     append_u32(body, count);
     for (std::size_t i = 0; i < members_present; ++i) {
-      append_str(body, "n" + std::to_string(i));
+      const std::string index = std::to_string(i);  // "n" + temporary: GCC 12 -O3 -Wrestrict
+      append_str(body, "n" + index);
       append_str(body, "10.0.0.1:" + std::to_string(i + 1));
     }
     return seed_frame(SeedMsgType::accept, body);

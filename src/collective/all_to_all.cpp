@@ -46,7 +46,7 @@ Request iall_to_all(CollectivePort& p, const void* send, void* recv, std::size_t
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::pairwise});
   auto [counts, displs] = uniform_layout(p.size(), count);
-  return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) {
+  return p.start(name, o, t, ReduceOp::sum, [=, counts = counts, displs = displs](const Coll& c) {
     all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
   });
 }

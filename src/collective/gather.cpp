@@ -36,7 +36,7 @@ Request igather(CollectivePort& p, const void* send, void* recv, std::size_t cou
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(p.size(), count);
   return p.start(name, o, t, ReduceOp::sum,
-                 [=](const Coll& c) { gather_v(c, send, count, recv, *counts, *displs, root); });
+                 [=, counts = counts, displs = displs](const Coll& c) { gather_v(c, send, count, recv, *counts, *displs, root); });
 }
 
 Request igather_v(CollectivePort& p, const void* send, std::size_t send_count, void* recv,
@@ -47,7 +47,7 @@ Request igather_v(CollectivePort& p, const void* send, std::size_t send_count, v
   auto [cs, ds] = root_layout(p, name, root, counts, displs, "send_count", send_count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   return p.start(name, o, t, ReduceOp::sum,
-                 [=](const Coll& c) { gather_v(c, send, send_count, recv, *cs, *ds, root); });
+                 [=, cs = cs, ds = ds](const Coll& c) { gather_v(c, send, send_count, recv, *cs, *ds, root); });
 }
 
 }  // namespace nexar::detail::coll

@@ -36,7 +36,7 @@ Request iscatter(CollectivePort& p, const void* send, void* recv, std::size_t co
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(p.size(), count);
   return p.start(name, o, t, ReduceOp::sum,
-                 [=](const Coll& c) { scatter_v(c, send, *counts, *displs, recv, count, root); });
+                 [=, counts = counts, displs = displs](const Coll& c) { scatter_v(c, send, *counts, *displs, recv, count, root); });
 }
 
 Request iscatter_v(CollectivePort& p, const void* send, Counts counts, Counts displs, void* recv,
@@ -47,7 +47,7 @@ Request iscatter_v(CollectivePort& p, const void* send, Counts counts, Counts di
   auto [cs, ds] = root_layout(p, name, root, counts, displs, "recv_count", recv_count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   return p.start(name, o, t, ReduceOp::sum,
-                 [=](const Coll& c) { scatter_v(c, send, *cs, *ds, recv, recv_count, root); });
+                 [=, cs = cs, ds = ds](const Coll& c) { scatter_v(c, send, *cs, *ds, recv, recv_count, root); });
 }
 
 }  // namespace nexar::detail::coll

@@ -17,7 +17,7 @@ namespace {
 
 // TLS 1.3 only; AES-128-GCM first: it is the cheapest AEAD with AES-NI, and per-packet
 // crypto is a third of the sender's CPU.
-constexpr const char* priority =
+constexpr const char* kTlsPriority =
     "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:"
     "%DISABLE_TLS13_COMPAT_MODE";
 
@@ -73,7 +73,7 @@ void Connection::init_tls(const tls::TlsContext& tls, const std::string& alpn_id
   int rv = server_ ? ngtcp2_crypto_gnutls_configure_server_session(session_)
                    : ngtcp2_crypto_gnutls_configure_client_session(session_);
   if (rv != 0) throw Error(Errc::tls, "ngtcp2_crypto_gnutls_configure_session failed");
-  if (int r = gnutls_priority_set_direct(session_, priority, nullptr); r != 0)
+  if (int r = gnutls_priority_set_direct(session_, kTlsPriority, nullptr); r != 0)
     throw Error(Errc::tls, std::string("gnutls priority: ") + gnutls_strerror(r));
   if (int r = gnutls_credentials_set(session_, GNUTLS_CRD_CERTIFICATE, tls.get()); r != 0)
     throw Error(Errc::tls, std::string("gnutls credentials: ") + gnutls_strerror(r));

@@ -268,7 +268,9 @@ void Launcher::write_out(int fd, const std::string& data) {
 }
 
 void Launcher::emit(const Child& child, Stream& s, bool flush_partial) {
-  const std::string prefix = options_.prefix ? "[" + std::to_string(child.rank) + "] " : "";
+  // Appended piece by piece: `"[" + std::string&&` trips GCC 12's bogus -Wrestrict at -O3.
+  std::string prefix;
+  if (options_.prefix) prefix.append("[").append(std::to_string(child.rank)).append("] ");
   std::string out;
   std::size_t start = 0;
   for (;;) {
