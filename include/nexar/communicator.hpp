@@ -56,6 +56,26 @@ concept WritableContiguousRange =
 template <class R>
 using range_element_t = std::ranges::range_value_t<R>;
 
+/// What typed point-to-point calls take: ranges as above of Trivial elements.
+template <class R>
+concept SendRange = ContiguousRange<R> && Trivial<range_element_t<R>>;
+template <class R>
+concept BorrowedSendRange = BorrowedContiguousRange<R> && Trivial<range_element_t<R>>;
+template <class R>
+concept RecvRange = WritableContiguousRange<R> && Trivial<range_element_t<R>>;
+
+/// What typed collectives take: ranges as above of elements with a DataType (HasDataType,
+/// in dtype.hpp).
+template <class R>
+concept CollectiveInput = ContiguousRange<R> && HasDataType<range_element_t<R>>;
+template <class R>
+concept BorrowedCollectiveInput = BorrowedContiguousRange<R> && HasDataType<range_element_t<R>>;
+template <class R>
+concept CollectiveOutput = WritableContiguousRange<R> && HasDataType<range_element_t<R>>;
+/// The input and output of one collective hold the same element type.
+template <class In, class Out>
+concept SameElementType = std::same_as<range_element_t<In>, range_element_t<Out>>;
+
 /// A set of `size()` ranks, each holding one Communicator, connected by one QUIC connection
 /// per pair with independent lanes (control, data, RPC request, RPC response, bulk).
 ///
@@ -105,25 +125,23 @@ class Communicator {
   Request irecv(int source, int tag, void* data, std::size_t capacity);
 
   /// Typed forms: `data` is any contiguous range of a Trivial element type (std::vector,
-  /// std::array, a C array, std::span, ...); sizes are counted in bytes on the wire.
-  /// Non-blocking forms take ranges whose storage outlives the call (lvalues or spans).
+  /// std::array, a C array, std::span, ...; SendRange), written to only by receives
+  /// (RecvRange: not const); sizes are counted in bytes on the wire. Non-blocking forms
+  /// take ranges whose storage outlives the call (BorrowedSendRange: lvalues or spans).
   /// Contract and errors as the byte forms above.
-  template <ContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <SendRange R>
   void send(int dest, int tag, R&& data) {
     const std::span s(data);
     send(dest, tag, s.data(), s.size_bytes());
   }
-  template <BorrowedContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <BorrowedSendRange R>
   Request isend(int dest, int tag, R&& data) {
     const std::span s(data);
     return isend(dest, tag, s.data(), s.size_bytes());
   }
   /// Typed receive into a writable range. Besides recv()'s errors, throws invalid_argument
   /// if the message size is not a multiple of the element size; the Status counts bytes.
-  template <WritableContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <RecvRange R>
   Status recv(int source, int tag, R&& data) {
     const std::span s(data);
     Status st = recv(source, tag, s.data(), s.size_bytes());
@@ -132,8 +150,7 @@ class Communicator {
   }
   /// Typed non-blocking receive. The Status of the Request counts bytes; a message that is
   /// not a whole number of elements is not detected here (compare status().bytes).
-  template <WritableContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <RecvRange R>
   Request irecv(int source, int tag, R&& data) {
     const std::span s(data);
     return irecv(source, tag, s.data(), s.size_bytes());
@@ -154,28 +171,24 @@ class Communicator {
   Request ibulk_recv(int source, int tag, void* data, std::size_t capacity);
 
   /// Typed bulk-lane forms, as the typed send/isend/recv/irecv.
-  template <ContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <SendRange R>
   void bulk_send(int dest, int tag, R&& data) {
     const std::span s(data);
     bulk_send(dest, tag, s.data(), s.size_bytes());
   }
-  template <BorrowedContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <BorrowedSendRange R>
   Request ibulk_send(int dest, int tag, R&& data) {
     const std::span s(data);
     return ibulk_send(dest, tag, s.data(), s.size_bytes());
   }
-  template <WritableContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <RecvRange R>
   Status bulk_recv(int source, int tag, R&& data) {
     const std::span s(data);
     Status st = bulk_recv(source, tag, s.data(), s.size_bytes());
     check_element_multiple("bulk_recv", st, sizeof(range_element_t<R>));
     return st;
   }
-  template <WritableContiguousRange R>
-    requires Trivial<range_element_t<R>>
+  template <RecvRange R>
   Request ibulk_recv(int source, int tag, R&& data) {
     const std::span s(data);
     return ibulk_recv(source, tag, s.data(), s.size_bytes());
@@ -373,15 +386,14 @@ class Communicator {
   // by wait().
 
   /// In place: `data` is replaced by its element-wise reduction over the ranks.
-  template <WritableContiguousRange R>
-    requires HasDataType<range_element_t<R>>
+  template <CollectiveOutput R>
   Request iall_reduce(R&& data, ReduceOp op, const CollectiveOptions& o = {}) {
     const std::span d(data);
     return iall_reduce(d.data(), d.data(), d.size(), dtype_of_v<range_element_t<R>>, op, o);
   }
   /// recv (at least send.size() elements) = reduction of send over the ranks.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iall_reduce(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -389,16 +401,15 @@ class Communicator {
     return iall_reduce(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
   }
   /// `data` of `root` is copied to every rank's `data`; every rank passes the same size.
-  template <WritableContiguousRange R>
-    requires HasDataType<range_element_t<R>>
+  template <CollectiveOutput R>
   Request ibroadcast(R&& data, int root, const CollectiveOptions& o = {}) {
     const std::span d(data);
     return ibroadcast(d.data(), d.size(), dtype_of_v<range_element_t<R>>, root, o);
   }
   /// recv at `root` (at least send.size() elements) = reduction of send over the ranks;
   /// recv is not touched, and may be empty, elsewhere.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request ireduce(In&& send, Out&& recv, ReduceOp op, int root, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -406,8 +417,8 @@ class Communicator {
     return ireduce(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, root, o);
   }
   /// recv (at least size() * send.size() elements) = concatenation of every rank's send.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iall_gather(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -416,8 +427,8 @@ class Communicator {
   }
   /// recv on rank r (at least block_of(send.size(), size(), r).second elements) = block r of
   /// the element-wise reduction of send over the ranks.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request ireduce_scatter(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -426,8 +437,8 @@ class Communicator {
   }
   /// send holds size() equal blocks (its size a multiple of size()); block j goes to rank
   /// j. recv (at least send.size() elements) gets block i from rank i.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iall_to_all(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -438,8 +449,8 @@ class Communicator {
   }
   /// recv at `root` (at least size() * send.size() elements) = concatenation of every
   /// rank's send; recv is not touched, and may be empty, elsewhere.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request igather(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -450,8 +461,8 @@ class Communicator {
   /// Block r (recv.size() elements) of root's send goes to rank r's recv; every rank passes
   /// the same recv size. send must hold size() * recv.size() elements at `root`; it is not
   /// read, and may be empty, elsewhere.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iscatter(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -460,8 +471,8 @@ class Communicator {
     return iscatter(s.data(), r.data(), r.size(), dtype_of_v<range_element_t<In>>, root, o);
   }
   /// recv (at least send.size() elements) on rank r = reduction of send over ranks 0..r.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iscan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -470,8 +481,8 @@ class Communicator {
   }
   /// recv (at least send.size() elements) on rank r = reduction of send over ranks
   /// 0..r-1; rank 0's recv is left unchanged.
-  template <BorrowedContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   Request iexclusive_scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     const std::span s(send);
     const std::span r(recv);
@@ -480,68 +491,66 @@ class Communicator {
   }
 
   /// Blocking typed forms: the i-form above followed by wait(). Inputs may be temporaries.
-  template <WritableContiguousRange R>
-    requires HasDataType<range_element_t<R>>
+  template <CollectiveOutput R>
   void all_reduce(R&& data, ReduceOp op, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iall_reduce(data, op, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void all_reduce(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iall_reduce(send, recv, op, o).wait();
   }
-  template <WritableContiguousRange R>
-    requires HasDataType<range_element_t<R>>
+  template <CollectiveOutput R>
   void broadcast(R&& data, int root, const CollectiveOptions& o = {}) {
     BlockingCall b;
     ibroadcast(data, root, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void reduce(In&& send, Out&& recv, ReduceOp op, int root, const CollectiveOptions& o = {}) {
     BlockingCall b;
     ireduce(send, recv, op, root, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void all_gather(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iall_gather(send, recv, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void reduce_scatter(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     BlockingCall b;
     ireduce_scatter(send, recv, op, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void all_to_all(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iall_to_all(send, recv, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void gather(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
     BlockingCall b;
     igather(send, recv, root, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void scatter(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iscatter(send, recv, root, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iscan(send, recv, op, o).wait();
   }
-  template <ContiguousRange In, WritableContiguousRange Out>
-    requires HasDataType<range_element_t<In>> && std::same_as<range_element_t<In>, range_element_t<Out>>
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
   void exclusive_scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
     BlockingCall b;
     iexclusive_scan(send, recv, op, o).wait();
