@@ -6,7 +6,7 @@
 // on 127.0.0.1 by bootstrap_local(). Either way, each rank then
 //   1. greets the next rank of the ring (send/recv on the data lane),
 //   2. answers a "whoami" RPC, which rank 0 calls on every other rank,
-//   3. sends 64 MiB to the next rank of the ring (stream_send/stream_recv on the bulk lane),
+//   3. sends 64 MiB to the next rank of the ring (bulk_send/bulk_recv on the bulk lane),
 //   4. reports what it saw to rank 0, which prints a summary.
 // Every result is checked; the program exits non-zero on any mismatch or error.
 #include <nexar/cluster.hpp>
@@ -79,8 +79,8 @@ void run_rank(nexar::Communicator comm, const std::function<void()>& start_line)
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = word(me, i);
   start_line();  // start the clock on every rank at the same moment
   auto t0 = std::chrono::steady_clock::now();
-  nexar::Request rx = comm.istream_recv(prev, kRingTag, in.data(), kRingBytes);
-  comm.stream_send(next, kRingTag, out.data(), kRingBytes);
+  nexar::Request rx = comm.ibulk_recv(prev, kRingTag, in.data(), kRingBytes);
+  comm.bulk_send(next, kRingTag, out.data(), kRingBytes);
   nexar::Status st = rx.wait();
   report.ring_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   report.ring_ok = st.source == prev && st.bytes == kRingBytes;

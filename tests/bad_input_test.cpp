@@ -97,8 +97,8 @@ TEST(BadInput, InvalidArgumentsNameOperationAndValue) {
     check("send", v, [&] { c.isend(bad, 1, buf, 8); });
     check("recv", v, [&] { c.recv(bad, 1, buf, 8); });
     check("recv", v, [&] { c.irecv(bad, 1, buf, 8); });
-    check("stream_send", v, [&] { c.stream_send(bad, 1, buf, 8); });
-    check("stream_recv", v, [&] { c.stream_recv(bad, 1, buf, 8); });
+    check("bulk_send", v, [&] { c.bulk_send(bad, 1, buf, 8); });
+    check("bulk_recv", v, [&] { c.bulk_recv(bad, 1, buf, 8); });
     ConstBuffer part{buf, 8};
     check("send_iov", v, [&] { c.send_iov(bad, 1, std::span<const ConstBuffer>(&part, 1)); });
     check("rpc", v, [&] { c.rpc(bad, 1, {}); });
@@ -109,19 +109,19 @@ TEST(BadInput, InvalidArgumentsNameOperationAndValue) {
     std::string v = std::to_string(bad);
     check("send", v, [&] { c.send(1, bad, buf, 8); });
     check("recv", v, [&] { c.recv(1, bad, buf, 8); });
-    check("stream_send", v, [&] { c.stream_send(1, bad, buf, 8); });
-    check("stream_recv", v, [&] { c.istream_recv(1, bad, buf, 8); });
+    check("bulk_send", v, [&] { c.bulk_send(1, bad, buf, 8); });
+    check("bulk_recv", v, [&] { c.ibulk_recv(1, bad, buf, 8); });
   }
   check("send", "-1", [&] { c.isend(1, nexar::any_tag, buf, 8); });  // any_tag only for receives
   check("send", "10", [&] { c.send(1, 1, nullptr, 10); });
   check("recv", "10", [&] { c.irecv(1, 1, nullptr, 10); });
-  check("stream_send", "10", [&] { c.istream_send(1, 1, nullptr, 10); });
+  check("bulk_send", "10", [&] { c.ibulk_send(1, 1, nullptr, 10); });
   ConstBuffer null_part[2] = {{buf, 4}, {nullptr, 10}};
   check("send_iov", "10", [&] { c.isend_iov(1, 1, null_part); });
   std::string limit = std::to_string(1u << 20);
   std::string size = std::to_string(too_big.size());
   check("send", size, [&] { c.send(1, 1, too_big.data(), too_big.size()); });
-  check("stream_send", size, [&] { c.stream_send(1, 1, too_big.data(), too_big.size()); });
+  check("bulk_send", size, [&] { c.bulk_send(1, 1, too_big.data(), too_big.size()); });
   ConstBuffer halves[2] = {{too_big.data(), 1u << 19}, {too_big.data(), (1u << 19) + 1}};
   check("send_iov", size, [&] { c.send_iov(1, 1, halves); });
   check("rpc", size, [&] { c.rpc(1, 1, too_big); });

@@ -319,9 +319,9 @@ class Battery {
   void ring_one(Case c, std::size_t size, int tag, bool bulk) {
     std::vector<std::byte> out(size), in(size + 64, std::byte{0xee});
     for (std::size_t i = 0; i < size; ++i) out[i] = byte_of(c, size, me_, i);
-    nexar::Request sent = bulk ? c_.istream_send(next(), tag, out.data(), size)
+    nexar::Request sent = bulk ? c_.ibulk_send(next(), tag, out.data(), size)
                                : c_.isend(next(), tag, out.data(), size);
-    nexar::Status s = bulk ? c_.stream_recv(prev(), tag, in.data(), in.size())
+    nexar::Status s = bulk ? c_.bulk_recv(prev(), tag, in.data(), in.size())
                            : c_.recv(prev(), tag, in.data(), in.size());
     sent.wait();
     const std::string what = std::string(bulk ? "p2p ring (bulk) " : "p2p ring ") +

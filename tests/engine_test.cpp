@@ -10,6 +10,7 @@
 #include <future>
 #include <thread>
 
+#include "core/access.hpp"
 #include "engine/buffer_pool.hpp"
 #include "engine/engine.hpp"
 #include "engine/op_state.hpp"
@@ -107,7 +108,7 @@ TEST(Request, DefaultIsCompleteAndSuccessful) {
 TEST(Request, WaitThrowsTheStoredError) {
   auto op = make_op();
   op->complete(Errc::truncated, "recv: rank 0, peer 1: truncated: too big");
-  Request r(op);
+  Request r = nexar::detail::Access::make_request(op);
   EXPECT_TRUE(r.test());
   EXPECT_EQ(r.error(), nexar::make_error_code(Errc::truncated));
   try {
@@ -127,7 +128,7 @@ TEST(Request, DeadlineCallsTheCancellerWithTimeout) {
     ++calls;
     if (auto s = weak.lock()) s->complete(code, "timed out");
   };
-  Request r(op);
+  Request r = nexar::detail::Access::make_request(op);
   try {
     r.wait();
     FAIL() << "wait() did not throw";
@@ -143,7 +144,7 @@ TEST(Request, WaitForReturnsFalseWhileRunningAndCancelWorks) {
   op->canceller = [weak](Errc code) {
     if (auto s = weak.lock()) s->complete(code, "cancelled by test");
   };
-  Request r(op);
+  Request r = nexar::detail::Access::make_request(op);
   EXPECT_FALSE(r.wait_for(5ms));
   EXPECT_FALSE(r.test());
   r.cancel();

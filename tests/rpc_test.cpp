@@ -241,8 +241,8 @@ TEST(Rpc, ThousandRpcsDuringBulkTransfer) {
     std::memcpy(bulk.data() + i, &x, 8);
   }
   Bytes got(size);
-  Request br = comms[1].istream_recv(0, 7, got.data(), got.size());
-  Request bs = comms[0].istream_send(1, 7, bulk.data(), bulk.size());
+  Request br = comms[1].ibulk_recv(0, 7, got.data(), got.size());
+  Request bs = comms[0].ibulk_send(1, 7, bulk.data(), bulk.size());
   // The calls are pipelined, 16 in flight, as an application overlapping them would; each
   // still crosses the connection that the bulk lane is saturating.
   constexpr int total = 1000, window = 16;

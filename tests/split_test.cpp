@@ -1,6 +1,6 @@
 // Point-to-point on communicators made by split(), over real QUIC between the ranks of
 // bootstrap_local worlds of 4 and 5 ranks (one thread each): send/recv, isend/irecv,
-// wildcard receives, the bulk lane (stream_send/stream_recv), separation of the traffic of a
+// wildcard receives, the bulk lane (bulk_send/bulk_recv), separation of the traffic of a
 // parent, its children and siblings with the same tags, rank validation in the range of the
 // sub-communicator, and collectives on parent and child interleaved with p2p.
 //
@@ -285,8 +285,8 @@ TEST(Split, AnySourceReportsTheSubCommunicatorRank) {
 // ---- bulk lane -------------------------------------------------------------------------------
 
 // A ring on every split: each member streams a few hundred KiB (a size of its own, so the
-// receiver can tell whose it got) to the next sub-rank, received with stream_recv(any_source,
-// tag), then a small one received with stream_recv(source, any_tag).
+// receiver can tell whose it got) to the next sub-rank, received with bulk_recv(any_source,
+// tag), then a small one received with bulk_recv(source, any_tag).
 TEST(Split, StreamSendRecvOnSplits) {
   for (int n : worlds) {
     auto& world = pooled_world(n);
@@ -306,8 +306,8 @@ TEST(Split, StreamSendRecvOnSplits) {
         const int prev_world = s.members[static_cast<std::size_t>(w)][static_cast<std::size_t>(prev)];
         const auto out = random_bytes(size_of_world(w), mix(c.id(), static_cast<std::uint64_t>(w)));
         std::vector<std::byte> in(size_of_world(n) + 100);
-        Request sq = c.istream_send(next, 3, out.data(), out.size());
-        const Status st = c.stream_recv(any_source, 3, in.data(), in.size());
+        Request sq = c.ibulk_send(next, 3, out.data(), out.size());
+        const Status st = c.bulk_recv(any_source, 3, in.data(), in.size());
         sq.wait();
         const std::string where = ctx + ": world rank " + std::to_string(w);
         EXPECT_EQ(st.source, prev) << where << ": Status::source is not the sub-rank of the sender";
@@ -317,10 +317,10 @@ TEST(Split, StreamSendRecvOnSplits) {
         EXPECT_TRUE(std::equal(want.begin(), want.end(), in.begin())) << where << ": stream content differs";
         const Msg small = msg_of(s, w, 9);
         Msg got;
-        Request sq2 = c.istream_send(next, 12, &small, sizeof small);
-        const Status st2 = c.stream_recv(prev, any_tag, &got, sizeof got);
+        Request sq2 = c.ibulk_send(next, 12, &small, sizeof small);
+        const Status st2 = c.bulk_recv(prev, any_tag, &got, sizeof got);
         sq2.wait();
-        check_msg(ctx + " stream_recv(source, any_tag)", w, s, got, st2, prev, 12, 9);
+        check_msg(ctx + " bulk_recv(source, any_tag)", w, s, got, st2, prev, 12, 9);
       });
     }
   }
@@ -358,7 +358,7 @@ TEST(Split, ParentChildAndSiblingTrafficWithTheSameTagNeverMixes) {
     };
     for (int round = 0; round < 3; ++round) {
       const char* how = round == 0 ? "recv(source, 5)" : round == 1 ? "recv(any_source, any_tag)"
-                                                                    : "stream_recv(any_source, any_tag)";
+                                                                    : "bulk_recv(any_source, any_tag)";
       const std::string ctx = wctx + " " + how;
       run_ranks(world, ctx, [&](int w) {
         const int next = (w + 1) % n, prev = (w + n - 1) % n;
@@ -367,7 +367,7 @@ TEST(Split, ParentChildAndSiblingTrafficWithTheSameTagNeverMixes) {
         for (std::size_t k = 0; k < 4; ++k) {
           Communicator c = (*comms[k])[static_cast<std::size_t>(w)];
           out[k] = Msg{w, rank_in(k, w), c.id(), 10 * round + static_cast<int>(k)};
-          sq.push_back(round == 2 ? c.istream_send(rank_in(k, next), 5, &out[k], sizeof(Msg))
+          sq.push_back(round == 2 ? c.ibulk_send(rank_in(k, next), 5, &out[k], sizeof(Msg))
                                   : c.isend(rank_in(k, next), 5, &out[k], sizeof(Msg)));
         }
         world[static_cast<std::size_t>(w)].barrier();
@@ -376,7 +376,7 @@ TEST(Split, ParentChildAndSiblingTrafficWithTheSameTagNeverMixes) {
           Msg in;
           const Status st = round == 0 ? c.recv(rank_in(k, prev), 5, &in, sizeof in)
                             : round == 1 ? c.recv(any_source, any_tag, &in, sizeof in)
-                                         : c.stream_recv(any_source, any_tag, &in, sizeof in);
+                                         : c.bulk_recv(any_source, any_tag, &in, sizeof in);
           const std::string where = ctx + ": world rank " + std::to_string(w) + " on the " + names[k];
           EXPECT_EQ(in.comm, c.id()) << where << ": got a message sent on another communicator (seq "
                                      << in.seq << ")";
@@ -421,7 +421,7 @@ TEST(Split, RankValidationUsesTheSubCommunicatorRange) {
         EXPECT_FALSE(c.is_open()) << where;
         expect_error(Errc::invalid_argument, [&] { c.send(0, 0, buf.data(), 1); });
         expect_error(Errc::invalid_argument, [&] { c.recv(0, 0, buf.data(), 1); });
-        expect_error(Errc::invalid_argument, [&] { c.stream_send(0, 0, buf.data(), 1); });
+        expect_error(Errc::invalid_argument, [&] { c.bulk_send(0, 0, buf.data(), 1); });
         expect_error(Errc::invalid_argument, [&] { (void)c.rank(); });
         return;
       }
@@ -433,9 +433,9 @@ TEST(Split, RankValidationUsesTheSubCommunicatorRange) {
       expect_invalid("send_iov", range, "send_iov(dest = size)", [&] { c.send_iov(m, 0, parts); });
       expect_invalid("recv", range, "recv(source = size)", [&] { c.recv(m, 0, buf.data(), buf.size()); });
       expect_invalid("recv", range, "irecv(source = -2)", [&] { c.irecv(-2, 0, buf.data(), buf.size()).wait(); });
-      expect_invalid("stream_send", range, "stream_send(dest = size)", [&] { c.stream_send(m, 0, buf.data(), 4); });
-      expect_invalid("stream_recv", range, "istream_recv(source = size + 1)",
-                     [&] { c.istream_recv(m + 1, 0, buf.data(), buf.size()).wait(); });
+      expect_invalid("bulk_send", range, "bulk_send(dest = size)", [&] { c.bulk_send(m, 0, buf.data(), 4); });
+      expect_invalid("bulk_recv", range, "ibulk_recv(source = size + 1)",
+                     [&] { c.ibulk_recv(m + 1, 0, buf.data(), buf.size()).wait(); });
       // This rank, by its sub-rank (which is another process's world rank here).
       expect_invalid("send", "this rank", "send to itself", [&] { c.send(me, 0, buf.data(), 4); });
       expect_invalid("recv", "this rank", "recv from itself", [&] { c.recv(me, 0, buf.data(), buf.size()); });
@@ -455,7 +455,7 @@ TEST(Split, RankValidationUsesTheSubCommunicatorRange) {
 
 // Non-blocking collectives on the world and on a split by parity (reversed keys) in flight
 // together, a blocking all_reduce on a split of the split in between, p2p on the split
-// meanwhile, and a stream_recv(any_source, any_tag) posted on the split before all of it
+// meanwhile, and a bulk_recv(any_source, any_tag) posted on the split before all of it
 // (collectives travel on the bulk lane too, and must not match it). Three rounds.
 TEST(Split, CollectivesOnParentAndChildInterleavedWithP2p) {
   for (int n : worlds) {
@@ -477,7 +477,7 @@ TEST(Split, CollectivesOnParentAndChildInterleavedWithP2p) {
         const std::string where = ctx + ": world rank " + std::to_string(w);
         // Posted first, completed last.
         Msg streamed;
-        Request sr = c.istream_recv(any_source, any_tag, &streamed, sizeof streamed);
+        Request sr = c.ibulk_recv(any_source, any_tag, &streamed, sizeof streamed);
 
         std::vector<std::int64_t> ar_in(count), ar_out(count, -1);
         for (std::size_t i = 0; i < count; ++i) ar_in[i] = static_cast<std::int64_t>(i) * (w + 1) + it;
@@ -505,9 +505,9 @@ TEST(Split, CollectivesOnParentAndChildInterleavedWithP2p) {
         check_msg(where + " isend/irecv on the split", w, child, in, rq.wait(), (me + m - 1) % m, 9, it);
         sq.wait();
         // Now the stream message the early receive waits for.
-        c.stream_send((me + 1) % m, 21, &out, sizeof out);
+        c.bulk_send((me + 1) % m, 21, &out, sizeof out);
         const Status st = sr.wait();
-        check_msg(where + " early stream_recv(any_source, any_tag)", w, child, streamed, st, (me + m - 1) % m, 21, it);
+        check_msg(where + " early bulk_recv(any_source, any_tag)", w, child, streamed, st, (me + m - 1) % m, 21, it);
 
         const std::int64_t tri = static_cast<std::int64_t>(n) * (n + 1) / 2;
         for (std::size_t i = 0; i < count; ++i)

@@ -130,7 +130,7 @@ TEST(Transport, WorldOfOne) {
   EXPECT_TRUE(contains(w, "send")) << w;
   expect_error(Errc::invalid_argument, [&] { comms[0].recv(0, 1, b, 4); });
   expect_error(Errc::invalid_argument, [&] { comms[0].isend(0, 1, b, 4); });
-  expect_error(Errc::invalid_argument, [&] { comms[0].stream_send(0, 1, b, 4); });
+  expect_error(Errc::invalid_argument, [&] { comms[0].bulk_send(0, 1, b, 4); });
   comms[0].close();
   EXPECT_FALSE(comms[0].is_open());
 }
@@ -484,23 +484,23 @@ TEST(Transport, BulkLaneSeparateMatching) {
     auto a = random_bytes(size, 1);
     auto b = random_bytes(size + 1, 2);
     std::vector<std::byte> got_data(size + 100), got_bulk(size + 100);
-    // A data-lane receive is waiting; a stream_send with the same tag must not match it.
+    // A data-lane receive is waiting; a bulk_send with the same tag must not match it.
     Request data_r = comms[1].irecv(0, 3, got_data.data(), got_data.size());
-    Request bulk_s = comms[0].istream_send(1, 3, a.data(), a.size());
+    Request bulk_s = comms[0].ibulk_send(1, 3, a.data(), a.size());
     EXPECT_FALSE(data_r.wait_for(100ms));
-    Status bs = comms[1].stream_recv(0, 3, got_bulk.data(), got_bulk.size());
+    Status bs = comms[1].bulk_recv(0, 3, got_bulk.data(), got_bulk.size());
     bulk_s.wait();
     EXPECT_EQ(bs.bytes, size);
     EXPECT_TRUE(std::equal(a.begin(), a.end(), got_bulk.begin()));
     EXPECT_FALSE(data_r.test());
-    // And the other way round: a waiting stream_recv does not take a send.
-    Request bulk_r = comms[1].istream_recv(0, 3, got_bulk.data(), got_bulk.size());
+    // And the other way round: a waiting bulk_recv does not take a send.
+    Request bulk_r = comms[1].ibulk_recv(0, 3, got_bulk.data(), got_bulk.size());
     comms[0].send(1, 3, b.data(), b.size());
     Status ds = data_r.wait();
     EXPECT_EQ(ds.bytes, size + 1);
     EXPECT_TRUE(std::equal(b.begin(), b.end(), got_data.begin()));
     EXPECT_FALSE(bulk_r.wait_for(100ms));
-    comms[0].stream_send(1, 3, b.data(), b.size());
+    comms[0].bulk_send(1, 3, b.data(), b.size());
     EXPECT_EQ(bulk_r.wait().bytes, size + 1);
     EXPECT_TRUE(std::equal(b.begin(), b.end(), got_bulk.begin()));
   }
@@ -628,7 +628,7 @@ TEST(Transport, PeerCloses) {
   auto comms = nexar::bootstrap_local(3, short_config());
   char buf[64];
   Request pending = comms[0].irecv(1, 3, buf, sizeof buf);
-  Request pending_bulk = comms[0].istream_recv(1, 3, buf, sizeof buf);
+  Request pending_bulk = comms[0].ibulk_recv(1, 3, buf, sizeof buf);
   comms[1].close();
   EXPECT_FALSE(comms[1].is_open());
   for (Request* r : {&pending, &pending_bulk}) {
@@ -666,8 +666,8 @@ TEST(Transport, ClosedCommunicator) {
   expect_error(Errc::closed, [&] { comms[0].isend(1, 1, buf, 8); });
   expect_error(Errc::closed, [&] { comms[0].recv(1, 1, buf, 8); });
   expect_error(Errc::closed, [&] { comms[0].irecv(nexar::any_source, 1, buf, 8); });
-  expect_error(Errc::closed, [&] { comms[0].stream_send(1, 1, buf, 8); });
-  expect_error(Errc::closed, [&] { comms[0].stream_recv(1, 1, buf, 8); });
+  expect_error(Errc::closed, [&] { comms[0].bulk_send(1, 1, buf, 8); });
+  expect_error(Errc::closed, [&] { comms[0].bulk_recv(1, 1, buf, 8); });
   expect_error(Errc::closed, [&] { comms[0].rpc(1, 1, args); });
   // A copy shares the closed state.
   Communicator copy = comms[0];
@@ -746,9 +746,9 @@ TEST(Transport, CloseWithLargeTransferInFlight) {
   {
     auto comms = nexar::bootstrap_local(2, test_config());
     r = comms[1].irecv(0, 1, got.data(), got.size());
-    br = comms[1].istream_recv(0, 1, bulk_got.data(), bulk_got.size());
+    br = comms[1].ibulk_recv(0, 1, bulk_got.data(), bulk_got.size());
     s = comms[0].isend(1, 1, msg.data(), msg.size());
-    bs = comms[0].istream_send(1, 1, bulk.data(), bulk.size());
+    bs = comms[0].ibulk_send(1, 1, bulk.data(), bulk.size());
     std::this_thread::sleep_for(5ms);
     comms[0].close();
     comms[1].close();
@@ -775,8 +775,8 @@ TEST(Transport, BulkDoesNotBlockDataLane) {
   std::vector<std::byte> big(256u << 20);
   fill_pattern(big, 0x5eed);
   std::vector<std::byte> big_got(big.size());
-  Request br = comms[1].istream_recv(0, 1, big_got.data(), big_got.size());
-  Request bs = comms[0].istream_send(1, 1, big.data(), big.size());
+  Request br = comms[1].ibulk_recv(0, 1, big_got.data(), big_got.size());
+  Request bs = comms[0].ibulk_send(1, 1, big.data(), big.size());
   std::thread echo([&] {
     std::uint64_t v = 0;
     for (int i = 0; i < 200; ++i) {
@@ -823,23 +823,23 @@ class StalledBulk {
     eager_.reserve(eager_count);
     for (int i = 0; i < eager_count; ++i) {
       eager_.push_back(random_bytes(e, 100 + static_cast<std::uint64_t>(i)));
-      sends_.push_back(c0.istream_send(1, i, eager_.back().data(), e));
+      sends_.push_back(c0.ibulk_send(1, i, eager_.back().data(), e));
     }
     large_.resize(8u << 20);
     fill_pattern(large_, 0xb01c);
-    sends_.push_back(c0.istream_send(1, eager_count, large_.data(), large_.size()));
+    sends_.push_back(c0.ibulk_send(1, eager_count, large_.data(), large_.size()));
   }
   // Rank 1 receives it all at last: every byte must arrive intact.
   void receive(Communicator& c1) {
     for (int i = 0; i < eager_count; ++i) {
       const auto& want = eager_[static_cast<std::size_t>(i)];
       std::vector<std::byte> got(want.size());
-      Status s = c1.stream_recv(0, i, got.data(), got.size());
+      Status s = c1.bulk_recv(0, i, got.data(), got.size());
       EXPECT_EQ(s.bytes, want.size()) << "bulk message " << i;
       EXPECT_TRUE(got == want) << "bulk message " << i;
     }
     std::vector<std::byte> got(large_.size());
-    EXPECT_EQ(c1.stream_recv(0, eager_count, got.data(), got.size()).bytes, large_.size());
+    EXPECT_EQ(c1.bulk_recv(0, eager_count, got.data(), got.size()).bytes, large_.size());
     EXPECT_TRUE(got == large_);
     for (auto& r : sends_) r.wait();
   }
@@ -852,7 +852,7 @@ class StalledBulk {
 };
 
 // Collectives have a lane of their own and their own unexpected-message budget: a bulk
-// stream stalled on flow control (rank 1 has not posted its stream_recv) neither holds
+// stream stalled on flow control (rank 1 has not posted its bulk_recv) neither holds
 // their frames back nor uses up the budget their early segments need.
 TEST(Transport, CollectivesDoNotWaitBehindStalledBulk) {
   auto comms = nexar::bootstrap_local(2, stalled_bulk_config());

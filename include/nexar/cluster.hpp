@@ -1,4 +1,6 @@
-// nexar — forming a cluster of separate processes and hosts.
+// nexar — the ways to make a world communicator: all ranks in one process
+// (bootstrap_local), or a cluster of separate processes and hosts (join, join_from_env,
+// with a Seed).
 //
 // A seed node admits workers: each worker proves it knows the cluster token, sends a
 // certificate signing request for a key it generated itself, and waits. When the expected
@@ -16,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nexar/communicator.hpp>
 #include <nexar/config.hpp>
@@ -72,11 +75,18 @@ class Seed {
   /// Stops the seed (idempotent). Workers still waiting get Errc::closed.
   void stop();
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Creates `n` communicators in this process, ranks 0..n-1, each with its own UDP socket
+/// on 127.0.0.1 and its own progress thread, fully connected over real QUIC with mutual
+/// TLS rooted in a fresh in-memory cluster CA: the quickest way to a world, for tests and
+/// single-process programs (run each rank on a thread of its own). With more ranks than
+/// cores, waiting threads do not spin (Config::spin is taken as 0). Throws nexar::Error on
+/// failure (invalid_argument for n < 1, io, tls, timeout).
+std::vector<Communicator> bootstrap_local(int n, const Config& config = Config::from_env());
 
 /// How a worker joins.
 struct JoinOptions {

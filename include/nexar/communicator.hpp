@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <ranges>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -25,11 +26,55 @@ namespace nexar {
 
 namespace detail {
 class Group;
-}
+struct Access;
+}  // namespace detail
 
-/// Element types that may be sent as typed spans.
+/// Element types that point-to-point calls carry: trivially copyable, not pointers (a
+/// pointer means nothing in another process).
 template <class T>
 concept Trivial = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
+
+/// A range a call reads from: contiguous and sized, such as std::vector, std::array,
+/// std::string, a C array or a std::span (of const elements or not).
+template <class R>
+concept ContiguousRange = std::ranges::contiguous_range<R> && std::ranges::sized_range<R>;
+
+/// A range whose storage outlives the call: an lvalue, or a view such as std::span passed by
+/// value. Non-blocking calls take their ranges this way, since the data must stay valid until
+/// the Request completes; a temporary std::vector is refused.
+template <class R>
+concept BorrowedContiguousRange = ContiguousRange<R> && std::ranges::borrowed_range<R>;
+
+/// A range a call writes to: borrowed (see above) with non-const elements. A const
+/// container, a std::span<const T> or a temporary container is not one.
+template <class R>
+concept WritableContiguousRange =
+    BorrowedContiguousRange<R> &&
+    !std::is_const_v<std::remove_reference_t<std::ranges::range_reference_t<R>>>;
+
+/// The element type of a range.
+template <class R>
+using range_element_t = std::ranges::range_value_t<R>;
+
+/// What typed point-to-point calls take: ranges as above of Trivial elements.
+template <class R>
+concept SendRange = ContiguousRange<R> && Trivial<range_element_t<R>>;
+template <class R>
+concept BorrowedSendRange = BorrowedContiguousRange<R> && Trivial<range_element_t<R>>;
+template <class R>
+concept RecvRange = WritableContiguousRange<R> && Trivial<range_element_t<R>>;
+
+/// What typed collectives take: ranges as above of elements with a DataType (HasDataType,
+/// in dtype.hpp).
+template <class R>
+concept CollectiveInput = ContiguousRange<R> && HasDataType<range_element_t<R>>;
+template <class R>
+concept BorrowedCollectiveInput = BorrowedContiguousRange<R> && HasDataType<range_element_t<R>>;
+template <class R>
+concept CollectiveOutput = WritableContiguousRange<R> && HasDataType<range_element_t<R>>;
+/// The input and output of one collective hold the same element type.
+template <class In, class Out>
+concept SameElementType = std::same_as<range_element_t<In>, range_element_t<Out>>;
 
 /// A set of `size()` ranks, each holding one Communicator, connected by one QUIC connection
 /// per pair with independent lanes (control, data, RPC request, RPC response, bulk).
@@ -43,9 +88,9 @@ concept Trivial = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
 /// the operation, this rank, the peer and the elapsed time.
 class Communicator {
  public:
-  /// An empty communicator (is_open() is false); every other call throws.
+  /// An empty communicator (is_open() is false); every other call throws. Communicators
+  /// come from bootstrap_local(), join(), join_from_env() and split().
   Communicator() = default;
-  explicit Communicator(std::shared_ptr<detail::Group> group);
 
   /// This process's rank, 0 <= rank() < size().
   int rank() const;
@@ -79,40 +124,78 @@ class Communicator {
   /// Non-blocking receive; `data` must stay valid until the Request completes.
   Request irecv(int source, int tag, void* data, std::size_t capacity);
 
-  template <Trivial T>
-  void send(int dest, int tag, std::span<const T> data) {
-    send(dest, tag, data.data(), data.size_bytes());
+  /// Typed forms: `data` is any contiguous range of a Trivial element type (std::vector,
+  /// std::array, a C array, std::span, ...; SendRange), written to only by receives
+  /// (RecvRange: not const); sizes are counted in bytes on the wire. Non-blocking forms
+  /// take ranges whose storage outlives the call (BorrowedSendRange: lvalues or spans).
+  /// Contract and errors as the byte forms above.
+  template <SendRange R>
+  void send(int dest, int tag, R&& data) {
+    const std::span s(data);
+    send(dest, tag, s.data(), s.size_bytes());
   }
-  template <Trivial T>
-  Request isend(int dest, int tag, std::span<const T> data) {
-    return isend(dest, tag, data.data(), data.size_bytes());
+  template <BorrowedSendRange R>
+  Request isend(int dest, int tag, R&& data) {
+    const std::span s(data);
+    return isend(dest, tag, s.data(), s.size_bytes());
   }
-  /// Typed receive. Throws invalid_argument if the message size is not a multiple of
-  /// sizeof(T); the returned Status counts bytes.
-  template <Trivial T>
-  Status recv(int source, int tag, std::span<T> data) {
-    Status s = recv(source, tag, data.data(), data.size_bytes());
-    check_element_multiple(s, sizeof(T));
-    return s;
+  /// Typed receive into a writable range. Besides recv()'s errors, throws invalid_argument
+  /// if the message size is not a multiple of the element size; the Status counts bytes.
+  template <RecvRange R>
+  Status recv(int source, int tag, R&& data) {
+    const std::span s(data);
+    Status st = recv(source, tag, s.data(), s.size_bytes());
+    check_element_multiple("recv", st, sizeof(range_element_t<R>));
+    return st;
   }
-  template <Trivial T>
-  Request irecv(int source, int tag, std::span<T> data) {
-    return irecv(source, tag, data.data(), data.size_bytes());
+  /// Typed non-blocking receive. The Status of the Request counts bytes; a message that is
+  /// not a whole number of elements is not detected here (compare status().bytes).
+  template <RecvRange R>
+  Request irecv(int source, int tag, R&& data) {
+    const std::span s(data);
+    return irecv(source, tag, s.data(), s.size_bytes());
   }
 
-  // ---- raw tagged byte streams, bulk lane -----------------------------------------------
+  // ---- point-to-point, bulk lane --------------------------------------------------------
 
-  /// Sends a large byte range on the bulk lane. Bulk traffic has its own matching space
-  /// (a stream_recv never matches a send and vice versa), its own QUIC stream, written
-  /// only when no other lane has data to send, and its own unexpected-message budget, so
-  /// a multi-gigabyte transfer (or one the receiver has not taken yet) never delays
-  /// control, data, RPC or collective traffic: collectives have a lane of their own.
-  /// Contract and errors as send().
-  void stream_send(int dest, int tag, const void* data, std::size_t bytes);
-  Request istream_send(int dest, int tag, const void* data, std::size_t bytes);
-  /// Receives from the bulk lane; contract and errors as recv().
-  Status stream_recv(int source, int tag, void* data, std::size_t capacity);
-  Request istream_recv(int source, int tag, void* data, std::size_t capacity);
+  /// Sends a large message on the bulk lane. Bulk traffic has its own matching space (a
+  /// bulk_recv never matches a send, and a recv never matches a bulk_send), its own QUIC
+  /// stream per peer, written only when no other lane has data to send, and its own
+  /// unexpected-message budget, so a multi-gigabyte transfer (or one the receiver has not
+  /// taken yet) never delays control, data, RPC or collective traffic: collectives have a
+  /// lane of their own. Contract and errors as send(); messages name the operation
+  /// "bulk_send".
+  void bulk_send(int dest, int tag, const void* data, std::size_t bytes);
+  /// Non-blocking bulk_send; `data` must stay valid until the Request completes.
+  Request ibulk_send(int dest, int tag, const void* data, std::size_t bytes);
+  /// Receives from the bulk lane; contract and errors as recv(), named "bulk_recv".
+  Status bulk_recv(int source, int tag, void* data, std::size_t capacity);
+  /// Non-blocking bulk_recv; `data` must stay valid until the Request completes.
+  Request ibulk_recv(int source, int tag, void* data, std::size_t capacity);
+
+  /// Typed bulk-lane forms, as the typed send/isend/recv/irecv.
+  template <SendRange R>
+  void bulk_send(int dest, int tag, R&& data) {
+    const std::span s(data);
+    bulk_send(dest, tag, s.data(), s.size_bytes());
+  }
+  template <BorrowedSendRange R>
+  Request ibulk_send(int dest, int tag, R&& data) {
+    const std::span s(data);
+    return ibulk_send(dest, tag, s.data(), s.size_bytes());
+  }
+  template <RecvRange R>
+  Status bulk_recv(int source, int tag, R&& data) {
+    const std::span s(data);
+    Status st = bulk_recv(source, tag, s.data(), s.size_bytes());
+    check_element_multiple("bulk_recv", st, sizeof(range_element_t<R>));
+    return st;
+  }
+  template <RecvRange R>
+  Request ibulk_recv(int source, int tag, R&& data) {
+    const std::span s(data);
+    return ibulk_recv(source, tag, s.data(), s.size_bytes());
+  }
 
   // ---- RPC ---------------------------------------------------------------------------
 
@@ -289,66 +372,191 @@ class Communicator {
     ibarrier(o).wait();
   }
 
-  /// Typed conveniences (sizes checked: recv must hold what the collective writes).
-  template <class T>
-  void all_reduce(std::span<T> data, ReduceOp op, const CollectiveOptions& o = {}) {
-    all_reduce(data.data(), data.data(), data.size(), dtype_of_v<T>, op, o);
+  // ---- typed collectives ---------------------------------------------------------------
+  //
+  // Ranges are contiguous ranges (std::vector, std::array, C arrays, std::span, ...) of an
+  // element type with a DataType (HasDataType: float, double, half, bfloat16, and the 8-,
+  // 32- and 64-bit integers); the count and DataType come from the ranges. An input and an
+  // output range of one call have the same element type. Inputs may be const; outputs must
+  // be writable (a non-const lvalue or a std::span<T>), so a const container never binds
+  // to an output. Non-blocking forms take only ranges whose storage outlives the call.
+  //
+  // Sizes are checked before anything starts: each form below states what its ranges must
+  // hold, and a range too small (or, for all_to_all, not a whole number of blocks) throws
+  // Errc::invalid_argument naming the collective ("all_gather: recv holds 3 elements, 8
+  // needed"). Outputs may be larger than needed; the rest is left untouched. Otherwise
+  // contract and errors as the untyped forms. Each blocking form is its i-form followed
+  // by wait().
+
+  /// In place: `data` is replaced by its element-wise reduction over the ranks.
+  template <CollectiveOutput R>
+  Request iall_reduce(R&& data, ReduceOp op, const CollectiveOptions& o = {}) {
+    const std::span d(data);
+    return iall_reduce(d.data(), d.data(), d.size(), dtype_of_v<range_element_t<R>>, op, o);
   }
-  template <class T>
-  void all_reduce(std::span<const T> send, std::span<T> recv, ReduceOp op,
-                  const CollectiveOptions& o = {}) {
-    check_span_size("all_reduce", recv.size(), send.size());
-    all_reduce(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  /// recv (at least send.size() elements) = reduction of send over the ranks.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iall_reduce(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("all_reduce", "recv", r.size(), s.size());
+    return iall_reduce(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
   }
-  template <class T>
-  void broadcast(std::span<T> data, int root, const CollectiveOptions& o = {}) {
-    broadcast(data.data(), data.size(), dtype_of_v<T>, root, o);
+  /// `data` of `root` is copied to every rank's `data`; every rank passes the same size.
+  template <CollectiveOutput R>
+  Request ibroadcast(R&& data, int root, const CollectiveOptions& o = {}) {
+    const std::span d(data);
+    return ibroadcast(d.data(), d.size(), dtype_of_v<range_element_t<R>>, root, o);
   }
-  template <class T>
-  void all_gather(std::span<const T> send, std::span<T> recv, const CollectiveOptions& o = {}) {
-    check_span_size("all_gather", recv.size(), send.size() * static_cast<std::size_t>(size()));
-    all_gather(send.data(), recv.data(), send.size(), dtype_of_v<T>, o);
+  /// recv at `root` (at least send.size() elements) = reduction of send over the ranks;
+  /// recv is not touched, and may be empty, elsewhere.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request ireduce(In&& send, Out&& recv, ReduceOp op, int root, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    if (rank() == root) check_size("reduce", "recv", r.size(), s.size());
+    return ireduce(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, root, o);
   }
-  template <class T>
-  void reduce_scatter(std::span<const T> send, std::span<T> recv, ReduceOp op,
-                      const CollectiveOptions& o = {}) {
-    check_span_size("reduce_scatter", recv.size(), block_of(send.size(), size(), rank()).second);
-    reduce_scatter(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  /// recv (at least size() * send.size() elements) = concatenation of every rank's send.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iall_gather(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("all_gather", "recv", r.size(), s.size() * static_cast<std::size_t>(size()));
+    return iall_gather(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, o);
   }
-  /// recv must hold send.size() elements at `root`; it is not touched (may be empty)
-  /// elsewhere.
-  template <class T>
-  void reduce(std::span<const T> send, std::span<T> recv, ReduceOp op, int root,
-              const CollectiveOptions& o = {}) {
-    if (rank() == root) check_span_size("reduce", recv.size(), send.size());
-    reduce(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, root, o);
+  /// recv on rank r (at least block_of(send.size(), size(), r).second elements) = block r of
+  /// the element-wise reduction of send over the ranks.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request ireduce_scatter(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("reduce_scatter", "recv", r.size(), block_of(s.size(), size(), rank()).second);
+    return ireduce_scatter(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
   }
-  /// send holds size() equal blocks; recv as many elements.
-  template <class T>
-  void all_to_all(std::span<const T> send, std::span<T> recv, const CollectiveOptions& o = {}) {
+  /// send holds size() equal blocks (its size a multiple of size()); block j goes to rank
+  /// j. recv (at least send.size() elements) gets block i from rank i.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iall_to_all(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
     const auto n = static_cast<std::size_t>(size());
-    check_span_size("all_to_all", n * (send.size() / n), send.size());
-    check_span_size("all_to_all", recv.size(), send.size());
-    all_to_all(send.data(), recv.data(), send.size() / n, dtype_of_v<T>, o);
+    check_blocks("all_to_all", "send", s.size(), n);
+    check_size("all_to_all", "recv", r.size(), s.size());
+    return iall_to_all(s.data(), r.data(), s.size() / n, dtype_of_v<range_element_t<In>>, o);
   }
-  /// recv must hold size() * send.size() elements at `root`.
-  template <class T>
-  void gather(std::span<const T> send, std::span<T> recv, int root, const CollectiveOptions& o = {}) {
+  /// recv at `root` (at least size() * send.size() elements) = concatenation of every
+  /// rank's send; recv is not touched, and may be empty, elsewhere.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request igather(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
     if (rank() == root)
-      check_span_size("gather", recv.size(), send.size() * static_cast<std::size_t>(size()));
-    gather(send.data(), recv.data(), send.size(), dtype_of_v<T>, root, o);
+      check_size("gather", "recv", r.size(), s.size() * static_cast<std::size_t>(size()));
+    return igather(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, root, o);
   }
-  /// send must hold size() * recv.size() elements at `root`.
-  template <class T>
-  void scatter(std::span<const T> send, std::span<T> recv, int root, const CollectiveOptions& o = {}) {
+  /// Block r (recv.size() elements) of root's send goes to rank r's recv; every rank passes
+  /// the same recv size. send must hold size() * recv.size() elements at `root`; it is not
+  /// read, and may be empty, elsewhere.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iscatter(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
     if (rank() == root)
-      check_span_size("scatter", send.size(), recv.size() * static_cast<std::size_t>(size()));
-    scatter(send.data(), recv.data(), recv.size(), dtype_of_v<T>, root, o);
+      check_size("scatter", "send", s.size(), r.size() * static_cast<std::size_t>(size()));
+    return iscatter(s.data(), r.data(), r.size(), dtype_of_v<range_element_t<In>>, root, o);
   }
-  template <class T>
-  void scan(std::span<const T> send, std::span<T> recv, ReduceOp op, const CollectiveOptions& o = {}) {
-    check_span_size("scan", recv.size(), send.size());
-    scan(send.data(), recv.data(), send.size(), dtype_of_v<T>, op, o);
+  /// recv (at least send.size() elements) on rank r = reduction of send over ranks 0..r.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iscan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("scan", "recv", r.size(), s.size());
+    return iscan(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
+  }
+  /// recv (at least send.size() elements) on rank r = reduction of send over ranks
+  /// 0..r-1; rank 0's recv is left unchanged.
+  template <BorrowedCollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  Request iexclusive_scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("exclusive_scan", "recv", r.size(), s.size());
+    return iexclusive_scan(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
+  }
+
+  /// Blocking typed forms: the i-form above followed by wait(). Inputs may be temporaries.
+  template <CollectiveOutput R>
+  void all_reduce(R&& data, ReduceOp op, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iall_reduce(data, op, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void all_reduce(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iall_reduce(send, recv, op, o).wait();
+  }
+  template <CollectiveOutput R>
+  void broadcast(R&& data, int root, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    ibroadcast(data, root, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void reduce(In&& send, Out&& recv, ReduceOp op, int root, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    ireduce(send, recv, op, root, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void all_gather(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iall_gather(send, recv, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void reduce_scatter(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    ireduce_scatter(send, recv, op, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void all_to_all(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iall_to_all(send, recv, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void gather(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    igather(send, recv, root, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void scatter(In&& send, Out&& recv, int root, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iscatter(send, recv, root, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iscan(send, recv, op, o).wait();
+  }
+  template <CollectiveInput In, CollectiveOutput Out>
+    requires SameElementType<In, Out>
+  void exclusive_scan(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
+    BlockingCall b;
+    iexclusive_scan(send, recv, op, o).wait();
   }
 
   // ---- lifetime ------------------------------------------------------------------------
@@ -363,11 +571,13 @@ class Communicator {
   /// True until close().
   bool is_open() const;
 
-  /// Internal, for the library's own use.
-  const std::shared_ptr<detail::Group>& group() const noexcept { return group_; }
-
  private:
-  static void check_element_multiple(const Status& s, std::size_t elem);
+  friend struct detail::Access;
+  explicit Communicator(std::shared_ptr<detail::Group> group);
+
+  /// Throws invalid_argument (naming `op`) unless the message is a whole number of
+  /// `elem`-byte elements.
+  static void check_element_multiple(const char* op, const Status& s, std::size_t elem);
   /// Marks the calling thread as about to wait for the collective it starts, so the
   /// collective thread is not woken for it: the caller runs it itself.
   struct BlockingCall {
@@ -376,18 +586,15 @@ class Communicator {
     BlockingCall(const BlockingCall&) = delete;
     BlockingCall& operator=(const BlockingCall&) = delete;
   };
-  /// Throws invalid_argument unless `have` >= `need` elements.
-  static void check_span_size(const char* op, std::size_t have, std::size_t need);
+  /// Throws invalid_argument naming `op` and the range `which` unless `have` >= `need`
+  /// elements.
+  static void check_size(const char* op, const char* which, std::size_t have, std::size_t need);
+  /// Throws invalid_argument naming `op` and the range `which` unless `have` elements split
+  /// into `blocks` equal blocks.
+  static void check_blocks(const char* op, const char* which, std::size_t have, std::size_t blocks);
   detail::Group& self() const;
 
   std::shared_ptr<detail::Group> group_;
 };
-
-/// Creates `n` communicators in this process, ranks 0..n-1, each with its own UDP socket
-/// on 127.0.0.1 and its own progress thread, fully connected over real QUIC with mutual
-/// TLS rooted in a fresh in-memory cluster CA. With more ranks than cores, waiting threads
-/// do not spin (Config::spin is taken as 0). Throws nexar::Error on failure
-/// (invalid_argument for n < 1, io, tls, timeout).
-std::vector<Communicator> bootstrap_local(int n, const Config& config = Config::from_env());
 
 }  // namespace nexar

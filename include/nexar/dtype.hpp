@@ -1,6 +1,7 @@
 // nexar — element types and reduction operators of collectives.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -70,6 +71,14 @@ template <> struct dtype_of<std::int64_t> { static constexpr DataType value = Da
 template <> struct dtype_of<std::uint64_t> { static constexpr DataType value = DataType::u64; };
 template <class T>
 inline constexpr DataType dtype_of_v = dtype_of<std::remove_cv_t<T>>::value;
+
+/// Element types the typed collectives accept: those with a dtype_of mapping above
+/// (cv-qualifiers ignored). Another type, or a pointer, is a compile-time error naming this
+/// concept.
+template <class T>
+concept HasDataType = requires {
+  { dtype_of<std::remove_cv_t<T>>::value } -> std::convertible_to<DataType>;
+};
 
 /// Round-to-nearest-even conversions (subnormals, infinities and NaN preserved; NaN stays
 /// a quiet NaN).

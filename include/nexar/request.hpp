@@ -12,7 +12,8 @@ namespace nexar {
 
 namespace detail {
 class OpState;
-}
+struct Access;
+}  // namespace detail
 
 /// Rank wildcard for receives: match a message from any source.
 inline constexpr int any_source = -1;
@@ -35,8 +36,9 @@ struct Status {
 /// completes. A default-constructed Request is complete and successful.
 class Request {
  public:
+  /// A complete, successful request. Requests of operations come from the calls that start
+  /// them (isend, irecv, the i-forms of collectives, rpc_async).
   Request() = default;
-  explicit Request(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
 
   /// True once the operation finished, successfully or not. Never blocks, never throws.
   bool test() const noexcept;
@@ -60,10 +62,10 @@ class Request {
   /// no effect and the operation completes normally.
   void cancel() const;
 
-  /// Internal state, for the library's own use.
-  const std::shared_ptr<detail::OpState>& state() const noexcept { return state_; }
-
  private:
+  friend struct detail::Access;
+  explicit Request(std::shared_ptr<detail::OpState> state) : state_(std::move(state)) {}
+
   std::shared_ptr<detail::OpState> state_;
 };
 

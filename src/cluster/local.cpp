@@ -1,5 +1,7 @@
 #include "cluster/local.hpp"
 
+#include <nexar/cluster.hpp>
+
 #include <gnutls/crypto.h>
 #include <sched.h>
 #include <unistd.h>
@@ -9,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "core/access.hpp"
 #include "core/log.hpp"
 #include "quic/udp_socket.hpp"
 #include "tls/ca.hpp"
@@ -80,7 +83,7 @@ Communicator start_member(detail::NodeOptions o, const Config& config) {
   if (rank == 0) log::info("effective config:\n{}", config.describe());
   auto group = detail::Group::world(impl);
   impl->start();
-  return Communicator(std::move(group));
+  return detail::Access::make_communicator(std::move(group));
 }
 
 Communicator start_node(NodePlan plan, const Config& config) {

@@ -27,20 +27,27 @@ void Communicator::close() {
   if (group_) group_->close();
 }
 
-void Communicator::check_element_multiple(const Status& s, std::size_t elem) {
+void Communicator::check_element_multiple(const char* op, const Status& s, std::size_t elem) {
   if (elem > 1 && s.bytes % elem != 0) {
     throw Error(Errc::invalid_argument,
-                "recv: message of " + std::to_string(s.bytes) + " bytes from rank " +
+                std::string(op) + ": message of " + std::to_string(s.bytes) + " bytes from rank " +
                     std::to_string(s.source) + " is not a whole number of " + std::to_string(elem) +
                     "-byte elements");
   }
 }
 
-void Communicator::check_span_size(const char* op, std::size_t have, std::size_t need) {
+void Communicator::check_size(const char* op, const char* which, std::size_t have, std::size_t need) {
   if (have < need) {
-    throw Error(Errc::invalid_argument, std::string(op) + ": receive span holds " +
-                                            std::to_string(have) + " elements, " +
-                                            std::to_string(need) + " needed");
+    throw Error(Errc::invalid_argument, std::string(op) + ": " + which + " holds " + std::to_string(have) +
+                                            " elements, " + std::to_string(need) + " needed");
+  }
+}
+
+void Communicator::check_blocks(const char* op, const char* which, std::size_t have, std::size_t blocks) {
+  if (blocks == 0 || have % blocks != 0) {
+    throw Error(Errc::invalid_argument, std::string(op) + ": " + which + " holds " + std::to_string(have) +
+                                            " elements, not " + std::to_string(blocks) +
+                                            " equal blocks (one per rank)");
   }
 }
 
@@ -65,18 +72,18 @@ Status Communicator::recv(int source, int tag, void* data, std::size_t capacity)
 Request Communicator::irecv(int source, int tag, void* data, std::size_t capacity) {
   return self().irecv(Domain::data, "recv", source, tag, data, capacity);
 }
-void Communicator::stream_send(int dest, int tag, const void* data, std::size_t bytes) {
-  istream_send(dest, tag, data, bytes).wait();
+void Communicator::bulk_send(int dest, int tag, const void* data, std::size_t bytes) {
+  ibulk_send(dest, tag, data, bytes).wait();
 }
-Request Communicator::istream_send(int dest, int tag, const void* data, std::size_t bytes) {
+Request Communicator::ibulk_send(int dest, int tag, const void* data, std::size_t bytes) {
   ConstBuffer b{data, bytes};
-  return self().isend(Domain::bulk, "stream_send", dest, tag, std::span<const ConstBuffer>(&b, 1));
+  return self().isend(Domain::bulk, "bulk_send", dest, tag, std::span<const ConstBuffer>(&b, 1));
 }
-Status Communicator::stream_recv(int source, int tag, void* data, std::size_t capacity) {
-  return istream_recv(source, tag, data, capacity).wait();
+Status Communicator::bulk_recv(int source, int tag, void* data, std::size_t capacity) {
+  return ibulk_recv(source, tag, data, capacity).wait();
 }
-Request Communicator::istream_recv(int source, int tag, void* data, std::size_t capacity) {
-  return self().irecv(Domain::bulk, "stream_recv", source, tag, data, capacity);
+Request Communicator::ibulk_recv(int source, int tag, void* data, std::size_t capacity) {
+  return self().irecv(Domain::bulk, "bulk_recv", source, tag, data, capacity);
 }
 
 // ---- RPC: handlers and calls belong to this communicator ----------------------------------

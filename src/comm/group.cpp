@@ -4,6 +4,7 @@
 
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
+#include "core/access.hpp"
 #include "core/error_format.hpp"
 
 namespace nexar::detail {
@@ -212,7 +213,7 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
       }});
   // Only this thread touches `helper`, and before any waiter can see the Request.
   if (id != 0) st->helper = std::make_shared<CollectiveHelper>(weak_from_this(), id);
-  return Request(st);
+  return Access::make_request(st);
 }
 
 std::shared_ptr<Group> Group::split(int color, int key) {

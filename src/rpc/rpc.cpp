@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/access.hpp"
 #include "core/error_format.hpp"
 
 namespace nexar::detail {
@@ -49,7 +50,7 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::b
   };
   if (dest == node_.rank()) {
     service_.submit(dest, comm, id, call, std::vector<std::byte>(args.begin(), args.end()));
-    return RpcCall(Request(st), reply);
+    return RpcCall(Access::make_request(st), reply);
   }
   wire::FrameHeader h;
   h.type = wire::FrameType::rpc_request;
@@ -63,7 +64,7 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::b
     Peer* p = node_.peer(dest);
     if (take(call, nullptr)) node_.fail(st, p->gone_code(), dest, p->gone_why());
   }
-  return RpcCall(Request(st), reply);
+  return RpcCall(Access::make_request(st), reply);
 }
 
 void Rpc::finish(std::uint64_t call, wire::RpcStatus status, std::vector<std::byte> payload) {

@@ -6,6 +6,7 @@
 #include <future>
 #include <unistd.h>
 
+#include "core/access.hpp"
 #include "core/log.hpp"
 
 namespace nexar::detail {
@@ -274,7 +275,7 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
   Peer* p = peer(dest);
   if (p->gone()) {
     fail(st, p->gone_code(), dest, p->gone_why());
-    return Request(st);
+    return Access::make_request(st);
   }
   const Lane lane = lane_of(d);
   if (size <= cfg_.eager_limit) {
@@ -300,7 +301,7 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     RecvOp shape;  // only for mapping the destination into the caller's communicator
     shape.local_of = a.local_of;
     st->succeed(shape.status(dest, tag, static_cast<std::size_t>(size)));
-    return Request(st);
+    return Access::make_request(st);
   }
   // Empty parts carry nothing; the last queued part is the one whose acknowledgement
   // completes the send, so it must hold bytes.
@@ -323,14 +324,14 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
       peer(dest)->send_eager_in_place(d, comm, tag, std::move(copy), size, st);
     });
-    return Request(st);
+    return Access::make_request(st);
   }
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
                     [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
   submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
     peer(dest)->start_rendezvous(d, comm, tag, std::move(copy), size, st);
   });
-  return Request(st);
+  return Access::make_request(st);
 }
 
 void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
@@ -460,7 +461,7 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
     }
     q.post(r);
   });
-  return Request(st);
+  return Access::make_request(st);
 }
 
 // ---- RPC lanes ---------------------------------------------------------------------------

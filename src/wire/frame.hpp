@@ -20,7 +20,7 @@ enum class Lane : std::uint8_t {
   data = 1,          ///< point-to-point send/recv
   rpc_request = 2,   ///< RPC calls
   rpc_response = 3,  ///< RPC replies
-  bulk = 4,          ///< raw byte streams (stream_send/stream_recv)
+  bulk = 4,          ///< large messages (bulk_send/bulk_recv)
   collective = 5,    ///< collectives' messages
 };
 inline constexpr int lane_count = 6;

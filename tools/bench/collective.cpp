@@ -483,7 +483,7 @@ struct SweepResult {
 };
 
 /// --bulk: while the sweep runs, rank 0 streams `bytes` to rank 1 on the bulk lane over and
-/// over (stream_send / stream_recv on a thread of each), so the table shows what a
+/// over (bulk_send / bulk_recv on a thread of each), so the table shows what a
 /// collective costs beside a large transfer between the same two ranks. A zero-byte
 /// message ends the receiver's loop.
 class BulkLoad {
@@ -494,10 +494,10 @@ class BulkLoad {
       std::vector<std::byte> buf(static_cast<std::size_t>(bytes), std::byte{1});
       try {
         if (comm.rank() == 0) {
-          while (!stop_.load()) comm.stream_send(1, kTag, buf.data(), buf.size());
-          comm.stream_send(1, kTag, buf.data(), 0);
+          while (!stop_.load()) comm.bulk_send(1, kTag, buf.data(), buf.size());
+          comm.bulk_send(1, kTag, buf.data(), 0);
         } else {
-          while (comm.stream_recv(0, kTag, buf.data(), buf.size()).bytes != 0) {
+          while (comm.bulk_recv(0, kTag, buf.data(), buf.size()).bytes != 0) {
           }
         }
       } catch (const std::exception& e) {

@@ -144,9 +144,9 @@ class NexarPeer {
   NexarPeer(Communicator& c, int peer) : c_(c), peer_(peer) {}
   void send_small(const void* p, std::size_t n) { c_.send(peer_, kTagPing, p, n); }
   void recv_small(void* p, std::size_t n) { expect(c_.recv(peer_, kTagPing, p, n).bytes, n, "ping"); }
-  void send_bulk(const void* p, std::size_t n) { c_.stream_send(peer_, kTagBulk, p, n); }
+  void send_bulk(const void* p, std::size_t n) { c_.bulk_send(peer_, kTagBulk, p, n); }
   void recv_bulk(void* p, std::size_t n, std::size_t cap) {
-    expect(c_.stream_recv(peer_, kTagBulk, p, cap).bytes, n, "bulk message");
+    expect(c_.bulk_recv(peer_, kTagBulk, p, cap).bytes, n, "bulk message");
   }
   void send_ack(std::uint8_t a) { c_.send(peer_, kTagAck, &a, 1); }
   std::uint8_t recv_ack() {
