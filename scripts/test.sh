@@ -2,21 +2,23 @@
 # Builds and runs every nexar test. Every stage configures with -DNEXAR_WERROR=ON: warnings
 # are errors in the project's own builds (the CMake default is OFF, for users and packagers).
 # Stages, in order:
-#   release  GCC (the default c++), RelWithDebInfo, every target; the whole ctest suite.
-#            Build tree: build/
+#   layers   scripts/check_layers.sh: every #include follows the module graph of
+#            cmake/layers.txt (seconds; runs before anything is built).
+#   release  GCC (the default c++), Release (-O3, where GCC 12's flow-based warnings fire
+#            most), every target; the whole ctest suite. Build tree: build/
 #   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
 #            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
 #   asan     clang, Debug, AddressSanitizer + UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
 #            tools and tests; the whole ctest suite again. Being clang, this stage is also the
 #            clang -Werror build of the library, tests and tools. Build tree: build-asan/
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
-#   NEXAR_TEST_STAGES="release fuzz asan"   pick stages (default: all three)
+#   NEXAR_TEST_STAGES="layers release fuzz asan"   pick stages (default: all four)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
 #   NEXAR_JOBS=N                            parallel build jobs (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-stages=${NEXAR_TEST_STAGES:-"release fuzz asan"}
+stages=${NEXAR_TEST_STAGES:-"layers release fuzz asan"}
 jobs=${NEXAR_JOBS:-$(nproc)}
 failed=()
 
@@ -39,8 +41,12 @@ run_ctest() {  # <build dir> <label>
 
 for stage in $stages; do
   case $stage in
+    layers)
+      echo "== layers (cmake/layers.txt)"
+      bash scripts/check_layers.sh || failed+=(layers)
+      ;;
     release)
-      cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNEXAR_WERROR=ON >/dev/null
+      cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON >/dev/null
       cmake --build build -j"$jobs"
       run_ctest build release
       ;;
