@@ -79,7 +79,7 @@ bool oversubscribed(int local_ranks) {
 Communicator start_member(detail::NodeOptions o, const Config& config) {
   log::set_level(config.log_level);
   const int rank = o.rank;
-  auto impl = std::make_shared<detail::CommImpl>(std::move(o), config);
+  auto impl = std::make_shared<detail::Node>(std::move(o), config);
   if (rank == 0) log::info("effective config:\n{}", config.describe());
   auto group = detail::Group::world(impl);
   impl->start();

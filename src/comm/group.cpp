@@ -9,7 +9,7 @@
 
 namespace nexar::detail {
 
-std::shared_ptr<Group> Group::world(std::shared_ptr<CommImpl> node) {
+std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
   auto rpc = std::make_shared<Rpc>(*node);
   node->attach_rpc(rpc);
   std::vector<int> members(static_cast<std::size_t>(node->size()));
@@ -18,7 +18,7 @@ std::shared_ptr<Group> Group::world(std::shared_ptr<CommImpl> node) {
   return std::make_shared<Group>(std::move(node), std::move(rpc), 0, std::move(members), rank);
 }
 
-Group::Group(std::shared_ptr<CommImpl> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
+Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
              std::vector<int> members, int rank)
     : node_(std::move(node)), rpc_(std::move(rpc)), id_(id), members_(std::move(members)), rank_(rank) {
   auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(node_->size()), -1);
@@ -78,7 +78,7 @@ Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<cons
     throw make_error(Errc::invalid_argument, ctx,
                      "peer " + std::to_string(dest) + " is this rank; point-to-point needs another rank");
   }
-  CommImpl::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
+  Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
   return node_->isend(a, world_of(dest), parts);
 }
 
@@ -91,7 +91,7 @@ Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, 
     throw make_error(Errc::invalid_argument, ctx,
                      "peer " + std::to_string(source) + " is this rank; point-to-point needs another rank");
   }
-  CommImpl::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
+  Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
   return node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap);
 }
 
@@ -164,7 +164,7 @@ void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
 Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
-  CommImpl::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_};
+  Node::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_};
   const Config& cfg = node_->config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -173,7 +173,7 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
 
 Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
-  CommImpl::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_, true};
+  Node::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_, true};
   return node_->irecv(a, world_of(from), data, bytes);
 }
 
@@ -197,7 +197,7 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
   std::uint64_t id = runner().submit(t_blocking_calls > 0, CollectiveRunner::Task{
       [c, st, body = std::move(body), node = node_.get()]() {
         try {
-          CommImpl::PollScope scope(*node);
+          Node::PollScope scope(*node);
           body(c);
           st->succeed();
         } catch (const Error& e) {

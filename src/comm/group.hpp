@@ -23,17 +23,17 @@ class CollectiveRunner;
 class Group final : public CollectivePort, public std::enable_shared_from_this<Group> {
  public:
   /// The world group of `node` (every rank, id 0). It sets up the node's RPC, so call it
-  /// before CommImpl::start(): requests may arrive as soon as the mesh is up.
-  static std::shared_ptr<Group> world(std::shared_ptr<CommImpl> node);
+  /// before Node::start(): requests may arrive as soon as the mesh is up.
+  static std::shared_ptr<Group> world(std::shared_ptr<Node> node);
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `rpc`
   /// serves and calls for the node.
-  Group(std::shared_ptr<CommImpl> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
+  Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
         std::vector<int> members, int rank);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
 
-  CommImpl& node() const noexcept { return *node_; }
+  Node& node() const noexcept { return *node_; }
   Rpc& rpc() const noexcept { return *rpc_; }
   std::uint64_t id() const noexcept { return id_; }
   int rank() const noexcept override { return rank_; }
@@ -78,7 +78,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   static void blocking_calls(int delta) noexcept;
 
  private:
-  std::shared_ptr<CommImpl> node_;
+  std::shared_ptr<Node> node_;
   std::shared_ptr<Rpc> rpc_;
   std::uint64_t id_;
   std::vector<int> members_;

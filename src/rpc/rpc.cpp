@@ -7,7 +7,7 @@
 
 namespace nexar::detail {
 
-Rpc::Rpc(CommImpl& node)
+Rpc::Rpc(Node& node)
     : node_(node),
       service_(node.rank(), node.config().rpc_threads,
                [this](int caller, std::uint64_t call, wire::RpcStatus st, std::vector<std::byte> out) {

@@ -1,6 +1,6 @@
 // RPC for one node, on top of the transport: the calling side (calls waiting for their
 // replies, matched by call id) and the serving side (RpcService). The transport hands it the
-// frames of the two RPC lanes (RpcLanes); it sends with CommImpl::send_rpc_frame. Calls and
+// frames of the two RPC lanes (RpcLanes); it sends with Node::send_rpc_frame. Calls and
 // handlers belong to a communicator: a request carries the communicator's id, and the
 // handler registered there sees its caller's rank in that communicator.
 #pragma once
@@ -25,7 +25,7 @@ namespace nexar::detail {
 class Rpc final : public RpcLanes {
  public:
   /// Serves and calls for `node`, which must outlive it (the node owns it: attach_rpc).
-  explicit Rpc(CommImpl& node);
+  explicit Rpc(Node& node);
   Rpc(const Rpc&) = delete;
   Rpc& operator=(const Rpc&) = delete;
 
@@ -58,7 +58,7 @@ class Rpc final : public RpcLanes {
   /// Sends the outcome of request `call` to world rank `dest` (or finishes a call to self).
   void reply(int dest, std::uint64_t call, wire::RpcStatus status, std::vector<std::byte> payload);
 
-  CommImpl& node_;
+  Node& node_;
   RpcService service_;
   std::mutex mu_;
   std::map<std::uint64_t, Pending> calls_;

@@ -38,7 +38,7 @@ namespace {
 // to that rank's Peer.
 class AcceptRouter final : public quic::ConnectionHandler {
  public:
-  explicit AcceptRouter(CommImpl& n) : n_(n) {}
+  explicit AcceptRouter(Node& n) : n_(n) {}
   std::string on_peer_identity(quic::Connection& conn, const std::string& node) override {
     int r = n_.rank_of_node(node);
     if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
@@ -54,14 +54,14 @@ class AcceptRouter final : public quic::ConnectionHandler {
   void on_closed(quic::Connection&, Errc, const std::string&) override {}
 
  private:
-  CommImpl& n_;
+  Node& n_;
 };
 }  // namespace
 
-thread_local CommImpl* CommImpl::t_scope_ = nullptr;
-thread_local bool CommImpl::t_scope_asleep_ = false;
+thread_local Node* Node::t_scope_ = nullptr;
+thread_local bool Node::t_scope_asleep_ = false;
 
-CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
+Node::Node(NodeOptions opts, const Config& cfg)
     : cfg_(cfg),
       rank_(opts.rank),
       world_(opts.world),
@@ -79,15 +79,15 @@ CommImpl::CommImpl(NodeOptions opts, const Config& cfg)
   }
 }
 
-CommImpl::~CommImpl() { close(); }
+Node::~Node() { close(); }
 
-int CommImpl::rank_of_node(const std::string& node) const {
+int Node::rank_of_node(const std::string& node) const {
   for (std::size_t r = 0; r < names_.size(); ++r)
     if (names_[r] == node) return static_cast<int>(r);
   return -1;
 }
 
-void CommImpl::start() {
+void Node::start() {
   ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_, addrs_),
                                           cfg_.udp_gso);
   udp_fd_ = -1;
@@ -147,7 +147,7 @@ void CommImpl::start() {
 
 // ---- shutdown ----------------------------------------------------------------------------
 
-void CommImpl::drain_then_shutdown(std::chrono::steady_clock::time_point until,
+void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
                                    const std::shared_ptr<OpState>& done) {
   std::uint64_t pending = 0;
   for (auto& p : peers_)
@@ -172,7 +172,7 @@ void CommImpl::drain_then_shutdown(std::chrono::steady_clock::time_point until,
   done->succeed();
 }
 
-void CommImpl::close() {
+void Node::close() {
   if (closed_.exchange(true)) return;
   // Handlers stop and waiting calls fail with Errc::closed before the connections go.
   if (rpc_) rpc_->on_close();
@@ -196,7 +196,7 @@ void CommImpl::close() {
 
 // ---- errors ------------------------------------------------------------------------------
 
-std::string CommImpl::format(Errc code, const OpState& op, int peer_rank, std::string_view why) const {
+std::string Node::format(Errc code, const OpState& op, int peer_rank, std::string_view why) const {
   std::string addr;
   if (peer_rank >= 0 && peer_rank < world_ && peer_rank != rank_)
     addr = addrs_[static_cast<std::size_t>(peer_rank)].to_string();
@@ -204,12 +204,12 @@ std::string CommImpl::format(Errc code, const OpState& op, int peer_rank, std::s
   return format_error(code, ctx, why);
 }
 
-void CommImpl::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, std::string_view why) {
+void Node::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, std::string_view why) {
   if (!op || op->done()) return;
   op->complete(code, format(code, *op, peer_rank, why));
 }
 
-void CommImpl::on_peer_closed(Peer& p) {
+void Node::on_peer_closed(Peer& p) {
   // Receives naming this peer can never complete now. Any-source receives stay posted.
   for (auto& q : match_) {
     auto& posted = q.posted();
@@ -227,14 +227,14 @@ void CommImpl::on_peer_closed(Peer& p) {
 
 // ---- validation ----------------------------------------------------------------------------
 
-void CommImpl::check_open(const char* op, int peer_rank) const {
+void Node::check_open(const char* op, int peer_rank) const {
   if (!is_open()) {
     ErrorContext ctx{op, rank_, peer_rank, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
   }
 }
 
-std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseconds timeout) {
+std::shared_ptr<OpState> Node::new_op(const char* op, std::chrono::milliseconds timeout) {
   auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
   s->spin = cfg_.spin;
   s->yield_when_idle = cfg_.yield_when_idle;
@@ -242,7 +242,7 @@ std::shared_ptr<OpState> CommImpl::new_op(const char* op, std::chrono::milliseco
   return s;
 }
 
-bool CommImpl::poll(bool) {
+bool Node::poll(bool) {
   if (engine_.engine_waiting()) return false;
   std::unique_lock lk(engine_.lock(), std::try_to_lock);
   if (!lk.owns_lock() || !ep_ || !is_open()) return false;
@@ -252,7 +252,7 @@ bool CommImpl::poll(bool) {
 
 // ---- point-to-point --------------------------------------------------------------------
 
-Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) {
+Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) {
   const char* op = a.op;
   const Domain d = a.domain;
   const Tag tag = a.tag;
@@ -316,7 +316,7 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     // deadline (the receiver stopped taking data) gives up on the peer, which drops the
     // queued bytes, rather than wait forever.
     install_canceller(st, dest, "receiver did not take the data in time; connection dropped", "",
-                      [dest](CommImpl& c, OpState*, Errc why) {
+                      [dest](Node& c, OpState*, Errc why) {
                         if (why != Errc::timeout) return false;
                         c.peer(dest)->abort("a collective send was not acknowledged before its deadline");
                         return true;
@@ -327,14 +327,14 @@ Request CommImpl::isend(const P2p& a, int dest, std::span<const ConstBuffer> par
     return Access::make_request(st);
   }
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
-                    [dest](CommImpl& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
+                    [dest](Node& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
   submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
     peer(dest)->start_rendezvous(d, comm, tag, std::move(copy), size, st);
   });
   return Access::make_request(st);
 }
 
-void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
+void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                                   std::list<std::shared_ptr<Unexpected>>::iterator it) {
   auto u = *it;
   Peer* p = peer(u->source);
@@ -368,7 +368,7 @@ void CommImpl::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
   if (p && !u->data.empty()) p->release_unexpected(d, u->data.size());
 }
 
-void CommImpl::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
+void Node::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
   if (size > r.cap) {
     fail(r.op, Errc::truncated, source,
          "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
@@ -384,7 +384,7 @@ void CommImpl::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t s
   }
 }
 
-void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
+void Node::repost(Domain d, std::shared_ptr<RecvOp> r) {
   if (r->op->done()) return;
   auto& q = queue(d);
   auto it = q.find_unexpected(*r);
@@ -400,14 +400,14 @@ void CommImpl::repost(Domain d, std::shared_ptr<RecvOp> r) {
   q.post_first(std::move(r));
 }
 
-bool CommImpl::receiving(Domain d, const OpState* op) const {
+bool Node::receiving(Domain d, const OpState* op) const {
   if (queue(d).awaits_arrival(op)) return true;
   for (const auto& p : peers_)
     if (p && p->receiving(op)) return true;
   return false;
 }
 
-Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
+Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   const char* op = a.op;
   const Domain d = a.domain;
   check_open(op, source);
@@ -426,7 +426,7 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
   install_canceller(st, source, "no matching message arrived in time", "receive cancelled",
-                    [d](CommImpl& c, OpState* s, Errc code) {
+                    [d](Node& c, OpState* s, Errc code) {
                       // A receive matched with a message still arriving has no posted entry
                       // to withdraw. Cancelling it has no effect (it is matched), but its
                       // deadline still holds: it fails, and the rest of that message is
@@ -466,7 +466,7 @@ Request CommImpl::irecv(const P2p& a, int source, void* data, std::size_t cap) {
 
 // ---- RPC lanes ---------------------------------------------------------------------------
 
-bool CommImpl::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
+bool Node::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
                               std::span<const std::byte> payload) {
   Peer* p = peer(dest);
   if (!p || p->gone()) return false;

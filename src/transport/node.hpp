@@ -57,10 +57,10 @@ struct NodeOptions {
   int udp_fd = -1;
 };
 
-class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> {
+class Node : public Progress, public std::enable_shared_from_this<Node> {
  public:
-  CommImpl(NodeOptions opts, const Config& cfg);
-  ~CommImpl() override;
+  Node(NodeOptions opts, const Config& cfg);
+  ~Node() override;
 
   /// Starts the engine and connects the mesh; returns when every peer is up.
   void start();
@@ -123,7 +123,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   /// of opening and closing it each time); waits that sleep step out meanwhile. Nests.
   class PollScope {
    public:
-    explicit PollScope(CommImpl& n) : n_(t_scope_ == nullptr ? &n : nullptr) {
+    explicit PollScope(Node& n) : n_(t_scope_ == nullptr ? &n : nullptr) {
       if (n_) {
         t_scope_ = n_;
         n_->engine_.add_progressing(1);
@@ -140,7 +140,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
     PollScope& operator=(const PollScope&) = delete;
 
    private:
-    CommImpl* n_;
+    Node* n_;
   };
 
   // ---- engine-thread internals used by Peer and RpcService ---------------------------
@@ -183,13 +183,13 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
       }
       // The posted work holds a raw pointer: a shared_ptr there could make the engine
       // thread drop the last reference and destroy (and join) itself. The engine is
-      // stopped before CommImpl is destroyed, so queued work never outlives it.
-      CommImpl* node = self.get();
+      // stopped before Node is destroyed, so queued work never outlives it.
+      Node* node = self.get();
       node->engine_.post([node, raw, st_weak, peer_rank, on_timeout, on_cancel, withdraw, code] {
         auto s = st_weak.lock();
         if (!s || s->done()) return;
         bool withdrawn = false;
-        if constexpr (std::is_invocable_v<Withdraw, CommImpl&, OpState*, Errc>)
+        if constexpr (std::is_invocable_v<Withdraw, Node&, OpState*, Errc>)
           withdrawn = withdraw(*node, raw, code);
         else
           withdrawn = withdraw(*node, raw);
@@ -217,7 +217,7 @@ class CommImpl : public Progress, public std::enable_shared_from_this<CommImpl> 
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done);
 
-  static thread_local CommImpl* t_scope_;
+  static thread_local Node* t_scope_;
   static thread_local bool t_scope_asleep_;
   Config cfg_;
   int rank_;

@@ -20,7 +20,7 @@ namespace {
 constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3, 2};
 }  // namespace
 
-Peer::Peer(CommImpl& node, int rank, std::string name, quic::Address addr)
+Peer::Peer(Node& node, int rank, std::string name, quic::Address addr)
     : node_(node), rank_(rank), name_(std::move(name)), addr_(addr), addr_text_(addr.to_string()) {}
 
 void Peer::attach(quic::Connection& c) {

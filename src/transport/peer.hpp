@@ -20,11 +20,11 @@
 
 namespace nexar::detail {
 
-class CommImpl;
+class Node;
 
 class Peer final : public quic::ConnectionHandler {
  public:
-  Peer(CommImpl& node, int rank, std::string name, quic::Address addr);
+  Peer(Node& node, int rank, std::string name, quic::Address addr);
 
   int rank() const noexcept { return rank_; }
   const std::string& name() const noexcept { return name_; }
@@ -127,7 +127,7 @@ class Peer final : public quic::ConnectionHandler {
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
 
-  CommImpl& node_;
+  Node& node_;
   int rank_;
   std::string name_;
   quic::Address addr_;

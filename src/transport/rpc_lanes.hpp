@@ -1,6 +1,6 @@
 // What the transport hands to the RPC module above it: whole frames of the two RPC lanes, the
 // failure of a peer, and the node's close. The RPC module (src/rpc) implements it and sends
-// through CommImpl::send_rpc_frame, so the transport knows nothing of calls, handlers or
+// through Node::send_rpc_frame, so the transport knows nothing of calls, handlers or
 // their threads.
 #pragma once
 
