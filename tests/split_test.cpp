@@ -161,6 +161,25 @@ const char* which(const Splits& all, const Split* s) {
   return s == &all.reversed ? " reversed" : s == &all.parity ? " parity" : " nested";
 }
 
+// Runs `body(split, context, world rank, communicator)` on every member of each test split,
+// in worlds of 4 and 5 ranks (ranks as threads); `suffix` ends the context of its messages.
+template <class Body>
+void on_every_split(const char* suffix, Body body) {
+  for (int n : worlds) {
+    auto& world = pooled_world(n);
+    const std::string wctx = "world=" + std::to_string(n);
+    Splits all = make_splits(world, wctx);
+    if (::testing::Test::HasFailure()) return;
+    for (const Split* sp : {&all.reversed, &all.parity, &all.nested}) {
+      const Split& s = *sp;
+      const std::string ctx = wctx + which(all, sp) + suffix;
+      run_ranks(world, ctx, [&](int w) {
+        if (s.in(w)) body(s, ctx, w, s.comm[static_cast<std::size_t>(w)]);
+      });
+    }
+  }
+}
+
 // ---- layout --------------------------------------------------------------------------------
 
 // The splits of make_splits (checked inside split()), plus a split in which every rank has a
@@ -185,50 +204,38 @@ TEST(Split, LayoutFollowsColorAndKey) {
 // Blocking send/recv in pairs (sub-ranks 2i, 2i+1: the lower one sends first, the upper one
 // receives first), then isend/irecv from every member to every other, on every split.
 TEST(Split, SendRecvAddressSubCommunicatorRanks) {
-  for (int n : worlds) {
-    auto& world = pooled_world(n);
-    const std::string wctx = "world=" + std::to_string(n);
-    Splits all = make_splits(world, wctx);
-    if (::testing::Test::HasFailure()) return;
-    for (const Split* sp : {&all.reversed, &all.parity, &all.nested}) {
-      const Split& s = *sp;
-      const std::string ctx = wctx + which(all, sp);
-      run_ranks(world, ctx, [&](int w) {
-        if (!s.in(w)) return;
-        Communicator c = s.comm[static_cast<std::size_t>(w)];
-        const int me = c.rank(), m = c.size();
-        // Pairs.
-        const int peer = me ^ 1;
-        if (peer < m) {
-          const Msg out = msg_of(s, w, 1);
-          Msg in;
-          if (me < peer) {
-            c.send(peer, 11, &out, sizeof out);
-            const Status st = c.recv(peer, 11, &in, sizeof in);
-            check_msg(ctx + " send/recv", w, s, in, st, peer, 11, 1);
-          } else {
-            const Status st = c.recv(peer, 11, &in, sizeof in);
-            check_msg(ctx + " send/recv", w, s, in, st, peer, 11, 1);
-            c.send(peer, 11, &out, sizeof out);
-          }
-        }
-        // Everyone to everyone, non-blocking; tag = 100 + the sender's sub-rank.
-        std::vector<Msg> in(static_cast<std::size_t>(m));
-        std::vector<Request> rq(static_cast<std::size_t>(m)), sq;
-        const Msg out = msg_of(s, w, 2);
-        for (int src = 0; src < m; ++src)
-          if (src != me) rq[static_cast<std::size_t>(src)] = c.irecv(src, 100 + src, &in[static_cast<std::size_t>(src)], sizeof(Msg));
-        for (int dst = 0; dst < m; ++dst)
-          if (dst != me) sq.push_back(c.isend(dst, 100 + me, &out, sizeof out));
-        for (auto& q : sq) q.wait();
-        for (int src = 0; src < m; ++src) {
-          if (src == me) continue;
-          const Status st = rq[static_cast<std::size_t>(src)].wait();
-          check_msg(ctx + " isend/irecv", w, s, in[static_cast<std::size_t>(src)], st, src, 100 + src, 2);
-        }
-      });
+  on_every_split("", [&](const Split& s, const std::string& ctx, int w, Communicator c) {
+    const int me = c.rank(), m = c.size();
+    // Pairs.
+    const int peer = me ^ 1;
+    if (peer < m) {
+      const Msg out = msg_of(s, w, 1);
+      Msg in;
+      if (me < peer) {
+        c.send(peer, 11, &out, sizeof out);
+        const Status st = c.recv(peer, 11, &in, sizeof in);
+        check_msg(ctx + " send/recv", w, s, in, st, peer, 11, 1);
+      } else {
+        const Status st = c.recv(peer, 11, &in, sizeof in);
+        check_msg(ctx + " send/recv", w, s, in, st, peer, 11, 1);
+        c.send(peer, 11, &out, sizeof out);
+      }
     }
-  }
+    // Everyone to everyone, non-blocking; tag = 100 + the sender's sub-rank.
+    std::vector<Msg> in(static_cast<std::size_t>(m));
+    std::vector<Request> rq(static_cast<std::size_t>(m)), sq;
+    const Msg out = msg_of(s, w, 2);
+    for (int src = 0; src < m; ++src)
+      if (src != me) rq[static_cast<std::size_t>(src)] = c.irecv(src, 100 + src, &in[static_cast<std::size_t>(src)], sizeof(Msg));
+    for (int dst = 0; dst < m; ++dst)
+      if (dst != me) sq.push_back(c.isend(dst, 100 + me, &out, sizeof out));
+    for (auto& q : sq) q.wait();
+    for (int src = 0; src < m; ++src) {
+      if (src == me) continue;
+      const Status st = rq[static_cast<std::size_t>(src)].wait();
+      check_msg(ctx + " isend/irecv", w, s, in[static_cast<std::size_t>(src)], st, src, 100 + src, 2);
+    }
+  });
 }
 
 // ---- wildcards -----------------------------------------------------------------------------
@@ -238,48 +245,36 @@ TEST(Split, SendRecvAddressSubCommunicatorRanks) {
 // the split, irecv(any_source, 7) of a second one from each. Status::source is the sender's
 // sub-rank, and matches the payload.
 TEST(Split, AnySourceReportsTheSubCommunicatorRank) {
-  for (int n : worlds) {
-    auto& world = pooled_world(n);
-    const std::string wctx = "world=" + std::to_string(n);
-    Splits all = make_splits(world, wctx);
-    if (::testing::Test::HasFailure()) return;
-    for (const Split* sp : {&all.reversed, &all.parity, &all.nested}) {
-      const Split& s = *sp;
-      const std::string ctx = wctx + which(all, sp);
-      run_ranks(world, ctx, [&](int w) {
-        if (!s.in(w)) return;
-        Communicator c = s.comm[static_cast<std::size_t>(w)];
-        const int me = c.rank(), m = c.size(), root = m - 1;
-        if (me != root) {
-          const Msg a = msg_of(s, w, 1), b = msg_of(s, w, 2);
-          c.send(root, 40 + me, &a, sizeof a);
-          c.barrier();
-          c.send(root, 7, &b, sizeof b);
-          return;
-        }
-        std::set<int> seen;
-        for (int i = 0; i < m - 1; ++i) {
-          Msg in;
-          const Status st = c.recv(any_source, any_tag, &in, sizeof in);
-          check_msg(ctx + " recv(any_source, any_tag)", w, s, in, st, in.sub_src, 40 + in.sub_src, 1);
-          seen.insert(st.source);
-        }
-        EXPECT_EQ(seen.size(), static_cast<std::size_t>(m - 1)) << ctx << ": not one message per sender";
-        c.barrier();
-        std::vector<Msg> in(static_cast<std::size_t>(m - 1));
-        std::vector<Request> rq;
-        for (auto& x : in) rq.push_back(c.irecv(any_source, 7, &x, sizeof x));
-        seen.clear();
-        for (std::size_t i = 0; i < rq.size(); ++i) {
-          const Status st = rq[i].wait();
-          EXPECT_EQ(rq[i].status().source, st.source) << ctx;
-          check_msg(ctx + " irecv(any_source, 7)", w, s, in[i], st, in[i].sub_src, 7, 2);
-          seen.insert(st.source);
-        }
-        EXPECT_EQ(seen.size(), static_cast<std::size_t>(m - 1)) << ctx << ": not one message per sender";
-      });
+  on_every_split("", [&](const Split& s, const std::string& ctx, int w, Communicator c) {
+    const int me = c.rank(), m = c.size(), root = m - 1;
+    if (me != root) {
+      const Msg a = msg_of(s, w, 1), b = msg_of(s, w, 2);
+      c.send(root, 40 + me, &a, sizeof a);
+      c.barrier();
+      c.send(root, 7, &b, sizeof b);
+      return;
     }
-  }
+    std::set<int> seen;
+    for (int i = 0; i < m - 1; ++i) {
+      Msg in;
+      const Status st = c.recv(any_source, any_tag, &in, sizeof in);
+      check_msg(ctx + " recv(any_source, any_tag)", w, s, in, st, in.sub_src, 40 + in.sub_src, 1);
+      seen.insert(st.source);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(m - 1)) << ctx << ": not one message per sender";
+    c.barrier();
+    std::vector<Msg> in(static_cast<std::size_t>(m - 1));
+    std::vector<Request> rq;
+    for (auto& x : in) rq.push_back(c.irecv(any_source, 7, &x, sizeof x));
+    seen.clear();
+    for (std::size_t i = 0; i < rq.size(); ++i) {
+      const Status st = rq[i].wait();
+      EXPECT_EQ(rq[i].status().source, st.source) << ctx;
+      check_msg(ctx + " irecv(any_source, 7)", w, s, in[i], st, in[i].sub_src, 7, 2);
+      seen.insert(st.source);
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(m - 1)) << ctx << ": not one message per sender";
+  });
 }
 
 // ---- bulk lane -------------------------------------------------------------------------------
@@ -288,42 +283,31 @@ TEST(Split, AnySourceReportsTheSubCommunicatorRank) {
 // receiver can tell whose it got) to the next sub-rank, received with bulk_recv(any_source,
 // tag), then a small one received with bulk_recv(source, any_tag).
 TEST(Split, StreamSendRecvOnSplits) {
-  for (int n : worlds) {
-    auto& world = pooled_world(n);
-    const std::string wctx = "world=" + std::to_string(n);
-    Splits all = make_splits(world, wctx);
-    if (::testing::Test::HasFailure()) return;
-    auto size_of_world = [](int w) { return std::size_t{200003} + 4099 * static_cast<std::size_t>(w); };
-    for (const Split* sp : {&all.reversed, &all.parity, &all.nested}) {
-      const Split& s = *sp;
-      const std::string ctx = wctx + which(all, sp) + " stream";
-      run_ranks(world, ctx, [&](int w) {
-        if (!s.in(w)) return;
-        Communicator c = s.comm[static_cast<std::size_t>(w)];
-        const int me = c.rank(), m = c.size();
-        if (m < 2) return;
-        const int next = (me + 1) % m, prev = (me + m - 1) % m;
-        const int prev_world = s.members[static_cast<std::size_t>(w)][static_cast<std::size_t>(prev)];
-        const auto out = random_bytes(size_of_world(w), mix(c.id(), static_cast<std::uint64_t>(w)));
-        std::vector<std::byte> in(size_of_world(n) + 100);
-        Request sq = c.ibulk_send(next, 3, out.data(), out.size());
-        const Status st = c.bulk_recv(any_source, 3, in.data(), in.size());
-        sq.wait();
-        const std::string where = ctx + ": world rank " + std::to_string(w);
-        EXPECT_EQ(st.source, prev) << where << ": Status::source is not the sub-rank of the sender";
-        EXPECT_EQ(st.tag, 3) << where;
-        ASSERT_EQ(st.bytes, size_of_world(prev_world)) << where << ": got another sender's stream";
-        const auto want = random_bytes(st.bytes, mix(c.id(), static_cast<std::uint64_t>(prev_world)));
-        EXPECT_TRUE(std::equal(want.begin(), want.end(), in.begin())) << where << ": stream content differs";
-        const Msg small = msg_of(s, w, 9);
-        Msg got;
-        Request sq2 = c.ibulk_send(next, 12, &small, sizeof small);
-        const Status st2 = c.bulk_recv(prev, any_tag, &got, sizeof got);
-        sq2.wait();
-        check_msg(ctx + " bulk_recv(source, any_tag)", w, s, got, st2, prev, 12, 9);
-      });
-    }
-  }
+  auto size_of_world = [](int w) { return std::size_t{200003} + 4099 * static_cast<std::size_t>(w); };
+  on_every_split(" stream", [&](const Split& s, const std::string& ctx, int w, Communicator c) {
+    const int me = c.rank(), m = c.size();
+    if (m < 2) return;
+    const int next = (me + 1) % m, prev = (me + m - 1) % m;
+    const int prev_world = s.members[static_cast<std::size_t>(w)][static_cast<std::size_t>(prev)];
+    const auto out = random_bytes(size_of_world(w), mix(c.id(), static_cast<std::uint64_t>(w)));
+    // Room for the largest stream of the world (members has one entry per world rank).
+    std::vector<std::byte> in(size_of_world(static_cast<int>(s.members.size())) + 100);
+    Request sq = c.ibulk_send(next, 3, out.data(), out.size());
+    const Status st = c.bulk_recv(any_source, 3, in.data(), in.size());
+    sq.wait();
+    const std::string where = ctx + ": world rank " + std::to_string(w);
+    EXPECT_EQ(st.source, prev) << where << ": Status::source is not the sub-rank of the sender";
+    EXPECT_EQ(st.tag, 3) << where;
+    ASSERT_EQ(st.bytes, size_of_world(prev_world)) << where << ": got another sender's stream";
+    const auto want = random_bytes(st.bytes, mix(c.id(), static_cast<std::uint64_t>(prev_world)));
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), in.begin())) << where << ": stream content differs";
+    const Msg small = msg_of(s, w, 9);
+    Msg got;
+    Request sq2 = c.ibulk_send(next, 12, &small, sizeof small);
+    const Status st2 = c.bulk_recv(prev, any_tag, &got, sizeof got);
+    sq2.wait();
+    check_msg(ctx + " bulk_recv(source, any_tag)", w, s, got, st2, prev, 12, 9);
+  });
 }
 
 // ---- separation --------------------------------------------------------------------------

@@ -42,11 +42,12 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::b
     calls_[call] = Pending{st, reply, dest};
   }
   // The canceller runs on whichever thread gives the call up (its waiter at the deadline,
-  // or cancel()); the node outlives every call (close fails them first).
-  st->canceller = [this, call, dest, weak = std::weak_ptr<OpState>(st)](Errc code) {
+  // or cancel()), perhaps after the communicator was dropped: it holds the Rpc weakly.
+  st->canceller = [self = weak_from_this(), call, dest, weak = std::weak_ptr<OpState>(st)](Errc code) {
+    auto rpc = self.lock();
     auto s = weak.lock();
-    if (s && take(call, nullptr))
-      node_.fail(s, code, dest, code == Errc::timeout ? "no reply in time" : "call cancelled");
+    if (rpc && s && rpc->take(call, nullptr))
+      rpc->node_.fail(s, code, dest, code == Errc::timeout ? "no reply in time" : "call cancelled");
   };
   if (dest == node_.rank()) {
     service_.submit(dest, comm, id, call, std::vector<std::byte>(args.begin(), args.end()));

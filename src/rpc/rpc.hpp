@@ -22,9 +22,10 @@
 
 namespace nexar::detail {
 
-class Rpc final : public RpcLanes {
+class Rpc final : public RpcLanes, public std::enable_shared_from_this<Rpc> {
  public:
   /// Serves and calls for `node`, which must outlive it (the node owns it: attach_rpc).
+  /// Made with make_shared: calls hold it weakly.
   explicit Rpc(Node& node);
   Rpc(const Rpc&) = delete;
   Rpc& operator=(const Rpc&) = delete;

@@ -143,7 +143,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     Node* n_;
   };
 
-  // ---- engine-thread internals used by Peer and RpcService ---------------------------
+  // ---- engine-thread internals used by Peer and the RPC module ------------------------
   Engine& engine() noexcept { return engine_; }
   BufferPool& pool() noexcept { return pool_; }
   MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
