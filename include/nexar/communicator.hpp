@@ -231,6 +231,67 @@ class Communicator {
   /// Identifier carried by this communicator's frames (0 for the world).
   std::uint64_t id() const;
 
+  // ---- failures ----------------------------------------------------------------------
+  //
+  // A member that fails is declared failed by the first rank that notices (its port is
+  // unreachable, or nothing arrived from it for Config::failure_timeout), and every live
+  // member of every communicator containing it learns so within a round trip. Each such
+  // communicator is then revoked: its pending and later operations fail with
+  // Errc::rank_failed naming the failed rank(s) in its numbering, except agree() and
+  // shrink(). Communicators without the failed rank are untouched. What happens next is
+  // Config::on_failure (see FailurePolicy).
+
+  /// World rank of each member: world_ranks()[r] is rank r's rank in the world communicator.
+  std::vector<int> world_ranks() const;
+
+  /// Members known to have failed, in this communicator's numbering, ascending. Local
+  /// knowledge: another member may learn of a failure a moment earlier or later; agree()
+  /// makes it common.
+  std::vector<int> failed_ranks() const;
+
+  /// True once the communicator was revoked, by a failed member or by revoke().
+  bool is_revoked() const;
+
+  /// Calls `fn` with the communicator's failed ranks (as failed_ranks()) each time a member
+  /// is newly found failed, and with an empty list when the communicator is revoked by
+  /// revoke(). It runs on a nexar thread of its own, never inside the failing operation,
+  /// and may call any function of this communicator. Replaces the previous callback;
+  /// an empty function removes it.
+  void on_failure(std::function<void(const std::vector<int>& failed)> fn);
+
+  /// Revokes the communicator on every member, without waiting for them: their pending and
+  /// later operations on it fail with Errc::revoked (agree() and shrink() still work).
+  /// For an application that found a fault nexar cannot see (a bad gradient, a lost
+  /// worker thread) and wants every member to stop and recover together. Idempotent.
+  void revoke();
+
+  /// What agree() decided.
+  struct Agreement {
+    /// Bitwise AND of the values passed by every member that is not in `failed`.
+    std::uint64_t value = 0;
+    /// The members all survivors agree have failed, in this communicator's numbering,
+    /// ascending.
+    std::vector<int> failed;
+  };
+
+  /// Fault-tolerant agreement, collective over the live members, usable on a revoked
+  /// communicator. Every live member returns the same Agreement, even when members
+  /// (whichever rank coordinates included) fail during the call; it returns once the
+  /// members that did not fail have all called it. Calls are numbered: every member must
+  /// call agree() (and shrink(), which agrees inside) in the same order. The algorithm and
+  /// its guarantee are in docs/ARCHITECTURE.md.
+  /// Errors: invalid_argument under FailurePolicy::abort; rank_failed when this rank was
+  /// itself declared failed by the others; timeout (Config::op_timeout) when a live member
+  /// never calls it; closed.
+  Agreement agree(std::uint64_t value = ~std::uint64_t{0});
+
+  /// Collective over the live members, usable on a revoked communicator: agrees on the
+  /// failed set and returns a new communicator of the others, ranked in their old order,
+  /// with a fresh id, ready for every operation (RPC handlers are not carried over). May be
+  /// called again on the result, any number of times; works on split communicators.
+  /// Errors: as agree().
+  Communicator shrink() const;
+
   // ---- collectives -------------------------------------------------------------------
   //
   // Every rank of the communicator calls the same collectives in the same order with

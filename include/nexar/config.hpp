@@ -15,6 +15,25 @@ namespace nexar {
 /// Log verbosity, NEXAR_DEBUG = off|error|warn|info|debug|trace.
 enum class LogLevel { off, error, warn, info, debug, trace };
 
+/// What a communicator does when one of its members fails (NEXAR_ON_FAILURE =
+/// abort|manual|automatic). In every policy the failure is detected, every member learns
+/// it, and the communicator's operations fail with Errc::rank_failed naming the failed
+/// rank(s); communicators without the failed rank are untouched.
+enum class FailurePolicy {
+  /// Fail fast: the communicator stays revoked for good; agree() and shrink() refuse
+  /// (Errc::invalid_argument), so a job that did not plan for failures stops clearly.
+  abort,
+  /// The application catches the error, then calls agree() and shrink() itself.
+  manual,
+  /// The operation that saw the failure throws (with the failed set); the runtime then
+  /// agrees with the survivors and rebuilds the same Communicator object in place: its
+  /// rank(), size() and id() change and the next call works.
+  automatic,
+};
+
+/// "abort", "manual" or "automatic".
+const char* to_string(FailurePolicy p) noexcept;
+
 struct Config {
   /// Deadline of every blocking call that does not take its own (NEXAR_TIMEOUT_MS).
   std::chrono::milliseconds op_timeout{std::chrono::minutes(5)};
@@ -23,6 +42,14 @@ struct Config {
   /// QUIC idle timeout: a peer silent this long is declared failed (NEXAR_IDLE_TIMEOUT_MS).
   /// Keep-alive PINGs are sent at a third of it, so only a dead peer goes silent.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(15)};
+  /// How long a peer may stay silent before it is declared failed
+  /// (NEXAR_FAILURE_TIMEOUT_MS). Liveness is judged on what is received from the peer (any
+  /// packet counts); heartbeats go out at a tenth of this while a peer is quiet. A peer
+  /// whose port is unreachable (its process exited) is declared failed at once. The QUIC
+  /// idle timeout (above) is raised to at least twice this, so this decides first.
+  std::chrono::milliseconds failure_timeout{std::chrono::seconds(3)};
+  /// What communicators do when a member fails (NEXAR_ON_FAILURE); see FailurePolicy.
+  FailurePolicy on_failure = FailurePolicy::abort;
   /// Default deadline of an RPC call (NEXAR_RPC_TIMEOUT_MS).
   std::chrono::milliseconds rpc_timeout{std::chrono::seconds(30)};
   /// Most RPC handlers one rank runs at once (NEXAR_RPC_THREADS), range 1 .. 1024. A handler

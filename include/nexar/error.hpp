@@ -12,10 +12,18 @@
 //    Errors caused by a peer (Errc::peer_closed, Errc::peer_failed, Errc::protocol,
 //    Errc::tls) fail the operations that involve that peer; operations on other peers go on.
 //    Errc::closed means the local communicator was closed.
+//  * A member that fails (its process dies, its host goes silent for
+//    Config::failure_timeout) is declared failed by whoever notices first, and every
+//    member of every communicator containing it learns so. Those communicators are
+//    revoked: their pending and later operations fail with Errc::rank_failed naming the
+//    failed rank(s) in the communicator's own numbering, until the application shrinks
+//    them (or the runtime does, under Config::on_failure = automatic).
 #pragma once
 
-#include <string>
+#include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 #include <system_error>
 
 namespace nexar {
@@ -36,6 +44,8 @@ enum class Errc : int {
   io = 11,               ///< a local socket or system call failed
   cancelled = 12,        ///< the operation was cancelled before it completed
   rejected = 13,         ///< the seed refused to admit this node (token, rank, world size)
+  rank_failed = 14,      ///< a member of the communicator failed; the message names it
+  revoked = 15,          ///< the application revoked the communicator (Communicator::revoke)
 };
 
 /// The std::error_category of nexar::Errc values.
@@ -56,12 +66,25 @@ const char* to_string(Errc e) noexcept;
 class Error : public std::runtime_error {
  public:
   Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  /// An error that also carries the ranks that failed (Errc::rank_failed).
+  Error(Errc code, const std::string& message, std::vector<int> failed)
+      : std::runtime_error(message),
+        code_(code),
+        failed_(std::make_shared<const std::vector<int>>(std::move(failed))) {}
 
   /// The kind of failure.
   Errc code() const noexcept { return code_; }
 
+  /// For Errc::rank_failed thrown by a blocking call: the communicator's failed members, in
+  /// its numbering as it was when the operation started, ascending. Empty otherwise.
+  const std::vector<int>& failed_ranks() const noexcept {
+    static const std::vector<int> none;
+    return failed_ ? *failed_ : none;
+  }
+
  private:
   Errc code_;
+  std::shared_ptr<const std::vector<int>> failed_;
 };
 
 }  // namespace nexar

@@ -170,11 +170,27 @@ void check_timeout(std::string_view setting, const char* var, milliseconds v) {
 
 }  // namespace
 
+const char* to_string(FailurePolicy p) noexcept {
+  switch (p) {
+    case FailurePolicy::abort: return "abort";
+    case FailurePolicy::manual: return "manual";
+    case FailurePolicy::automatic: return "automatic";
+  }
+  return "unknown";
+}
+
 Config Config::from_env() {
   Config c;
   env_ms("NEXAR_TIMEOUT_MS", c.op_timeout);
   env_ms("NEXAR_CONNECT_TIMEOUT_MS", c.connect_timeout);
   env_ms("NEXAR_IDLE_TIMEOUT_MS", c.idle_timeout);
+  env_ms("NEXAR_FAILURE_TIMEOUT_MS", c.failure_timeout);
+  if (auto s = env("NEXAR_ON_FAILURE")) {
+    if (iequals(*s, "abort")) c.on_failure = FailurePolicy::abort;
+    else if (iequals(*s, "manual")) c.on_failure = FailurePolicy::manual;
+    else if (iequals(*s, "automatic")) c.on_failure = FailurePolicy::automatic;
+    else malformed("NEXAR_ON_FAILURE", *s, "not a failure policy (abort, manual, automatic)");
+  }
   env_ms("NEXAR_RPC_TIMEOUT_MS", c.rpc_timeout);
   env_count("NEXAR_RPC_THREADS", c.rpc_threads);
   env_bytes("NEXAR_MAX_FRAME_BYTES", c.max_frame_bytes);
@@ -216,6 +232,16 @@ void Config::validate() const {
   check_timeout("op_timeout", "NEXAR_TIMEOUT_MS", op_timeout);
   check_timeout("connect_timeout", "NEXAR_CONNECT_TIMEOUT_MS", connect_timeout);
   check_timeout("idle_timeout", "NEXAR_IDLE_TIMEOUT_MS", idle_timeout);
+  // Heartbeats go out at a tenth of it: below 50 ms they would be a load, not a probe.
+  if (failure_timeout < milliseconds(50) || failure_timeout > kMaxTimeout) {
+    out_of_range("failure_timeout", "NEXAR_FAILURE_TIMEOUT_MS", fmt::format("{} ms", failure_timeout.count()),
+                 fmt::format("50 ms .. {} ms (365 days)", kMaxTimeout.count()));
+  }
+  if (on_failure != FailurePolicy::abort && on_failure != FailurePolicy::manual &&
+      on_failure != FailurePolicy::automatic) {
+    out_of_range("on_failure", "NEXAR_ON_FAILURE", fmt::format("{}", static_cast<int>(on_failure)),
+                 "abort, manual, automatic");
+  }
   check_timeout("rpc_timeout", "NEXAR_RPC_TIMEOUT_MS", rpc_timeout);
   if (rpc_threads < 1 || rpc_threads > 1024)
     out_of_range("rpc_threads", "NEXAR_RPC_THREADS", fmt::format("{}", rpc_threads), "1 .. 1024");
@@ -267,6 +293,8 @@ std::string Config::describe() const {
   fmt::format_to(it, "op_timeout = {} ms\n", op_timeout.count());
   fmt::format_to(it, "connect_timeout = {} ms\n", connect_timeout.count());
   fmt::format_to(it, "idle_timeout = {} ms\n", idle_timeout.count());
+  fmt::format_to(it, "failure_timeout = {} ms\n", failure_timeout.count());
+  fmt::format_to(it, "on_failure = {}\n", to_string(on_failure));
   fmt::format_to(it, "rpc_timeout = {} ms\n", rpc_timeout.count());
   fmt::format_to(it, "rpc_threads = {}\n", rpc_threads);
   fmt::format_to(it, "max_frame_bytes = {}\n", format_bytes(max_frame_bytes));

@@ -23,6 +23,8 @@ const char* describe(Errc e) noexcept {
     case Errc::io: return "a local socket or system call failed";
     case Errc::cancelled: return "the operation was cancelled";
     case Errc::rejected: return "the seed refused to admit this node";
+    case Errc::rank_failed: return "a member of the communicator failed";
+    case Errc::revoked: return "the communicator was revoked";
   }
   return nullptr;
 }
@@ -65,6 +67,8 @@ const char* to_string(Errc e) noexcept {
     case Errc::io: return "io";
     case Errc::cancelled: return "cancelled";
     case Errc::rejected: return "rejected";
+    case Errc::rank_failed: return "rank_failed";
+    case Errc::revoked: return "revoked";
   }
   // Values outside the enumeration (casts from the wire, for instance) still get a
   // printable name rather than a null pointer.
