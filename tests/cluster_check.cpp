@@ -1,7 +1,7 @@
 // nexar-cluster-check: a worker program that checks a cluster formed across processes or
 // hosts (tests/multiprocess_test.sh, tests/netns_test.sh).
 //
-//   nexar-cluster-check [--quick] [--allreduce-only] [--bytes N]
+//   nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS]
 //
 // Each process joins the cluster described by its environment (nexar::join_from_env():
 // NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_SEED_FINGERPRINT, NEXAR_RANK, NEXAR_WORLD_SIZE,
@@ -26,6 +26,11 @@
 //  * split into even and odd ranks (reverse order by key) and an all_reduce on each half.
 // --allreduce-only: only all_reduce (f32 sum, i64 max, f64 avg) at 1, 7, 1000, 65539 and
 // the big count.
+// --soak SECONDS: instead of the battery, for SECONDS: a bulk transfer around the ring (8 MiB
+// messages, each checked) keeps the links busy on two threads, while the main thread runs
+// and checks all_reduce (f32 sum 65539, i64 max 7, f64 avg 1000) over and over. Any error,
+// a false failure declaration included, fails the run (tests/netns_test.sh runs it under
+// random datagram loss).
 //
 // Output: failures as "rank R: <what>: element I is X expected Y", then one line per rank,
 // "rank R/W: N checks passed" (or "rank R/W: F of N checks FAILED"). Exit status 0 only when
@@ -34,6 +39,7 @@
 #include <nexar/nexar.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +52,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -193,6 +200,7 @@ struct Options {
   bool quick = false;
   bool allreduce_only = false;
   std::uint64_t big_bytes = 0;  // 0: the big all_reduce has kBigCount elements
+  int soak_seconds = 0;         // > 0: run soak() instead of the battery
 };
 
 constexpr std::size_t kBigCount = 1000003;
@@ -232,6 +240,10 @@ class Battery {
   Checker& checker() { return check_; }
 
   void run() {
+    if (o_.soak_seconds > 0) {
+      soak();
+      return;
+    }
     if (o_.allreduce_only) {
       for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65539}})
         all_reduce(count, count, count);
@@ -269,6 +281,78 @@ class Battery {
   }
 
  private:
+  // Bulk payload word i of round `round` from rank `from`.
+  static std::uint32_t bulk_word(std::uint32_t round, int from, std::size_t i) {
+    return round * 2654435761u ^ static_cast<std::uint32_t>(from) * 40503u ^ static_cast<std::uint32_t>(i);
+  }
+
+  void soak() {
+    constexpr std::size_t kWords = (8u << 20) / 4;
+    std::atomic<bool> stop{false};
+    std::string send_error, recv_error;
+    std::uint32_t sent = 0, received = 0;
+    // The sender says before each message whether one follows, so both ends stop together.
+    std::thread sender([&] {
+      try {
+        std::vector<std::uint32_t> buf(kWords);
+        for (;; ++sent) {
+          const std::uint8_t more = stop.load() ? 0 : 1;
+          c_.send(next(), 900, &more, 1);
+          if (!more) break;
+          for (std::size_t i = 0; i < kWords; ++i) buf[i] = bulk_word(sent, me_, i);
+          c_.bulk_send(next(), 901, buf);
+        }
+      } catch (const std::exception& e) {
+        send_error = e.what();
+      }
+    });
+    std::thread receiver([&] {
+      try {
+        std::vector<std::uint32_t> buf(kWords);
+        for (;; ++received) {
+          std::uint8_t more = 0;
+          c_.recv(prev(), 900, &more, 1);
+          if (!more) break;
+          c_.bulk_recv(prev(), 901, buf);
+          for (std::size_t i = 0; i < kWords; ++i) {
+            if (buf[i] != bulk_word(received, prev(), i)) {
+              recv_error = "bulk message " + std::to_string(received) + " word " + std::to_string(i) + " is wrong";
+              stop.store(true);
+              return;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        recv_error = e.what();
+      }
+    });
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(o_.soak_seconds);
+    int rounds = 0;
+    try {
+      for (;; ++rounds) {
+        all_reduce(65539, 7, 1000);
+        // Rank 0's clock decides when everyone stops, in the same round.
+        std::int64_t done = me_ == 0 && std::chrono::steady_clock::now() >= end ? 1 : 0;
+        c_.all_reduce(std::span(&done, 1), ReduceOp::max);
+        if (done) break;
+      }
+    } catch (...) {
+      stop.store(true);
+      sender.join();
+      receiver.join();
+      throw;
+    }
+    stop.store(true);
+    sender.join();
+    receiver.join();
+    check_.expect(send_error.empty(), "soak bulk send: " + send_error);
+    check_.expect(recv_error.empty(), "soak bulk receive: " + recv_error);
+    std::fprintf(stderr, "rank %d: soak: %d all_reduce rounds, %u bulk messages sent, %u received\n", me_, rounds,
+                 sent, received);
+    c_.barrier();
+    check_.passed();
+  }
+
   std::size_t un() const { return static_cast<std::size_t>(n_); }
   int next() const { return (me_ + 1) % n_; }
   int prev() const { return (me_ + n_ - 1) % n_; }
@@ -667,13 +751,15 @@ class Battery {
 
 void usage(std::FILE* f) {
   std::fprintf(f,
-               "usage: nexar-cluster-check [--quick] [--allreduce-only] [--bytes N]\n"
+               "usage: nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS]\n"
                "  Joins the cluster described by the NEXAR_* environment (nexar::join_from_env)\n"
                "  and checks p2p, RPC and every collective against locally computed references.\n"
                "  --quick           skip the big sizes (3 MiB p2p, 300007 and 1000003 elements)\n"
                "  --allreduce-only  only all_reduce (f32 sum, i64 max, f64 avg) at a few sizes\n"
                "  --bytes N         bytes of the big all_reduce (K, M, G suffixes; default\n"
                "                    1000003 elements)\n"
+               "  --soak SECONDS    instead: bulk transfers around the ring and checked\n"
+               "                    all_reduces for SECONDS; any error fails\n"
                "Exit status: 0 all checks passed, 1 a check failed or a nexar::Error, 2 usage.\n");
 }
 
@@ -691,6 +777,12 @@ int main(int argc, char** argv) {
       o.big_bytes = parse_bytes(argv[++i]);
       if (o.big_bytes == 0) {
         std::fprintf(stderr, "nexar-cluster-check: --bytes wants a positive size, not '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (a == "--soak" && i + 1 < argc) {
+      o.soak_seconds = std::atoi(argv[++i]);
+      if (o.soak_seconds <= 0) {
+        std::fprintf(stderr, "nexar-cluster-check: --soak wants a positive number of seconds, not '%s'\n", argv[i]);
         return 2;
       }
     } else if (a == "-h" || a == "--help") {

@@ -8,7 +8,10 @@
 # subnet: host 0 runs nexar-seed, hosts 1..4 one nexar-cluster-check --allreduce-only each,
 # with the seed's environment file and NEXAR_WORLD_SIZE=4 but no NEXAR_RANK (the seed assigns
 # the ranks). Every link's receive queues have rps_cpus set. Before nexar runs, a UDP echo
-# between every pair of hosts checks the plumbing. Then the same over IPv6.
+# between every pair of hosts checks the plumbing. Then the same over IPv6. Then, with every
+# host dropping NETNS_LOSS (5%) of its incoming UDP datagrams (iptables statistic), the
+# workers run nexar-cluster-check --soak NETNS_SOAK_SECONDS (60): bulk transfers around the
+# ring saturate the links while all_reduces are checked; a false failure fails the test.
 #
 # Exit status: 0 pass, 1 fail, 77 skipped (not root, or no network namespaces here).
 # Everything it creates (namespaces, veths, the bridge, temporary files, processes) is
@@ -17,7 +20,8 @@
 #
 # Environment: NETNS_SUBNET4 (default 10.77.0), NETNS_SUBNET6 (default fd77::), NETNS_IPV6=0
 # to skip the IPv6 part, NETNS_CHECK_ARGS (default --allreduce-only), NETNS_TIMEOUT (seconds
-# per process, default 120), NETNS_PORT (seed port, default 29400).
+# per process, default 120), NETNS_PORT (seed port, default 29400), NETNS_SOAK_SECONDS
+# (default 60; 0 skips the loss part), NETNS_LOSS (default 0.05).
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -33,6 +37,8 @@ workers=4
 port=${NETNS_PORT:-29400}
 limit=${NETNS_TIMEOUT:-120}
 read -r -a check_args <<<"${NETNS_CHECK_ARGS:---allreduce-only}"
+soak=${NETNS_SOAK_SECONDS:-60}
+loss=${NETNS_LOSS:-0.05}
 
 if ! why=$(netns_check); then
   echo "netns test skipped: needs root and ip netns ($why)"
@@ -73,9 +79,10 @@ read_env() { grep -E '^NEXAR_[A-Z0-9_]+=' "$1"; }
 # run_part NAME SEED_LISTEN 4|6: the seed in host 0, the workers in hosts 1..4.
 run_part() {
   local name=$1 listen=$2 fam=$3 envf="$tmp/$1.env" i t seed_pid rc seed_rc status=0
-  local pids=() vars=()
+  local pids=() vars=() args=("${check_args[@]}")
+  [ -n "${4:-}" ] && read -r -a args <<<"$4"
   rm -f "$envf"
-  echo "== $name: nexar-seed --listen $listen -n $workers in ${NETNS_HOST[0]}; nexar-cluster-check ${check_args[*]} in ${NETNS_HOST[*]:1}"
+  echo "== $name: nexar-seed --listen $listen -n $workers in ${NETNS_HOST[0]}; nexar-cluster-check ${args[*]} in ${NETNS_HOST[*]:1}"
   # Started with ip netns exec directly (not through a function) so that $! is the process
   # itself (ip execs timeout), which a kill reaches.
   ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" --listen "$listen" -n "$workers" \
@@ -101,7 +108,7 @@ run_part() {
   echo "   seed env: $(read_env "$envf" | sed 's/^\(NEXAR_CLUSTER_TOKEN=\).*/\1.../' | tr '\n' ' ')"
   for ((i = 1; i <= workers; i++)); do
     ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" NEXAR_WORLD_SIZE="$workers" \
-      timeout -k 5 "$limit" "$bin/nexar-cluster-check" "${check_args[@]}" >"$tmp/$name.w$i.log" 2>&1 &
+      timeout -k 5 "$limit" "$bin/nexar-cluster-check" "${args[@]}" >"$tmp/$name.w$i.log" 2>&1 &
     pids[i]=$!
     bg_pids+=("${pids[i]}")
   done
@@ -114,6 +121,7 @@ run_part() {
     [ "$fam" = 6 ] && addr=${NETNS_ADDR6[i]}
     if [ "$rc" = 0 ]; then
       echo "   host $i ($addr): ${summary:-exit 0}"
+      grep -E '^rank [0-9]+: soak:' "$tmp/$name.w$i.log" | sed 's/^/     /'
     else
       echo "   host $i ($addr): exit $rc$([ "$rc" = 124 ] && echo " (timed out after $limit s)"); output:"
       sed 's/^/     /' "$tmp/$name.w$i.log" | tail -n 30
@@ -142,6 +150,21 @@ status=0
 run_part ipv4 "${NETNS_ADDR4[0]}:$port" 4 || status=1
 if [ "$NETNS_IPV6" = 1 ]; then
   run_part ipv6 "[${NETNS_ADDR6[0]}]:$port" 6 || status=1
+fi
+# Under random datagram loss, with the links kept busy by bulk transfers and more ranks than
+# cores, nobody may be declared failed and every result must stay exact (failure detection
+# must tell a lossy, saturated link from a dead peer).
+if [ "$soak" -gt 0 ]; then
+  if ip netns exec "${NETNS_HOST[0]}" iptables -L INPUT >/dev/null 2>&1; then
+    for ((i = 0; i <= workers; i++)); do
+      ip netns exec "${NETNS_HOST[i]}" iptables -A INPUT -p udp -m statistic --mode random \
+        --probability "$loss" -j DROP
+    done
+    run_part "loss$loss" "${NETNS_ADDR4[0]}:$port" 4 "--soak $soak" || status=1
+    for ((i = 0; i <= workers; i++)); do ip netns exec "${NETNS_HOST[i]}" iptables -F INPUT; done
+  else
+    echo "== loss: skipped (iptables does not work in the namespaces)"
+  fi
 fi
 if [ "$status" = 0 ]; then echo "netns test: PASS"; else echo "netns test: FAIL"; fi
 exit $status

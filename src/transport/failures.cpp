@@ -168,6 +168,9 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
     }
   }
   const bool first = revoked_.emplace(id, Revoked{code, failed_world, why}).second;
+  // The communicator hears of every failure of a member, not only the one that revoked it,
+  // and before its operations fail: a caller woken by the failure sees it in failed_ranks().
+  if (known && w.on_event) w.on_event(failed_world, code, why);
   if (known && first) {
     auto fail = [&](const std::shared_ptr<OpState>& op) { fail_revoked(op, w, code, failed_world, why); };
     for (auto& q : match_) {
@@ -197,8 +200,6 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
       }
     }
   }
-  // The communicator hears of every failure of a member, not only the one that revoked it.
-  if (known && w.on_event) w.on_event(failed_world, code, why);
 }
 
 void Node::fail_revoked(const std::shared_ptr<OpState>& op, const Watch& w, Errc code, int failed_world,
