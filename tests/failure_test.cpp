@@ -79,8 +79,10 @@ nexar::Config config(FailurePolicy policy) {
 
 // Runs `body(rank, comm)` in one forked process per rank and returns each one's exit
 // status (0 = passed, 1 = a check failed, 2 = an exception escaped, 128+n = signal n).
+// `meanwhile(pids)`, if given, runs in the test process on a thread of its own.
 std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<void(int, Communicator&)>& body,
-                           std::chrono::seconds limit = 90s) {
+                           std::chrono::seconds limit = 90s,
+                           const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
   new (shared()) Shared();
   auto plans = nexar::cluster::plan_local(n, cfg);
   std::vector<pid_t> pids;
@@ -103,6 +105,8 @@ std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<
     pids.push_back(pid);
   }
   nexar::cluster::discard(plans, -1);
+  std::thread helper;
+  if (meanwhile) helper = std::thread([&] { meanwhile(pids); });
   std::vector<int> status(static_cast<std::size_t>(n), -1);
   auto deadline = std::chrono::steady_clock::now() + limit;
   int left = n;
@@ -123,6 +127,7 @@ std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<
     }
     std::this_thread::sleep_for(5ms);
   }
+  if (helper.joinable()) helper.join();
   return status;
 }
 
@@ -194,6 +199,60 @@ TEST(Failure, KilledRankIsNamedBySurvivorsWithinASecond) {
     const auto took = std::chrono::nanoseconds(shared()->error_at[r].load() - killed);
     EXPECT_LT(took, 1s) << "rank " << r << " learned of the failure after "
                         << std::chrono::duration<double>(took).count() << " s";
+  }
+}
+
+// (b), in one host: a rank whose process is stopped (SIGSTOP) sends nothing and draws no
+// ICMP, like a host that went silent. Survivors declare it failed after failure_timeout (1 s
+// here), not before and not much after. When it runs again it finds itself expelled: its
+// operations fail with rank_failed naming itself.
+TEST(Failure, SilentRankIsDeclaredAfterTheFailureTimeout) {
+  nexar::Config cfg = config(FailurePolicy::manual);
+  cfg.failure_timeout = 1s;
+  auto status = run_ranks(3, cfg, [](int rank, Communicator& c) {
+    c.barrier();
+    if (rank == 2) {
+      shared()->killed_at.store(now_ns());
+      kill(getpid(), SIGSTOP);  // the test resumes it once both survivors reported
+      try {
+        for (int i = 0; i < 100; ++i) {
+          c.barrier();
+          std::this_thread::sleep_for(10ms);
+        }
+        RANK_CHECK(rank, false, "an expelled rank kept working");
+      } catch (const Error& e) {
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, join(c.failed_ranks()) + ": " + e.what());
+      }
+      return;
+    }
+    int x = 0;
+    try {
+      c.recv(2, 1, &x, sizeof x);
+      RANK_CHECK(rank, false, "received from a stopped rank");
+    } catch (const Error& e) {
+      shared()->error_at[rank].store(now_ns());
+      RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+      RANK_CHECK(rank, std::string(e.what()).find("nothing arrived") != std::string::npos ||
+                           std::string(e.what()).find("reported by rank") != std::string::npos,
+                 e.what());
+    }
+    shared()->step[rank].store(1);
+    // The survivors still work together.
+    Communicator s = c.shrink();
+    RANK_CHECK(rank, s.size() == 2, std::to_string(s.size()));
+    RANK_CHECK(rank, all_reduce_step(s, 3, 4321), "wrong sum");
+  }, 90s, [](const std::vector<pid_t>& pids) {
+    // Resume the stopped rank once both survivors declared it failed.
+    while (shared()->step[0].load() == 0 || shared()->step[1].load() == 0) std::this_thread::sleep_for(5ms);
+    kill(pids[2], SIGCONT);
+  });
+  expect_all(status, {0, 0, 0});
+  const auto stopped = shared()->killed_at.load();
+  for (int r : {0, 1}) {
+    const auto took = std::chrono::nanoseconds(shared()->error_at[r].load() - stopped);
+    EXPECT_GT(took, 900ms) << "rank " << r << " declared a live (stopped) rank failed early";
+    EXPECT_LT(took, 1500ms) << "rank " << r << " took " << std::chrono::duration<double>(took).count() << " s";
   }
 }
 

@@ -109,7 +109,7 @@ Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<cons
                      "peer " + std::to_string(dest) + " is this rank; point-to-point needs another rank");
   }
   Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
-  return node_->isend(a, world_of(dest), parts);
+  return watch_for_failure(node_->isend(a, world_of(dest), parts));
 }
 
 Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
@@ -122,7 +122,7 @@ Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, 
                      "peer " + std::to_string(source) + " is this rank; point-to-point needs another rank");
   }
   Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
-  return node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap);
+  return watch_for_failure(node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap));
 }
 
 CollectiveRunner& Group::runner() {
@@ -244,7 +244,7 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
       }});
   // Only this thread touches `helper`, and before any waiter can see the Request.
   if (id != 0) st->helper = std::make_shared<CollectiveHelper>(weak_from_this(), id);
-  return Access::make_request(st);
+  return watch_for_failure(Access::make_request(st));
 }
 
 std::shared_ptr<Group> Group::split(int color, int key) {

@@ -100,6 +100,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void on_event(int failed_world, Errc code, const std::string& why);
   /// Throws the error that revoked the group, naming `op`.
   [[noreturn]] void throw_revoked(const char* op) const;
+  /// Under FailurePolicy::automatic: `r`'s failure, when thrown to the application, marks
+  /// the failure seen (the next call rebuilds). Returns `r`.
+  Request watch_for_failure(Request r);
 
   std::shared_ptr<Node> node_;
   std::shared_ptr<Rpc> rpc_;
@@ -117,6 +120,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   mutable std::mutex fail_mu_;
   std::vector<int> failed_;  // group ranks, ascending
   std::atomic<bool> revoked_{false};
+  // The application saw the revocation (an operation of this group threw it): only then
+  // does FailurePolicy::automatic rebuild, so no call is moved to the new group unseen.
+  mutable std::atomic<bool> seen_{false};
   Errc revoke_code_ = Errc::ok;
   int revoke_peer_ = -1;        // the failed rank that revoked it, in group ranks
   std::string revoke_detail_;   // what the errors say after the code

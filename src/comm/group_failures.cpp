@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "comm/group.hpp"
+#include "core/access.hpp"
 #include "core/error_format.hpp"
 
 namespace nexar::detail {
@@ -29,7 +30,19 @@ void Group::on_event(int failed_world, Errc code, const std::string& why) {
   if (fn) notifier_.post([fn = std::move(fn), failed = std::move(failed)] { fn(failed); });
 }
 
+Request Group::watch_for_failure(Request r) {
+  if (config().on_failure != FailurePolicy::automatic) return r;
+  const auto& st = Access::state(r);
+  if (!st) return r;
+  st->before_throw = [weak = weak_from_this()](Errc code) {
+    if (code != Errc::rank_failed && code != Errc::revoked) return;
+    if (auto g = weak.lock(); g && g->is_revoked()) g->seen_.store(true, std::memory_order_release);
+  };
+  return r;
+}
+
 void Group::throw_revoked(const char* op) const {
+  seen_.store(true, std::memory_order_release);
   std::lock_guard lk(fail_mu_);
   ErrorContext ctx{op, rank_, revoke_peer_ == rank_ ? -1 : revoke_peer_, {}, {}};
   throw Error(revoke_code_, format_error(revoke_code_, ctx, revoke_detail_), failed_);
@@ -97,12 +110,14 @@ std::shared_ptr<Group> Group::shrink() {
 }
 
 Group& Group::current() {
+  if (!is_revoked()) return *this;  // the common case: no successor can exist yet
   Group* g = this;
   for (;;) {
     std::shared_ptr<Group> next;
     {
       std::lock_guard lk(g->rebuild_mu_);
-      if (!g->successor_ && g->is_revoked() && g->config().on_failure == FailurePolicy::automatic &&
+      if (!g->successor_ && g->is_revoked() && g->seen_.load(std::memory_order_acquire) &&
+          g->config().on_failure == FailurePolicy::automatic &&
           !g->node_->expelled() && !g->closed_.load(std::memory_order_acquire)) {
         // Every survivor gets here: its operations on the revoked group fail, and its next
         // call rebuilds. Other threads of this rank wait for the one rebuilding.

@@ -69,6 +69,10 @@ class OpState {
   /// Installed by whoever started the operation: asks the engine to cancel it with `code`
   /// (Errc::cancelled or Errc::timeout). Must be callable from any thread.
   std::function<void(Errc)> canceller;
+  /// Runs in the waiting thread just before Request::wait() or wait_for() throws this
+  /// operation's failure (its communicator learns that the application saw it). Set by
+  /// whoever started the operation, before the Request is handed out.
+  std::function<void(Errc)> before_throw;
   /// Spin budget for waiters (from the communicator's Config).
   std::chrono::microseconds spin{0};
   /// Waiters give up the core after every poll while they spin (Config::yield_when_idle).

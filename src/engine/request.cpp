@@ -11,6 +11,7 @@ bool Request::test() const noexcept { return !state_ || state_->done(); }
 
 static Status finish(const OpState& s) {
   if (s.code() != Errc::ok) {
+    if (s.before_throw) s.before_throw(s.code());
     if (!s.failed_ranks().empty()) throw Error(s.code(), s.message(), s.failed_ranks());
     throw Error(s.code(), s.message());
   }

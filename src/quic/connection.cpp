@@ -295,8 +295,10 @@ void Connection::check_liberr(int rv, const char* where) {
   if (rv == NGTCP2_ERR_DRAINING || rv == NGTCP2_ERR_CLOSING) {
     const ngtcp2_ccerr* e = ngtcp2_conn_get_ccerr(conn_);
     std::string reason(reinterpret_cast<const char*>(e->reason), e->reasonlen);
-    if (e->type == NGTCP2_CCERR_TYPE_APPLICATION && e->error_code == 0) {
+    if (e->type == NGTCP2_CCERR_TYPE_APPLICATION && e->error_code == close_orderly) {
       finish(Errc::peer_closed, reason.empty() ? "peer closed the connection" : reason);
+    } else if (e->type == NGTCP2_CCERR_TYPE_APPLICATION && e->error_code == close_declared_failed) {
+      finish(Errc::rank_failed, reason.empty() ? "the peer declared this rank failed" : reason);
     } else if (e->type == NGTCP2_CCERR_TYPE_TRANSPORT && (e->error_code & 0xff00) == 0x0100) {
       finish(Errc::tls, "peer rejected the TLS handshake (alert " +
                             std::to_string(e->error_code & 0xff) + ")" +

@@ -56,6 +56,13 @@ class ConnectionHandler {
   virtual void on_closed(Connection& c, Errc code, const std::string& why) = 0;
 };
 
+/// Application error codes of a CONNECTION_CLOSE (docs/PROTOCOL.md): 0 an orderly close,
+/// 1 an error, 2 the closing side declared the receiving side failed. A close with code 2
+/// reaches the handler as Errc::rank_failed.
+inline constexpr std::uint64_t close_orderly = 0;
+inline constexpr std::uint64_t close_error = 1;
+inline constexpr std::uint64_t close_declared_failed = 2;
+
 struct ConnectionSettings {
   std::size_t udp_payload = 1452;
   std::uint64_t stream_window = 16u << 20;

@@ -239,7 +239,7 @@ void Peer::protocol_error(const std::string& why) {
   // the connection once it returns. Connections are freed by posted work too, and posted
   // work runs in order, so the pointer is still valid then.
   if (quic::Connection* c = conn_) {
-    node_.engine().post([c, why] { c->close(1, "protocol error: " + why); });
+    node_.engine().post([c, why] { c->close(quic::close_error, "protocol error: " + why); });
   }
 }
 
@@ -247,7 +247,7 @@ void Peer::abort(const std::string& why) {
   if (gone()) return;
   log::warn("rank {}: giving up on peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::peer_failed, why);
-  if (conn_) conn_->close(1, why);
+  if (conn_) conn_->close(quic::close_error, why);
 }
 
 namespace {
@@ -262,9 +262,10 @@ bool is_failure(Errc code) noexcept {
 void Peer::cut_off(const std::string& why) {
   if (gone() && gone_code_ == Errc::rank_failed) return;
   mark_gone(Errc::rank_failed, why);
-  // Possibly inside packet processing (of this connection or another): close it afterwards.
+  // Possibly inside packet processing (of this connection or another): close it afterwards,
+  // telling the peer (should it still hear us) that it was declared failed.
   if (quic::Connection* c = conn_) {
-    node_.engine().post([c, why] { c->close(1, why); });
+    node_.engine().post([c, why] { c->close(quic::close_declared_failed, why); });
   }
 }
 
@@ -585,6 +586,8 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
 void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
   if (&c != conn_ && conn_) return;  // a duplicate connection we refused
   conn_ = nullptr;
+  // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
+  if (code == Errc::rank_failed && !gone()) node_.on_failed_notice(rank_, node_.rank(), why);
   mark_gone(code, why);
 }
 
