@@ -15,7 +15,7 @@ Communicator::Communicator(std::shared_ptr<detail::Group> group) : group_(std::m
 
 detail::Group& Communicator::self() const {
   if (!group_) throw Error(Errc::invalid_argument, "communicator: used an empty Communicator");
-  return *group_;
+  return group_->current();
 }
 
 int Communicator::rank() const { return self().rank(); }
@@ -26,6 +26,16 @@ bool Communicator::is_open() const { return group_ && group_->is_open(); }
 void Communicator::close() {
   if (group_) group_->close();
 }
+
+// ---- failures ---------------------------------------------------------------------------
+
+std::vector<int> Communicator::world_ranks() const { return self().members(); }
+std::vector<int> Communicator::failed_ranks() const { return self().failed_ranks(); }
+bool Communicator::is_revoked() const { return self().is_revoked(); }
+void Communicator::on_failure(std::function<void(const std::vector<int>&)> fn) { self().on_failure(std::move(fn)); }
+void Communicator::revoke() { self().revoke(); }
+Communicator::Agreement Communicator::agree(std::uint64_t value) { return self().agree("agree", value); }
+Communicator Communicator::shrink() const { return Communicator(self().shrink()); }
 
 void Communicator::check_element_multiple(const char* op, const Status& s, std::size_t elem) {
   if (elem > 1 && s.bytes % elem != 0) {

@@ -12,15 +12,33 @@ namespace nexar::detail {
 std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
   auto rpc = std::make_shared<Rpc>(*node);
   node->attach_rpc(rpc);
+  auto agreement = std::make_shared<Agreement>(*node);
+  node->attach_membership(agreement);
   std::vector<int> members(static_cast<std::size_t>(node->size()));
   for (int r = 0; r < node->size(); ++r) members[static_cast<std::size_t>(r)] = r;
   const int rank = node->rank();
-  return std::make_shared<Group>(std::move(node), std::move(rpc), 0, std::move(members), rank);
+  return make(std::move(node), std::move(rpc), std::move(agreement), 0, std::move(members), rank);
 }
 
-Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
-             std::vector<int> members, int rank)
-    : node_(std::move(node)), rpc_(std::move(rpc)), id_(id), members_(std::move(members)), rank_(rank) {
+std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc,
+                                   std::shared_ptr<Agreement> agreement, std::uint64_t id,
+                                   std::vector<int> members, int rank) {
+  auto g = std::make_shared<Group>(std::move(node), std::move(rpc), std::move(agreement), id, std::move(members), rank);
+  g->node_->watch_comm(g->id_, g->members_, rank,
+                       [weak = std::weak_ptr<Group>(g)](int failed_world, Errc code, const std::string& why) {
+                         if (auto self = weak.lock()) self->on_event(failed_world, code, why);
+                       });
+  return g;
+}
+
+Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_ptr<Agreement> agreement,
+             std::uint64_t id, std::vector<int> members, int rank)
+    : node_(std::move(node)),
+      rpc_(std::move(rpc)),
+      agreement_(std::move(agreement)),
+      id_(id),
+      members_(std::move(members)),
+      rank_(rank) {
   auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(node_->size()), -1);
   for (std::size_t i = 0; i < members_.size(); ++i)
     (*local)[static_cast<std::size_t>(members_[i])] = static_cast<int>(i);
@@ -28,6 +46,7 @@ Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::uint64_t
 }
 
 Group::~Group() {
+  node_->unwatch_comm(id_);
   // Collectives still queued fail with Errc::closed; the thread is joined.
   if (runner_) runner_->stop();
 }
@@ -39,8 +58,18 @@ bool Group::is_open() const noexcept {
 void Group::close() {
   closed_.store(true, std::memory_order_release);
   if (is_world()) node_->close();
-  std::lock_guard lk(runner_mu_);
-  if (runner_) runner_->stop();
+  {
+    std::lock_guard lk(runner_mu_);
+    if (runner_) runner_->stop();
+  }
+  // Rebuilt in place (FailurePolicy::automatic): the communicator the application holds
+  // is the whole chain.
+  std::shared_ptr<Group> next;
+  {
+    std::lock_guard lk(fail_mu_);
+    next = successor_;
+  }
+  if (next) next->close();
 }
 
 void Group::check_open(const char* op) const {
@@ -49,6 +78,7 @@ void Group::check_open(const char* op) const {
     throw make_error(Errc::closed, ctx, "communicator is closed");
   }
   node_->check_open(op, -1);
+  if (is_revoked()) throw_revoked(op);
 }
 
 void Group::check_rank(const char* op, int r, bool allow_any) const {
@@ -201,7 +231,8 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
           body(c);
           st->succeed();
         } catch (const Error& e) {
-          st->complete(e.code(), e.what());
+          if (e.failed_ranks().empty()) st->complete(e.code(), e.what());
+          else st->fail_ranks(e.code(), e.what(), e.failed_ranks());
         } catch (const std::exception& e) {
           st->complete(Errc::io, std::string(c.name) + ": " + e.what());
         }
@@ -236,7 +267,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     if (r == rank_) my_rank = static_cast<int>(world.size());
     world.push_back(world_of(r));
   }
-  return std::make_shared<Group>(node_, rpc_, split_id(id_, seq, color), std::move(world), my_rank);
+  return make(node_, rpc_, agreement_, split_id(id_, seq, color), std::move(world), my_rank);
 }
 
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept {

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "collective/port.hpp"
+#include "comm/notifier.hpp"
+#include "membership/agreement.hpp"
 #include "rpc/rpc.hpp"
 #include "transport/node.hpp"
 
@@ -26,9 +28,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// before Node::start(): requests may arrive as soon as the mesh is up.
   static std::shared_ptr<Group> world(std::shared_ptr<Node> node);
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `rpc`
-  /// serves and calls for the node.
-  Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::uint64_t id,
-        std::vector<int> members, int rank);
+  /// serves and calls for the node, `agreement` agrees for it. The group watches the
+  /// failures of its members from the start.
+  static std::shared_ptr<Group> make(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc,
+                                     std::shared_ptr<Agreement> agreement, std::uint64_t id,
+                                     std::vector<int> members, int rank);
+  Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_ptr<Agreement> agreement,
+        std::uint64_t id, std::vector<int> members, int rank);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -70,6 +76,18 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// rank here); nullptr for a negative color.
   std::shared_ptr<Group> split(int color, int key);
 
+  // ---- failures (comm/group_failures.cpp) ------------------------------------------------
+  const std::vector<int>& members() const noexcept { return members_; }
+  std::vector<int> failed_ranks() const;
+  bool is_revoked() const noexcept { return revoked_.load(std::memory_order_acquire); }
+  void on_failure(std::function<void(const std::vector<int>&)> fn);
+  void revoke();
+  Communicator::Agreement agree(const char* op, std::uint64_t value);
+  std::shared_ptr<Group> shrink();
+  /// The group calls go to: this one, or under FailurePolicy::automatic the survivors'
+  /// group it was rebuilt into (rebuilding it first if it is revoked by a failure).
+  Group& current();
+
   /// Runs collectives of this group one after another on its own thread.
   CollectiveRunner& runner();
 
@@ -78,8 +96,14 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   static void blocking_calls(int delta) noexcept;
 
  private:
+  /// A failure event of the group's communicator (Node::CommListener), engine lock held.
+  void on_event(int failed_world, Errc code, const std::string& why);
+  /// Throws the error that revoked the group, naming `op`.
+  [[noreturn]] void throw_revoked(const char* op) const;
+
   std::shared_ptr<Node> node_;
   std::shared_ptr<Rpc> rpc_;
+  std::shared_ptr<Agreement> agreement_;
   std::uint64_t id_;
   std::vector<int> members_;
   std::shared_ptr<const std::vector<int>> local_of_;
@@ -89,10 +113,23 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::uint64_t> splits_{0};
   std::mutex runner_mu_;
   std::unique_ptr<CollectiveRunner> runner_;
+  // Failure state, written by on_event (engine) and read by any thread.
+  mutable std::mutex fail_mu_;
+  std::vector<int> failed_;  // group ranks, ascending
+  std::atomic<bool> revoked_{false};
+  Errc revoke_code_ = Errc::ok;
+  int revoke_peer_ = -1;        // the failed rank that revoked it, in group ranks
+  std::string revoke_detail_;   // what the errors say after the code
+  std::function<void(const std::vector<int>&)> on_failure_;
+  Notifier notifier_;
+  std::atomic<std::uint64_t> agreements_{0};
+  std::mutex rebuild_mu_;
+  std::shared_ptr<Group> successor_;  // under FailurePolicy::automatic, once rebuilt
 };
 
 /// Id of a group split from `parent` at its `seq`-th split with `color`: a 64-bit mix of
-/// the three, the same on every member, never 0.
+/// the three, the same on every member, never 0. Shrinks use it too, with a color no split
+/// can pass (splits take colors >= 0).
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept;
 
 }  // namespace nexar::detail

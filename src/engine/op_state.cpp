@@ -38,8 +38,18 @@ inline void cpu_relax() {
 
 }  // namespace
 
+bool OpState::fail_ranks(Errc code, std::string message, std::vector<int> failed) {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  failed_ = std::move(failed);
+  return finish(code, std::move(message), {});
+}
+
 bool OpState::complete(Errc code, std::string message, Status status) {
   if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  return finish(code, std::move(message), status);
+}
+
+bool OpState::finish(Errc code, std::string message, Status status) {
   code_ = code;
   message_ = std::move(message);
   status_ = status;

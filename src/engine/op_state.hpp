@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nexar/error.hpp>
 #include <nexar/request.hpp>
@@ -46,6 +47,9 @@ class OpState {
   /// Returns true if this call finished it.
   bool complete(Errc code, std::string message = {}, Status status = {});
   bool succeed(Status status = {}) { return complete(Errc::ok, {}, status); }
+  /// Fails the operation because members of its communicator failed: `failed` are their
+  /// ranks there, handed to the nexar::Error the waiter throws.
+  bool fail_ranks(Errc code, std::string message, std::vector<int> failed);
 
   bool done() const noexcept { return state_.load(std::memory_order_acquire) == done_state; }
 
@@ -56,6 +60,8 @@ class OpState {
   Errc code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
   const Status& status() const noexcept { return status_; }
+  /// Set by fail_ranks(); empty otherwise. Valid once done().
+  const std::vector<int>& failed_ranks() const noexcept { return failed_; }
   const char* op() const noexcept { return op_; }
   Clock::time_point start() const noexcept { return start_; }
   Clock::time_point deadline() const noexcept { return deadline_; }
@@ -74,6 +80,8 @@ class OpState {
 
  private:
   static constexpr std::uint32_t pending = 0, pending_waiters = 1, done_state = 2;
+  /// Stores the result and wakes the waiters, once the caller claimed the completion.
+  bool finish(Errc code, std::string message, Status status);
   std::atomic<std::uint32_t> state_{pending};
   std::atomic<bool> claimed_{false};
   const char* op_;
@@ -82,6 +90,7 @@ class OpState {
   Errc code_ = Errc::ok;
   std::string message_;
   Status status_;
+  std::vector<int> failed_;
 };
 
 }  // namespace nexar::detail

@@ -10,7 +10,10 @@ using detail::OpState;
 bool Request::test() const noexcept { return !state_ || state_->done(); }
 
 static Status finish(const OpState& s) {
-  if (s.code() != Errc::ok) throw Error(s.code(), s.message());
+  if (s.code() != Errc::ok) {
+    if (!s.failed_ranks().empty()) throw Error(s.code(), s.message(), s.failed_ranks());
+    throw Error(s.code(), s.message());
+  }
   return s.status();
 }
 

@@ -26,7 +26,7 @@ Connection* self(void* user_data) { return static_cast<Connection*>(user_data); 
 }  // namespace
 
 Connection::Connection(Endpoint& ep, bool server, const Address& remote)
-    : ep_(ep), server_(server), remote_(remote) {
+    : ep_(ep), server_(server), remote_(remote), last_rx_(Endpoint::now()) {
   conn_ref_.get_conn = cb_get_conn;
   conn_ref_.user_data = this;
   const Address& local = ep.local();
@@ -286,6 +286,7 @@ int Connection::read(const ngtcp2_path& path, const std::uint8_t* pkt, std::size
   ngtcp2_pkt_info pi{};
   int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, pkt, len, ts);
   if (rv != 0) check_liberr(rv, "read");
+  else last_rx_ = ts;
   return rv;
 }
 

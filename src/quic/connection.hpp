@@ -98,6 +98,10 @@ class Connection {
   /// cannot be replayed on another. Throws nexar::Error(Errc::tls) before the handshake ends.
   std::array<std::uint8_t, 32> export_secret(std::string_view label) const;
 
+  /// When the last packet from the peer was read and authenticated (Endpoint::now()
+  /// clock), or when the connection was created: what failure detection judges by.
+  std::uint64_t last_rx() const noexcept { return last_rx_; }
+
   /// Closes with an application error code; the peer sees `reason`. Idempotent.
   void close(std::uint64_t app_code, const std::string& reason);
 
@@ -168,6 +172,7 @@ class Connection {
   bool flush_pending_ = false;
   std::uint64_t timer_at_ = 0;
   std::uint64_t id_ = 0;
+  std::uint64_t last_rx_ = 0;
 };
 
 }  // namespace nexar::quic

@@ -25,8 +25,10 @@ quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic
                                   : (loopback ? Config::loopback_udp_payload : Config::network_udp_payload);
   s.stream_window = cfg.stream_window;
   s.conn_window = cfg.stream_window * (wire::lane_count + 1);
-  s.idle_timeout_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.idle_timeout).count());
+  // QUIC's idle timeout is only a backstop: failure detection (failure_timeout) decides.
+  s.idle_timeout_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                     std::max(cfg.idle_timeout, 2 * cfg.failure_timeout))
+                                                     .count());
   s.handshake_timeout_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
   return s;
@@ -71,6 +73,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
       engine_(cfg.spin, cfg.yield_when_idle),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
+  failed_.assign(static_cast<std::size_t>(world_), 0);
   peers_.resize(static_cast<std::size_t>(world_));
   for (int r = 0; r < world_; ++r) {
     if (r == rank_) continue;
@@ -142,6 +145,7 @@ void Node::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  engine_.post([this] { start_liveness(); });
   log::info("rank {}: connected to {} peers on {}", rank_, world_ - 1, ep_->local().to_string());
 }
 
@@ -149,6 +153,7 @@ void Node::start() {
 
 void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
                                    const std::shared_ptr<OpState>& done) {
+  if (membership_) membership_->on_close();
   std::uint64_t pending = 0;
   for (auto& p : peers_)
     if (p) pending += p->unacked();
@@ -160,6 +165,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
     }));
     return;
   }
+  if (liveness_timer_) liveness_timer_->cancel();
   for (auto& p : peers_)
     if (p) p->say_goodbye();
   ep_->shutdown("communicator closed");
@@ -434,6 +440,7 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
                       return c.queue(d).remove_posted(s) || (code == Errc::timeout && c.receiving(d, s));
                     });
   submit([this, d, r] {
+    if (fail_if_revoked(r->comm, r->op)) return;
     if (r->source != any_source) {
       Peer* p = peer(r->source);
       auto& q = queue(d);

@@ -9,11 +9,16 @@
 
 #include <nexar/communicator.hpp>
 
+#include <asio/steady_timer.hpp>
+
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <type_traits>
 #include <vector>
 
@@ -25,8 +30,10 @@
 #include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/rpc_lanes.hpp"
+#include "wire/ballot.hpp"
 
 namespace nexar::detail {
 
@@ -47,6 +54,10 @@ constexpr Domain domain_of(wire::Lane lane) noexcept {
     default: return Domain::data;
   }
 }
+
+/// What an operation's error says about member `local` of its communicator (world rank
+/// `world`) failing for `why`: "rank 2 failed: why", or "rank 2 (world rank 5) failed: why".
+std::string describe_failure(int local, int world, const std::string& why);
 
 struct NodeOptions {
   int rank = 0;
@@ -98,6 +109,47 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// to RpcLanes::on_peer_gone either way).
   bool send_rpc_frame(int dest, wire::Lane lane, const wire::FrameHeader& h,
                       std::span<const std::byte> payload);
+  // ---- failures (transport/failures.cpp) ---------------------------------------------
+  //
+  // Once the mesh is up, each peer's liveness is judged by what arrives from it; a peer
+  // silent for Config::failure_timeout, or whose connection broke, is declared failed. The
+  // declaration is sent to every other peer (which forward it once), so every live rank
+  // learns it; each communicator containing the failed rank is then revoked here: its
+  // pending operations fail naming the rank in the communicator's numbering, and later
+  // ones fail at once. Failed ranks stay failed: their connections are closed and nothing
+  // from them is taken any more.
+
+  /// Failure events of one communicator, delivered with the engine lock held: world rank
+  /// `failed` was declared failed, or (`failed` < 0, Errc::revoked) the communicator was
+  /// revoked by the application. Must not block.
+  using CommListener = std::function<void(int failed, Errc code, const std::string& why)>;
+  /// Registers communicator `id` of world ranks `members` (ours is `rank` in it). If one of
+  /// them is already failed, or the id was revoked already, it is revoked at once. Any
+  /// thread; ordered with the operations submitted after it.
+  void watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event);
+  /// Forgets communicator `id` (its Group is gone). Any thread.
+  void unwatch_comm(std::uint64_t id);
+  /// The application revokes communicator `id`: here and on every member. Any thread.
+  void revoke_comm(std::uint64_t id);
+  /// Whether world rank `r` was declared failed (known here). Any thread.
+  bool is_failed(int r) const;
+  /// Whether the other ranks declared this one failed. Any thread.
+  bool expelled() const noexcept { return expelled_.load(std::memory_order_acquire); }
+  /// Declares world rank `r` failed for `why` (idempotent). Engine lock held.
+  void declare_failed(int r, const std::string& why);
+  /// Whether communicator `comm` is revoked here. Engine lock held.
+  bool revoked(std::uint64_t comm) const { return !revoked_.empty() && revoked_.count(comm) != 0; }
+  /// Fails `op` as the revocation of `comm` failed its others, if it is revoked; engine
+  /// lock held. For operations submitted before the revocation and run after it.
+  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op);
+
+  /// Hands agree and decided frames, and failure events, to `m` (before start()).
+  void attach_membership(std::shared_ptr<MembershipLanes> m) { membership_ = std::move(m); }
+  /// Sends an agree or decided frame to world rank `dest` on the control lane; false if it
+  /// is failed or gone. Engine lock held.
+  bool send_ballot(int dest, wire::FrameType type, std::uint64_t comm, std::uint64_t seq,
+                   const wire::Ballot& b);
+
   /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
 
@@ -165,6 +217,14 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
   /// A peer went away: fail receives that can only be satisfied by it.
   void on_peer_closed(Peer& p);
+  /// A peer told us that world rank `r` failed (`why`), or that communicator `comm` was
+  /// revoked. Engine lock held.
+  void on_failed_notice(int from, int r, const std::string& why);
+  void on_revoke_notice(int from, std::uint64_t comm);
+  /// An agree or decided frame arrived from `from`. Engine lock held.
+  void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b);
+  /// Whether failures are being judged (the mesh is up and the node not closing).
+  bool judging_failures() const noexcept { return judging_ && is_open(); }
 
  private:
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
@@ -216,6 +276,18 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   }
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done);
+  /// Arms the periodic liveness check (engine thread, once the mesh is up).
+  void start_liveness();
+  void liveness_tick();
+  /// Revokes communicator `id` here: pending operations fail with `code` naming world rank
+  /// `failed_world` (or none), later ones at once. Engine lock held.
+  void revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why);
+  struct Watch;
+  /// Fails `op` of communicator `w` revoked with `code` for world rank `failed_world`.
+  void fail_revoked(const std::shared_ptr<OpState>& op, const Watch& w, Errc code, int failed_world,
+                    const std::string& why);
+  /// Sends a header-only or small control frame to every live peer but `except`.
+  void flood(const wire::FrameHeader& h, std::string_view payload, int except);
 
   static thread_local Node* t_scope_;
   static thread_local bool t_scope_asleep_;
@@ -232,6 +304,27 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
+  std::shared_ptr<MembershipLanes> membership_;
+  // Failure state. failed_ and comms_ are read from user threads: guarded by fail_mu_ (and
+  // written with the engine lock held too). revoked_ is engine-only.
+  struct Watch {
+    std::vector<int> members;  // world ranks
+    int rank = 0;
+    CommListener on_event;
+  };
+  struct Revoked {
+    Errc code = Errc::revoked;
+    int failed_world = -1;
+    std::string why;
+  };
+  mutable std::mutex fail_mu_;
+  std::vector<char> failed_;
+  std::map<std::uint64_t, Watch> comms_;
+  std::unordered_map<std::uint64_t, Revoked> revoked_;
+  std::atomic<bool> expelled_{false};
+  bool judging_ = false;  // engine thread: set once the mesh is up
+  std::unique_ptr<asio::steady_timer> liveness_timer_;
+  std::uint64_t last_tick_ = 0;
   std::atomic<bool> closed_{false};
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;

@@ -4,6 +4,7 @@
 
 #include "core/log.hpp"
 #include "transport/node.hpp"
+#include "wire/ballot.hpp"
 
 namespace nexar::detail {
 
@@ -110,6 +111,7 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
     node_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
+  if (node_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
   send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size));
@@ -131,6 +133,7 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vecto
     node_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
+  if (node_.fail_if_revoked(comm, op)) return;
   send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size));
   push_payload(lane_of(d), parts, op);
 }
@@ -247,7 +250,41 @@ void Peer::abort(const std::string& why) {
   if (conn_) conn_->close(1, why);
 }
 
+namespace {
+// The ways a live peer's connection ends that mean the peer (or its host) failed, as
+// opposed to an orderly goodbye or our own close.
+bool is_failure(Errc code) noexcept {
+  return code == Errc::peer_failed || code == Errc::protocol || code == Errc::timeout ||
+         code == Errc::tls || code == Errc::io;
+}
+}  // namespace
+
+void Peer::cut_off(const std::string& why) {
+  if (gone() && gone_code_ == Errc::rank_failed) return;
+  mark_gone(Errc::rank_failed, why);
+  // Possibly inside packet processing (of this connection or another): close it afterwards.
+  if (quic::Connection* c = conn_) {
+    node_.engine().post([c, why] { c->close(1, why); });
+  }
+}
+
+void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {
+  if (!up() || !conn_) return;
+  if (now - conn_->last_rx() < period || now - last_heartbeat_ < period) return;
+  last_heartbeat_ = now;
+  FrameHeader h;
+  h.type = FrameType::heartbeat;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  send_header(Lane::control, h);
+}
+
 void Peer::mark_gone(Errc code, const std::string& why) {
+  if (!gone() && is_failure(code) && node_.judging_failures()) {
+    // A member failed: the node declares it, revokes what contains it, tells everyone,
+    // and comes back here through cut_off().
+    node_.declare_failed(rank_, why);
+    if (gone()) return;
+  }
   if (!gone()) {
     gone_code_ = code;
     gone_why_ = why;
@@ -316,6 +353,10 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::goodbye:
       return true;
     case FrameType::eager: {
+      if (node_.revoked(h.comm)) {  // nobody will receive it: drop it as it comes
+        s.sink.kind = Sink::discard;
+        return true;
+      }
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
       if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
@@ -336,6 +377,9 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return true;
     }
     case FrameType::rts: {
+      // The sender withdraws it when it learns of the revocation; never asked for, the data
+      // never comes.
+      if (node_.revoked(h.comm)) return true;
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
       if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
@@ -405,6 +449,21 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       s.sink.recv = std::move(r);
       return true;
     }
+    case FrameType::heartbeat:
+    case FrameType::revoke:
+      return true;
+    case FrameType::failed:
+      if (h.tag >= static_cast<std::uint64_t>(node_.size())) {
+        protocol_error("failure notice for rank " + std::to_string(h.tag) + " in a world of " +
+                       std::to_string(node_.size()));
+        return false;
+      }
+      [[fallthrough]];
+    case FrameType::agree:
+    case FrameType::decided:
+      s.sink.kind = Sink::control;
+      s.sink.bytes.reserve(static_cast<std::size_t>(h.length));
+      return true;
     case FrameType::rpc_request:
       s.sink.kind = Sink::rpc_request;
       s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
@@ -445,6 +504,7 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
     case Sink::rpc_request:
     case Sink::rpc_response:
     case Sink::hello:
+    case Sink::control:
       k.bytes.insert(k.bytes.end(), chunk.begin(), chunk.end());
       break;
     case Sink::none:
@@ -491,6 +551,23 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
         }
       }
       break;
+    case FrameType::failed:
+      node_.on_failed_notice(rank_, static_cast<int>(h.tag),
+                             std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+      break;
+    case FrameType::revoke:
+      node_.on_revoke_notice(rank_, h.comm);
+      break;
+    case FrameType::agree:
+    case FrameType::decided: {
+      wire::Ballot b;
+      if (auto err = wire::decode_ballot(k.bytes, static_cast<std::uint32_t>(node_.size()), b)) {
+        protocol_error(std::string(wire::to_string(h.type)) + " frame: " + err.error);
+        return false;
+      }
+      node_.on_ballot(rank_, h, std::move(b));
+      break;
+    }
     case FrameType::rpc_request:
       if (node_.rpc()) node_.rpc()->on_request(rank_, h.comm, h.tag, h.seq, std::move(k.bytes));
       break;

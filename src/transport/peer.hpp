@@ -77,6 +77,34 @@ class Peer final : public quic::ConnectionHandler {
   std::uint64_t unacked() const;
   /// Orderly close: goodbye on the control lane.
   void say_goodbye();
+  /// Sends a heartbeat on the control lane if nothing arrived from the peer and none was
+  /// sent for `period` ns (`now` on the Endpoint clock).
+  void heartbeat(std::uint64_t now, std::uint64_t period);
+  /// Declared failed (by the node): fails what is in flight with it, refuses what comes,
+  /// and closes the connection once the current packet processing is over.
+  void cut_off(const std::string& why);
+  /// Communicator `comm` was revoked: `fail` every operation of it in flight with this
+  /// peer that can still be given up. Rendezvous sends not started are withdrawn (the
+  /// peer's cts, if it comes, gets a cancelled rdata); receives whose data is still coming
+  /// fail, and the rest of their data is dropped as it arrives.
+  template <class Fail>
+  void fail_comm(std::uint64_t comm, Fail&& fail) {
+    for (auto& [seq, r] : rdv_out_) {
+      if (r.comm == comm && !r.cancelled) {
+        r.cancelled = true;
+        r.parts.clear();
+        fail(r.op);
+      }
+    }
+    for (auto& m : rdv_in_)
+      for (auto& [seq, r] : m)
+        if (r.recv->comm == comm) fail(r.recv->op);
+    for (auto& [id, st] : in_) {
+      if (st->sink.kind == Sink::user && st->sink.recv->comm == comm) fail(st->sink.recv->op);
+      if (st->sink.kind == Sink::unexpected && st->sink.unexp->waiter && st->sink.unexp->comm == comm)
+        fail(st->sink.unexp->waiter->op);
+    }
+  }
 
   // quic::ConnectionHandler
   std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
@@ -93,7 +121,7 @@ class Peer final : public quic::ConnectionHandler {
 
   struct InStream;
   struct Sink {
-    enum Kind { none, user, unexpected, rpc_request, rpc_response, hello, discard } kind = none;
+    enum Kind { none, user, unexpected, rpc_request, rpc_response, hello, control, discard } kind = none;
     std::shared_ptr<RecvOp> recv;  // user
     std::shared_ptr<Unexpected> unexp;
     std::vector<std::byte> bytes;  // rpc / hello payload
@@ -150,6 +178,7 @@ class Peer final : public quic::ConnectionHandler {
   // collective or data lane's credit would then be held back behind it.
   std::uint64_t unexpected_bytes_[domain_count] = {};
   bool hello_seen_ = false;
+  std::uint64_t last_heartbeat_ = 0;
 };
 
 }  // namespace nexar::detail

@@ -4,40 +4,12 @@
 // is, and so no struct layout or alignment ever leaks onto the wire.
 #include "wire/frame.hpp"
 
+#include "wire/bytes.hpp"
+
 #include <string>
 
 namespace nexar::wire {
 namespace {
-
-void put_u16(std::byte* p, std::uint16_t v) noexcept {
-  p[0] = static_cast<std::byte>(v & 0xffu);
-  p[1] = static_cast<std::byte>(v >> 8);
-}
-
-void put_u32(std::byte* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
-}
-
-void put_u64(std::byte* p, std::uint64_t v) noexcept {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
-}
-
-std::uint16_t get_u16(const std::byte* p) noexcept {
-  return static_cast<std::uint16_t>(std::to_integer<unsigned>(p[0]) |
-                                    (std::to_integer<unsigned>(p[1]) << 8));
-}
-
-std::uint32_t get_u32(const std::byte* p) noexcept {
-  std::uint32_t v = 0;
-  for (int i = 3; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint32_t>(p[i]);
-  return v;
-}
-
-std::uint64_t get_u64(const std::byte* p) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(p[i]);
-  return v;
-}
 
 // "0x" followed by exactly `digits` lower-case hex digits; <format> is not available on
 // every toolchain we build with, and fmt is not a dependency of this module's tests.
@@ -50,13 +22,18 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::rpc_response);
+         t <= static_cast<std::uint8_t>(FrameType::decided);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
   switch (t) {
     case FrameType::hello:
     case FrameType::goodbye:
+    case FrameType::heartbeat:
+    case FrameType::failed:
+    case FrameType::revoke:
+    case FrameType::agree:
+    case FrameType::decided:
       return lane == Lane::control;
     case FrameType::eager:
     case FrameType::rts:
@@ -74,6 +51,8 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
 // Hello carries only a node name; a small cap keeps a hostile peer from making the
 // receiver buffer much before the connection is even authenticated as part of the job.
 constexpr std::uint64_t max_hello_payload = 1024;
+// A failure notice's reason is a short text.
+constexpr std::uint64_t max_failed_payload = 1024;
 
 DecodeError length_too_big(std::uint64_t length, std::uint64_t limit) {
   return {"frame length " + std::to_string(length) + " exceeds limit " +
@@ -92,6 +71,11 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::rdata: return "rdata";
     case FrameType::rpc_request: return "rpc_request";
     case FrameType::rpc_response: return "rpc_response";
+    case FrameType::heartbeat: return "heartbeat";
+    case FrameType::failed: return "failed";
+    case FrameType::revoke: return "revoke";
+    case FrameType::agree: return "agree";
+    case FrameType::decided: return "decided";
   }
   return "unknown";
 }
@@ -188,7 +172,9 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
 
   const std::uint64_t length = get_u64(p + 32);
   const bool cancelled = type == FrameType::rdata && (flags & flag_cancelled) != 0;
-  if (type == FrameType::goodbye || type == FrameType::cts || cancelled) {
+  // rts has no payload but its length announces the message; every other type without a
+  // payload must say 0.
+  if (type != FrameType::rts && !has_payload(type, flags)) {
     if (length != 0) {
       return {"frame length " + std::to_string(length) + " must be 0 for frame type " +
               tname + (cancelled ? " with flag cancelled" : "")};
@@ -199,6 +185,12 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
     if (length > max_payload) return length_too_big(length, max_payload);
     if (type == FrameType::hello && length > max_hello_payload) {
       return {length_too_big(length, max_hello_payload).error + " for frame type hello"};
+    }
+    if (type == FrameType::failed && length > max_failed_payload) {
+      return {length_too_big(length, max_failed_payload).error + " for frame type failed"};
+    }
+    if ((type == FrameType::agree || type == FrameType::decided) && length > max_ballot_payload) {
+      return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
     }
   }
 
@@ -212,21 +204,28 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
   return {};
 }
 
-bool has_payload(const FrameHeader& h) noexcept {
-  switch (h.type) {
+bool has_payload(FrameType type, std::uint8_t flags) noexcept {
+  switch (type) {
     case FrameType::hello:
     case FrameType::eager:
     case FrameType::rpc_request:
     case FrameType::rpc_response:
+    case FrameType::failed:
+    case FrameType::agree:
+    case FrameType::decided:
       return true;
     case FrameType::rdata:
-      return (h.flags & flag_cancelled) == 0;
+      return (flags & flag_cancelled) == 0;
     case FrameType::goodbye:
     case FrameType::rts:
     case FrameType::cts:
+    case FrameType::heartbeat:
+    case FrameType::revoke:
       return false;
   }
   return false;
 }
+
+bool has_payload(const FrameHeader& h) noexcept { return has_payload(h.type, h.flags); }
 
 }  // namespace nexar::wire

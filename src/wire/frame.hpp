@@ -16,7 +16,7 @@ inline constexpr std::array<std::byte, 4> magic = {std::byte{'N'}, std::byte{'X'
 
 /// The independent lanes of a peer connection; one QUIC unidirectional stream each way.
 enum class Lane : std::uint8_t {
-  control = 0,       ///< hello, goodbye, (later) barrier, membership, recovery
+  control = 0,       ///< hello, goodbye, heartbeats, failure notices, revoke, agreement
   data = 1,          ///< point-to-point send/recv
   rpc_request = 2,   ///< RPC calls
   rpc_response = 3,  ///< RPC replies
@@ -38,7 +38,16 @@ enum class FrameType : std::uint8_t {
   rdata = 6,         ///< message lanes: the bytes of rendezvous message `seq`; payload = message
   rpc_request = 7,   ///< rpc_request: call `seq` of function `tag`; payload = arguments
   rpc_response = 8,  ///< rpc_response: reply to call `seq`; flags = RpcStatus; payload = reply
+  // Failure handling, all on the control lane (docs/PROTOCOL.md, "Failures").
+  heartbeat = 9,     ///< control: proof of life while the link is otherwise quiet; no payload
+  failed = 10,       ///< control: world rank `tag` is declared failed; payload = reason (text)
+  revoke = 11,       ///< control: communicator `comm` is revoked; no payload
+  agree = 12,        ///< control: contribution to agreement `seq` of `comm`; payload = Ballot
+  decided = 13,      ///< control: the decision of agreement `seq` of `comm`; payload = Ballot
 };
+
+/// Largest payload of an agree or decided frame: a ballot naming 2^18 failed ranks.
+inline constexpr std::uint64_t max_ballot_payload = 12 + 4 * (std::uint64_t{1} << 18);
 
 /// flags of an rdata frame.
 inline constexpr std::uint8_t flag_cancelled = 0x01;  ///< sender cancelled; payload empty
@@ -90,6 +99,7 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
 
 /// True when frames of this type carry `length` payload bytes after the header.
 bool has_payload(const FrameHeader& h) noexcept;
+bool has_payload(FrameType type, std::uint8_t flags) noexcept;
 
 /// Incremental reader of one received stream: preamble, then header, payload, header, ...
 /// It never buffers payload: payload bytes are handed to the handler as they arrive, so

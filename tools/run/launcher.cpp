@@ -327,22 +327,49 @@ void Launcher::fail(int status) {
     failed_ = true;
     first_failure_ = status;
   }
+  stopping_ = true;
   if (!term_at_ && !kill_at_ && running_count() > 0) term_at_ = Clock::now() + options_.grace;
+}
+
+bool Launcher::keep_going() const {
+  // A user's SIGINT or SIGTERM, or a seed failure, stops everything as under fail-fast.
+  return options_.on_failure == OnFailure::keep_going && interrupted_by_ == 0 && !stopping_;
 }
 
 void Launcher::on_exit(Child& child, int status) {
   child.running = false;
+  int code = 0;  // the exit status it stands for
+  bool killed = false;
+  std::string what;
   if (WIFEXITED(status)) {
-    const int code = WEXITSTATUS(status);
+    code = WEXITSTATUS(status);
     if (code == 0) return;
-    say("rank " + std::to_string(child.rank) + " exited with status " + std::to_string(code));
-    fail(code);
+    what = "exited with status " + std::to_string(code);
   } else if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
-    say("rank " + std::to_string(child.rank) + " killed by signal " + signal_name(sig) +
-        (WCOREDUMP(status) ? " (core dumped)" : ""));
-    fail(128 + sig);
+    code = 128 + sig;
+    killed = true;
+    what = "killed by signal " + signal_name(sig) + (WCOREDUMP(status) ? " (core dumped)" : "");
+  } else {
+    return;
   }
+  const std::string rank = "rank " + std::to_string(child.rank);
+  if (!keep_going()) {
+    say(rank + " " + what);
+    fail(code);
+    return;
+  }
+  // The others run on; only a rank that exited non-zero by itself sets the status.
+  if (killed) {
+    if (killed_++ == 0) first_killed_ = code;
+  } else if (!failed_) {
+    failed_ = true;
+    first_failure_ = code;
+  }
+  const int left = running_count();
+  say(rank + " (pid " + std::to_string(child.pid) + ") " + what +
+      (left > 0 ? "; continuing with " + std::to_string(left) + " rank(s) (--on-failure continue)"
+                : "; no rank left"));
 }
 
 void Launcher::reap() {
@@ -451,7 +478,10 @@ int Launcher::run() {
         close_stream(c, *s);
       }
   if (failed_) return first_failure_;
-  return interrupted_by_ != 0 ? 128 + interrupted_by_ : 0;
+  if (interrupted_by_ != 0) return 128 + interrupted_by_;
+  // Under keep-going a killed rank sets no status, but losing every rank is no success.
+  if (killed_ > 0 && killed_ == children_.size()) return first_killed_;
+  return 0;
 }
 
 }  // namespace nexar_run

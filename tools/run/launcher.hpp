@@ -1,11 +1,13 @@
 // nexar-run's process side: starts the ranks, forwards their output line by line, forwards
-// signals to them, and reaps them, terminating the rest when one fails.
+// signals to them, and reaps them, terminating the rest when one fails (or, with
+// OnFailure::keep_going, reporting the failure and letting the rest run on).
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -13,9 +15,19 @@
 
 namespace nexar_run {
 
+/// What the launcher does when a rank fails (exits non-zero or is killed by a signal).
+enum class OnFailure {
+  /// The others get `grace` to finish, then SIGTERM, then SIGKILL (--on-failure fail-fast).
+  fail_fast,
+  /// The failure is reported and the others run on (--on-failure continue): the runtime lets
+  /// them recover from the loss of a rank.
+  keep_going,
+};
+
 struct LauncherOptions {
   /// Put "[<rank>] " in front of every forwarded line.
   bool prefix = true;
+  OnFailure on_failure = OnFailure::fail_fast;
   /// After the first failure, how long the other ranks get to finish on their own before
   /// SIGTERM; SIGKILL follows `kill_after` later.
   std::chrono::milliseconds grace{3000};
@@ -46,13 +58,20 @@ class Launcher {
              int cpu = -1);
 
   /// From any thread: a failure outside the children (the embedded seed); `message` is
-  /// printed as "nexar-run: <message>", and it counts as a failure with status 1.
+  /// printed as "nexar-run: <message>", and it counts as a failure with status 1. It stops
+  /// the ranks (grace, SIGTERM, SIGKILL) under either OnFailure.
   void report_failure(const std::string& message);
 
-  /// Runs until every child has exited; returns the exit status nexar-run should end with:
-  /// 0 when every rank succeeded, else the first failure's status (128+signal for a rank
-  /// killed by a signal, 1 for a reported failure), else 128+signal if the launcher itself
-  /// was interrupted.
+  /// Runs until every child has exited; returns the exit status nexar-run should end with.
+  /// OnFailure::fail_fast: 0 when every rank succeeded, else the first failure's status
+  /// (128+signal for a rank killed by a signal, 1 for a reported failure), else
+  /// 128+signal if the launcher itself was interrupted.
+  /// OnFailure::keep_going: the same, except that a rank killed by a signal is reported but
+  /// sets no status; so: the status of the first rank that exited non-zero (or 1 for a
+  /// reported failure, if that came first), else 128+signal if the launcher was
+  /// interrupted, else 128+signal of the first rank killed when every rank was killed by a
+  /// signal, else 0. Once the launcher is interrupted (SIGINT, SIGTERM, SIGHUP) or a failure
+  /// was reported, it handles failures as under fail_fast, killed ranks included.
   int run();
 
   /// Failures reported after run() returned, printed now; whether there were any.
@@ -76,6 +95,7 @@ class Launcher {
 
   void reap();
   void on_exit(Child& child, int status);
+  bool keep_going() const;
   void fail(int status);
   void handle_signals();
   void handle_reports();
@@ -99,6 +119,10 @@ class Launcher {
 
   int first_failure_ = 0;  // exit status of the first failure, 0 while none
   bool failed_ = false;
+  bool stopping_ = false;  // fail() ran: the ranks are being stopped, whatever OnFailure says
+  // Under keep_going: ranks killed by a signal, and 128+signal of the first one.
+  std::size_t killed_ = 0;
+  int first_killed_ = 0;
   int interrupted_by_ = 0;  // first terminating signal the launcher received
   int sigint_count_ = 0;
   std::optional<Clock::time_point> term_at_;  // when the survivors get SIGTERM

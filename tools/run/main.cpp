@@ -10,8 +10,22 @@
 // hosts each running nexar-run), which assigns their ranks.
 //
 // Output of every rank is forwarded line by line with a "[rank] " prefix; SIGINT, SIGTERM
-// and SIGHUP are forwarded to the ranks; when one rank fails the others get
-// NEXAR_RUN_GRACE_MS (3000) to finish, then SIGTERM, then 5 s later SIGKILL.
+// and SIGHUP are forwarded to the ranks, and stop them all in either failure mode.
+//
+// When a rank fails (exits non-zero or is killed by a signal), --on-failure (else
+// NEXAR_RUN_ON_FAILURE) decides:
+//   fail-fast (default): the others get NEXAR_RUN_GRACE_MS (3000) to finish, then SIGTERM,
+//     then 5 s later SIGKILL; the exit status is the first failure's (128+signal for a
+//     rank killed by a signal).
+//   continue: the launcher reports the failure at once ("nexar-run: rank 2 (pid 1234) killed
+//     by signal SIGKILL; continuing with 3 rank(s) ...") and the others run on (the runtime
+//     lets them recover from the loss of a rank). The exit status is that of the first rank
+//     that exited non-zero by itself (returned from main or called exit); a rank killed by a
+//     signal is reported but sets no status, so a run whose other ranks all exited 0 exits
+//     0, unless every rank was killed by a signal: then 128+signal of the first one, so
+//     losing everything never reads as success. A seed failure (exit 1) and the user's
+//     SIGINT/SIGTERM/SIGHUP still stop every rank as under fail-fast; from then on a killed
+//     rank counts again (the status is the first failure's, else 128+signal).
 #include <nexar/cluster.hpp>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
@@ -59,6 +73,7 @@ struct Options {
   std::int64_t timeout_ms = 120000;
   std::vector<std::string> command;
   std::chrono::milliseconds grace{3000};
+  std::string on_failure = "fail-fast";
 };
 
 
@@ -97,6 +112,10 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                  "there are at least as many CPUs as ranks")
       ->check(CLI::IsMember({"auto", "core", "none"}))
       ->capture_default_str();
+  app.add_option("--on-failure", o.on_failure,
+                 "when a rank fails: fail-fast (default) stops the others; continue reports it "
+                 "and lets the others run on (also NEXAR_RUN_ON_FAILURE; this option wins)")
+      ->check(CLI::IsMember({"fail-fast", "continue"}));
   app.add_option("--timeout-ms", o.timeout_ms,
                  "formation timeout of the embedded seed: how long the ranks get to join")
       ->capture_default_str();
@@ -104,11 +123,14 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       "Each rank gets NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_LOCAL_RANK and "
       "NEXAR_LOCAL_WORLD_SIZE; with the embedded seed also NEXAR_SEED_FINGERPRINT, NEXAR_RANK "
       "and NEXAR_WORLD_SIZE.\n"
-      "After a rank fails the others get NEXAR_RUN_GRACE_MS (default 3000) to finish, then "
-      "SIGTERM, then SIGKILL 5 s later.\n"
+      "With --on-failure fail-fast, after a rank fails the others get NEXAR_RUN_GRACE_MS "
+      "(default 3000) to finish, then SIGTERM, then SIGKILL 5 s later. With continue they run "
+      "on; a seed failure and SIGINT/SIGTERM/SIGHUP still stop them all.\n"
       "Exit status: 0 when every rank succeeded, else the first failure's status (128+signal "
       "for a rank killed by a signal), 1 for a launcher or seed failure, 2 for bad usage, 127 "
-      "for a program that cannot be executed.");
+      "for a program that cannot be executed. With --on-failure continue a rank killed by a "
+      "signal sets no status: the status is that of the first rank that exited non-zero by "
+      "itself, else 0, or 128+signal of the first rank killed when every rank was killed.");
   // Everything from the program name on belongs to the program.
   app.prefix_command();
   try {
@@ -129,6 +151,11 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   if (o.timeout_ms < 1) throw UsageError("--timeout-ms must be positive");
   if (*app.get_option("--seed") && o.seed.empty()) throw UsageError("--seed is empty");
 
+  if (const std::string f = env_or_empty("NEXAR_RUN_ON_FAILURE"); !f.empty()) {
+    if (f != "fail-fast" && f != "continue")
+      throw UsageError("NEXAR_RUN_ON_FAILURE must be fail-fast or continue, not '" + f + "'");
+    if (!*app.get_option("--on-failure")) o.on_failure = f;
+  }
   if (const std::string g = env_or_empty("NEXAR_RUN_GRACE_MS"); !g.empty()) {
     std::size_t used = 0;
     long long ms = -1;
@@ -267,6 +294,8 @@ int launch(const Options& o) {
   nexar_run::LauncherOptions lo;
   lo.prefix = !o.no_prefix;
   lo.grace = o.grace;
+  lo.on_failure = o.on_failure == "continue" ? nexar_run::OnFailure::keep_going
+                                             : nexar_run::OnFailure::fail_fast;
   nexar_run::Launcher launcher(lo, child_mask);
   std::optional<SeedWatch> watch;
   if (seed) watch.emplace(*seed, launcher);
@@ -288,6 +317,8 @@ int launch(const Options& o) {
   int rc = launcher.run();
   if (watch) {
     // After a failure the seed's fate no longer matters; after success it must have formed.
+    // (Under --on-failure continue, a rank killed after formation leaves rc 0 and the seed
+    // formed: nothing to report. The seed is done once the cluster formed.)
     if (rc == 0) watch->settle(std::chrono::seconds(1));
     watch.reset();  // stops the seed
   }

@@ -1,0 +1,121 @@
+// A group's side of failures: what it knows of its failed members, the errors of a revoked
+// group, agree and shrink on its members, and the in-place rebuild of
+// FailurePolicy::automatic. The transport (transport/failures.cpp) detects, spreads and
+// revokes; the membership module (membership/agreement.*) agrees.
+#include <algorithm>
+
+#include "comm/group.hpp"
+#include "core/error_format.hpp"
+
+namespace nexar::detail {
+
+void Group::on_event(int failed_world, Errc code, const std::string& why) {
+  std::vector<int> failed;
+  std::function<void(const std::vector<int>&)> fn;
+  {
+    std::lock_guard lk(fail_mu_);
+    const int local = failed_world >= 0 ? (*local_of_)[static_cast<std::size_t>(failed_world)] : -1;
+    if (code == Errc::rank_failed && local >= 0 && !std::binary_search(failed_.begin(), failed_.end(), local))
+      failed_.insert(std::upper_bound(failed_.begin(), failed_.end(), local), local);
+    if (!revoked_.load(std::memory_order_relaxed)) {
+      revoke_code_ = code;
+      revoke_peer_ = local;
+      revoke_detail_ = code == Errc::rank_failed && local != rank_ ? describe_failure(local, failed_world, why) : why;
+      revoked_.store(true, std::memory_order_release);
+    }
+    failed = failed_;
+    fn = on_failure_;
+  }
+  if (fn) notifier_.post([fn = std::move(fn), failed = std::move(failed)] { fn(failed); });
+}
+
+void Group::throw_revoked(const char* op) const {
+  std::lock_guard lk(fail_mu_);
+  ErrorContext ctx{op, rank_, revoke_peer_ == rank_ ? -1 : revoke_peer_, {}, {}};
+  throw Error(revoke_code_, format_error(revoke_code_, ctx, revoke_detail_), failed_);
+}
+
+std::vector<int> Group::failed_ranks() const {
+  std::lock_guard lk(fail_mu_);
+  return failed_;
+}
+
+void Group::on_failure(std::function<void(const std::vector<int>&)> fn) {
+  std::lock_guard lk(fail_mu_);
+  on_failure_ = std::move(fn);
+}
+
+void Group::revoke() {
+  if (closed_.load(std::memory_order_acquire)) {
+    ErrorContext ctx{"revoke", rank_, -1, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+  node_->revoke_comm(id_);
+}
+
+Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
+  if (config().on_failure == FailurePolicy::abort) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "the failure policy is abort (Config::on_failure, NEXAR_ON_FAILURE): set manual or "
+                     "automatic to agree and shrink");
+  }
+  if (closed_.load(std::memory_order_acquire)) {
+    ErrorContext ctx{op, rank_, -1, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+  node_->check_open(op, -1);
+  const std::uint64_t seq = agreements_.fetch_add(1);
+  Agreement::Result r = agreement_->run(op, id_, members_, rank_, seq, value, config().op_timeout);
+  Communicator::Agreement out;
+  out.value = r.value;
+  for (int w : r.failed)
+    if (int local = (*local_of_)[static_cast<std::size_t>(w)]; local >= 0) out.failed.push_back(local);
+  std::sort(out.failed.begin(), out.failed.end());
+  return out;
+}
+
+std::shared_ptr<Group> Group::shrink() {
+  // The id must be the same on every member: it comes from the agreement's number, which
+  // every member draws in the same order.
+  const std::uint64_t seq = agreements_.load();
+  Communicator::Agreement a = agree("shrink", ~std::uint64_t{0});
+  if (std::binary_search(a.failed.begin(), a.failed.end(), rank_)) {
+    ErrorContext ctx{"shrink", rank_, -1, {}, {}};
+    throw Error(Errc::rank_failed, format_error(Errc::rank_failed, ctx, "this rank was declared failed by the others"),
+                a.failed);
+  }
+  std::vector<int> members;
+  int my_rank = -1;
+  for (int r = 0; r < size(); ++r) {
+    if (std::binary_search(a.failed.begin(), a.failed.end(), r)) continue;
+    if (r == rank_) my_rank = static_cast<int>(members.size());
+    members.push_back(world_of(r));
+  }
+  // Colors of splits are >= 0: -2 keeps a shrink's id apart from any split's.
+  return make(node_, rpc_, agreement_, split_id(id_, seq, -2), std::move(members), my_rank);
+}
+
+Group& Group::current() {
+  Group* g = this;
+  for (;;) {
+    std::shared_ptr<Group> next;
+    {
+      std::lock_guard lk(g->rebuild_mu_);
+      if (!g->successor_ && g->is_revoked() && g->config().on_failure == FailurePolicy::automatic &&
+          !g->node_->expelled() && !g->closed_.load(std::memory_order_acquire)) {
+        // Every survivor gets here: its operations on the revoked group fail, and its next
+        // call rebuilds. Other threads of this rank wait for the one rebuilding.
+        std::shared_ptr<Group> s = g->shrink();
+        std::lock_guard fl(g->fail_mu_);
+        s->on_failure(g->on_failure_);
+        g->successor_ = std::move(s);
+      }
+      next = g->successor_;
+    }
+    if (!next) return *g;
+    g = next.get();
+  }
+}
+
+}  // namespace nexar::detail

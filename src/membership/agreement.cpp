@@ -1,0 +1,202 @@
+#include "membership/agreement.hpp"
+
+#include <algorithm>
+
+#include "core/access.hpp"
+#include "core/error_format.hpp"
+#include "core/log.hpp"
+
+namespace nexar::detail {
+
+using wire::Ballot;
+using wire::FrameType;
+
+namespace {
+// Decisions and contributions older than this many agreements are forgotten: a live member
+// is never more than one agreement behind another.
+constexpr std::uint64_t kKeep = 4;
+}  // namespace
+
+Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const std::vector<int>& members, int rank,
+                                 std::uint64_t seq, std::uint64_t value, std::chrono::milliseconds timeout) {
+  auto op = node_.new_op(op_name, timeout);
+  auto out = std::make_shared<Result>();
+  std::weak_ptr<OpState> weak = op;
+  op->canceller = [this, weak, comm, rank](Errc code) {
+    auto give_up = [this, weak, comm, rank, code] {
+      auto s = weak.lock();
+      if (!s || s->done()) return;
+      if (auto it = comms_.find(comm); it != comms_.end() && it->second.op == s) {
+        it->second.pending = false;
+        it->second.op.reset();
+      }
+      ErrorContext ctx{s->op(), rank, -1, {}, s->start()};
+      s->complete(code, format_error(code, ctx,
+                                     code == Errc::timeout ? "not every live member joined the agreement in time"
+                                                           : "agreement cancelled"));
+    };
+    if (node_.engine().stopped()) {
+      if (auto s = weak.lock()) s->complete(Errc::closed, std::string(s->op()) + ": communicator closed");
+      return;
+    }
+    node_.engine().post(give_up);
+  };
+  node_.engine().post([this, comm, members, seq, value, op, out] { start(comm, members, seq, value, op, out); });
+  Access::make_request(op).wait();
+  return *out;
+}
+
+void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t seq, std::uint64_t value,
+                      std::shared_ptr<OpState> op, std::shared_ptr<Result> out) {
+  if (node_.expelled()) {
+    op->complete(Errc::rank_failed, std::string(op->op()) + ": this rank was declared failed by the others");
+    return;
+  }
+  if (!node_.is_open()) {
+    op->complete(Errc::closed, std::string(op->op()) + ": communicator closed");
+    return;
+  }
+  Comm& c = comms_[id];
+  c.members = std::move(members);
+  c.pending = true;
+  c.seq = seq;
+  c.value = value;
+  c.op = std::move(op);
+  c.out = std::move(out);
+  if (auto it = c.decided.find(seq); it != c.decided.end()) {
+    const Ballot b = it->second;
+    c.decided.erase(it);  // accept() takes it again, completing the waiter
+    accept(id, c, seq, b);
+    return;
+  }
+  c.coordinator = -1;
+  send_state(id, c);
+}
+
+int Agreement::coordinator(const Comm& c) const {
+  for (int m : c.members)
+    if (m == node_.rank() ? !node_.expelled() : !node_.is_failed(m)) return m;
+  return -1;
+}
+
+Ballot Agreement::contribution(const Comm& c) const {
+  Ballot b;
+  b.value = c.value;
+  for (int m : c.members)
+    if (node_.is_failed(m)) b.failed.push_back(static_cast<std::uint32_t>(m));
+  std::sort(b.failed.begin(), b.failed.end());
+  return b;
+}
+
+void Agreement::send_state(std::uint64_t id, Comm& c) {
+  const int to = coordinator(c);
+  if (to < 0 || to == c.coordinator) return;
+  c.coordinator = to;
+  if (to == node_.rank()) {
+    if (c.pending) {
+      c.collected[c.seq][to] = contribution(c);
+      try_decide(id, c, c.seq);
+    }
+    return;
+  }
+  // The last decision first: a new coordinator that missed it (its predecessor failed while
+  // sending it) adopts it rather than deciding anew.
+  if (!c.decided.empty()) {
+    auto last = std::prev(c.decided.end());
+    node_.send_ballot(to, FrameType::decided, id, last->first, last->second);
+  }
+  if (c.pending) node_.send_ballot(to, FrameType::agree, id, c.seq, contribution(c));
+}
+
+void Agreement::try_decide(std::uint64_t id, Comm& c, std::uint64_t seq) {
+  if (!c.pending || c.seq != seq || coordinator(c) != node_.rank() || c.decided.count(seq)) return;
+  auto& got = c.collected[seq];
+  Ballot d;
+  d.value = ~std::uint64_t{0};
+  for (int m : c.members) {
+    if (node_.is_failed(m)) {
+      d.failed.push_back(static_cast<std::uint32_t>(m));
+      continue;
+    }
+    auto it = got.find(m);
+    if (it == got.end()) return;  // a live member has not contributed yet
+    d.value &= it->second.value;
+  }
+  std::sort(d.failed.begin(), d.failed.end());
+  accept(id, c, seq, d);
+}
+
+void Agreement::accept(std::uint64_t id, Comm& c, std::uint64_t seq, const Ballot& b) {
+  if (c.decided.count(seq)) return;
+  c.decided[seq] = b;
+  while (c.decided.size() > kKeep) c.decided.erase(c.decided.begin());
+  c.collected.erase(c.collected.begin(), c.collected.upper_bound(seq));
+  learn_failures(b, -1);
+  if (!c.members.empty() && coordinator(c) == node_.rank()) {
+    for (int m : c.members)
+      if (m != node_.rank() && !node_.is_failed(m)) node_.send_ballot(m, FrameType::decided, id, seq, b);
+  }
+  if (c.pending && c.seq == seq) {
+    c.pending = false;
+    c.out->value = b.value;
+    c.out->failed.assign(b.failed.begin(), b.failed.end());
+    auto op = std::move(c.op);
+    op->succeed();
+  }
+}
+
+void Agreement::learn_failures(const Ballot& b, int from) {
+  for (std::uint32_t r : b.failed) {
+    const int w = static_cast<int>(r);
+    if (w == node_.rank() || node_.is_failed(w)) continue;
+    node_.declare_failed(w, from >= 0 ? "named failed by rank " + std::to_string(from) + " in an agreement"
+                                      : "named failed by an agreement's decision");
+  }
+}
+
+void Agreement::on_ballot(int src, const wire::FrameHeader& h, Ballot b) {
+  const std::uint64_t id = h.comm;
+  const std::uint64_t seq = h.seq;
+  learn_failures(b, src);
+  Comm& c = comms_[id];
+  if (h.type == FrameType::decided) {
+    accept(id, c, seq, b);
+    return;
+  }
+  if (auto it = c.decided.find(seq); it != c.decided.end()) {
+    // A member that missed the decision (its coordinator failed) asks anew: answer it.
+    node_.send_ballot(src, FrameType::decided, id, seq, it->second);
+    return;
+  }
+  if (!c.decided.empty() && seq + kKeep <= c.decided.rbegin()->first) return;  // long settled
+  c.collected[seq][src] = std::move(b);
+  if (!c.members.empty()) try_decide(id, c, seq);
+}
+
+void Agreement::on_rank_failed(int r) {
+  for (auto& [id, c] : comms_) {
+    if (c.members.empty() || std::find(c.members.begin(), c.members.end(), r) == c.members.end()) continue;
+    send_state(id, c);  // a new coordinator hears from us
+    if (c.pending) try_decide(id, c, c.seq);  // as coordinator, r's contribution is no longer awaited
+  }
+}
+
+void Agreement::on_expelled(const std::string& why) {
+  for (auto& [id, c] : comms_) {
+    if (!c.pending) continue;
+    c.pending = false;
+    auto op = std::move(c.op);
+    op->complete(Errc::rank_failed, std::string(op->op()) + ": " + why);
+  }
+}
+
+void Agreement::on_close() {
+  for (auto& [id, c] : comms_) {
+    if (!c.pending) continue;
+    c.pending = false;
+    auto op = std::move(c.op);
+    op->complete(Errc::closed, std::string(op->op()) + ": communicator closed");
+  }
+}
+
+}  // namespace nexar::detail

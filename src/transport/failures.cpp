@@ -1,0 +1,317 @@
+// The failure half of a node: liveness of each peer, declaring a rank failed, spreading the
+// news, and revoking the communicators that contain it (node.hpp, "failures").
+//
+// Detection is receive-based: every authenticated packet from a peer proves it alive
+// (quic::Connection::last_rx), whatever lane or traffic it belongs to, so a link saturated
+// by bulk data never looks silent. While nothing arrives from a peer, a heartbeat frame goes
+// to it every tenth of Config::failure_timeout, and its acknowledgement comes back; a peer
+// from which nothing arrived for the whole failure timeout is declared failed. A broken
+// connection (the peer's port unreachable, a reset, a protocol violation) is declared at
+// once, from Peer::mark_gone.
+#include <algorithm>
+#include <cstring>
+
+#include "core/error_format.hpp"
+#include "core/log.hpp"
+#include "transport/node.hpp"
+
+namespace nexar::detail {
+
+using wire::FrameHeader;
+using wire::FrameType;
+
+namespace {
+
+constexpr std::uint64_t to_ns(std::chrono::milliseconds ms) {
+  return static_cast<std::uint64_t>(ms.count()) * 1'000'000u;
+}
+
+// Time since `then` on the Endpoint clock; 0 when `then` is later than `now`.
+constexpr std::uint64_t age(std::uint64_t now, std::uint64_t then) { return now > then ? now - then : 0; }
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+std::string describe_failure(int local, int world, const std::string& why) {
+  std::string who = "rank " + std::to_string(local);
+  if (local != world) who += " (world rank " + std::to_string(world) + ")";
+  return who + " failed: " + why;
+}
+
+// ---- liveness ------------------------------------------------------------------------------
+
+void Node::start_liveness() {
+  judging_ = true;
+  last_tick_ = quic::Endpoint::now();
+  liveness_timer_ = std::make_unique<asio::steady_timer>(engine_.io());
+  liveness_tick();
+}
+
+void Node::liveness_tick() {
+  if (!is_open() || !ep_) return;
+  const std::uint64_t timeout = to_ns(cfg_.failure_timeout);
+  const std::uint64_t period = std::max<std::uint64_t>(timeout / 10, 5'000'000u);
+  std::uint64_t now = quic::Endpoint::now();
+  // A tick far behind its schedule means this process did not run meanwhile (descheduled
+  // on an overloaded host, stopped, swapped out): silence measured across that gap says
+  // nothing about the peers, so nobody is judged this time.
+  const bool late = age(now, last_tick_) > timeout / 2;
+  last_tick_ = now;
+  quic::Endpoint::Batch batch(*ep_);
+  bool drained = false;
+  for (int r = 0; r < world_; ++r) {
+    Peer* p = peer(r);
+    if (!p || !p->up() || !p->connection()) continue;
+    if (!late && age(now, p->connection()->last_rx()) >= timeout) {
+      if (!drained) {
+        // Datagrams still waiting in the socket count: read them before judging anyone.
+        drained = true;
+        ep_->poll();
+        now = quic::Endpoint::now();
+        if (!p->up() || !p->connection()) continue;
+      }
+      const std::uint64_t silent = age(now, p->connection()->last_rx());
+      if (silent >= timeout) {
+        declare_failed(r, "nothing arrived from it for " + std::to_string(silent / 1'000'000u) +
+                              " ms (failure_timeout " + std::to_string(cfg_.failure_timeout.count()) + " ms)");
+        continue;
+      }
+    }
+    p->heartbeat(now, period);
+  }
+  liveness_timer_->expires_after(std::chrono::nanoseconds(period));
+  liveness_timer_->async_wait(engine_.guard([this](asio::error_code ec) {
+    if (!ec) liveness_tick();
+  }));
+}
+
+// ---- declaring and spreading ---------------------------------------------------------------
+
+bool Node::is_failed(int r) const {
+  std::lock_guard lk(fail_mu_);
+  return r >= 0 && static_cast<std::size_t>(r) < failed_.size() && failed_[static_cast<std::size_t>(r)];
+}
+
+void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
+  for (int r = 0; r < world_; ++r) {
+    if (r == rank_ || r == except) continue;
+    Peer* p = peer(r);
+    if (!p || !p->up()) continue;
+    PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
+    FrameHeader hh = h;
+    hh.length = payload.size();
+    wire::encode_header(hh, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+    if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
+    p->send_frame(wire::Lane::control, std::move(b), wire::header_size + payload.size());
+  }
+}
+
+void Node::declare_failed(int r, const std::string& why) {
+  if (r < 0 || r >= world_ || r == rank_ || !is_open()) return;
+  std::vector<std::uint64_t> hit;
+  {
+    std::lock_guard lk(fail_mu_);
+    if (failed_[static_cast<std::size_t>(r)]) return;
+    failed_[static_cast<std::size_t>(r)] = 1;
+    for (auto& [id, w] : comms_)
+      if (contains(w.members, r)) hit.push_back(id);
+  }
+  Peer* p = peer(r);
+  log::warn("rank {}: rank {} ({}) failed: {}", rank_, r, p->addr_text(), why);
+  // Revoke first, so every pending operation of those communicators fails naming the rank
+  // in the communicator's own numbering; what is left with the peer (RPC calls, operations
+  // of communicators already gone) fails as it is cut off.
+  for (std::uint64_t id : hit) revoke_local(id, Errc::rank_failed, r, why);
+  p->cut_off("rank " + std::to_string(r) + " failed: " + why);
+  // Everyone is told, and forwards it once: the news outlives our own death half-way.
+  FrameHeader h;
+  h.type = FrameType::failed;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.tag = static_cast<std::uint64_t>(r);
+  flood(h, std::string_view(why).substr(0, 1000), r);
+  if (membership_) membership_->on_rank_failed(r);
+}
+
+void Node::on_failed_notice(int from, int r, const std::string& why) {
+  if (r == rank_) {
+    // The others gave up on us (we were silent too long for them): we are out of every
+    // communicator. Operations fail naming this rank; nothing more is sent.
+    if (expelled_.exchange(true)) return;
+    const std::string text = "this rank was declared failed by rank " + std::to_string(from) + ": " + why;
+    log::error("rank {}: {}", rank_, text);
+    std::vector<std::uint64_t> all;
+    {
+      std::lock_guard lk(fail_mu_);
+      for (auto& [id, w] : comms_) all.push_back(id);
+    }
+    for (std::uint64_t id : all) revoke_local(id, Errc::rank_failed, rank_, text);
+    if (membership_) membership_->on_expelled(text);
+    for (auto& q : peers_)
+      if (q) q->cut_off(text);
+    return;
+  }
+  if (is_failed(r)) return;
+  declare_failed(r, "reported by rank " + std::to_string(from) + ": " + why);
+}
+
+// ---- revocation ---------------------------------------------------------------------------
+
+void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why) {
+  Watch w;
+  bool known = false;
+  {
+    std::lock_guard lk(fail_mu_);
+    if (auto it = comms_.find(id); it != comms_.end()) {
+      w = it->second;
+      known = true;
+    }
+  }
+  const bool first = revoked_.emplace(id, Revoked{code, failed_world, why}).second;
+  if (known && first) {
+    auto fail = [&](const std::shared_ptr<OpState>& op) { fail_revoked(op, w, code, failed_world, why); };
+    for (auto& q : match_) {
+      auto& posted = q.posted();
+      for (auto it = posted.begin(); it != posted.end();) {
+        if ((*it)->comm == id) {
+          fail((*it)->op);
+          it = posted.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& p : peers_)
+      if (p) p->fail_comm(id, fail);
+    // Messages of the communicator nobody received yet will never be: free their credit.
+    for (int di = 0; di < domain_count; ++di) {
+      auto& list = queue(static_cast<Domain>(di)).unexpected();
+      for (auto it = list.begin(); it != list.end();) {
+        const Unexpected& u = **it;
+        if (u.comm == id && !u.waiter) {
+          if (Peer* src = peer(u.source); src && !u.data.empty()) src->release_unexpected(static_cast<Domain>(di), u.data.size());
+          it = list.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  // The communicator hears of every failure of a member, not only the one that revoked it.
+  if (known && w.on_event) w.on_event(failed_world, code, why);
+}
+
+void Node::fail_revoked(const std::shared_ptr<OpState>& op, const Watch& w, Errc code, int failed_world,
+                        const std::string& why) {
+  if (!op || op->done()) return;
+  int local = -1;
+  for (std::size_t i = 0; i < w.members.size(); ++i)
+    if (w.members[i] == failed_world) local = static_cast<int>(i);
+  std::string detail = why;
+  if (code == Errc::rank_failed && failed_world != rank_) detail = describe_failure(local, failed_world, why);
+  std::string addr;
+  if (failed_world >= 0 && failed_world != rank_) addr = addrs_[static_cast<std::size_t>(failed_world)].to_string();
+  ErrorContext ctx{op->op(), w.rank, local, addr, op->start()};
+  std::vector<int> failed;
+  {
+    std::lock_guard lk(fail_mu_);
+    for (std::size_t i = 0; i < w.members.size(); ++i)
+      if (failed_[static_cast<std::size_t>(w.members[i])] || (w.members[i] == rank_ && expelled_.load()))
+        failed.push_back(static_cast<int>(i));
+  }
+  op->fail_ranks(code, format_error(code, ctx, detail), std::move(failed));
+}
+
+bool Node::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) {
+  if (revoked_.empty()) return false;
+  auto it = revoked_.find(comm);
+  if (it == revoked_.end()) return false;
+  Watch w;
+  {
+    std::lock_guard lk(fail_mu_);
+    if (auto c = comms_.find(comm); c != comms_.end()) w = c->second;
+  }
+  fail_revoked(op, w, it->second.code, it->second.failed_world, it->second.why);
+  return true;
+}
+
+void Node::revoke_comm(std::uint64_t id) {
+  submit([this, id] {
+    std::vector<int> members;
+    {
+      std::lock_guard lk(fail_mu_);
+      auto it = comms_.find(id);
+      if (it == comms_.end()) return;
+      members = it->second.members;
+    }
+    if (revoked_.count(id)) return;
+    revoke_local(id, Errc::revoked, -1, "communicator revoked by rank " + std::to_string(rank_));
+    FrameHeader h;
+    h.type = FrameType::revoke;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.comm = id;
+    for (int m : members) {
+      if (m == rank_) continue;
+      if (Peer* p = peer(m); p && p->up()) p->send_header(wire::Lane::control, h);
+    }
+  });
+}
+
+void Node::on_revoke_notice(int from, std::uint64_t comm) {
+  if (revoked_.count(comm)) return;
+  // Remembered even for a communicator not made here yet (a split still under way): it is
+  // revoked as soon as it is.
+  revoke_local(comm, Errc::revoked, -1, "communicator revoked by rank " + std::to_string(from));
+}
+
+// ---- communicators ---------------------------------------------------------------------------
+
+void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
+  submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
+    int dead = -1;
+    {
+      std::lock_guard lk(fail_mu_);
+      for (int m : members)
+        if (static_cast<std::size_t>(m) < failed_.size() && failed_[static_cast<std::size_t>(m)]) dead = m;
+      comms_[id] = Watch{std::move(members), rank, std::move(on_event)};
+    }
+    if (auto it = revoked_.find(id); it != revoked_.end()) {
+      // Revoked before it existed here: apply it now.
+      Revoked r = it->second;
+      revoked_.erase(it);
+      revoke_local(id, r.code, r.failed_world, r.why);
+    } else if (dead >= 0) {
+      revoke_local(id, Errc::rank_failed, dead, "it had failed before this communicator was made");
+    }
+  });
+}
+
+void Node::unwatch_comm(std::uint64_t id) {
+  std::lock_guard lk(fail_mu_);
+  comms_.erase(id);
+}
+
+// ---- membership frames -------------------------------------------------------------------
+
+bool Node::send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64_t seq, const wire::Ballot& b) {
+  Peer* p = peer(dest);
+  if (!p || !p->up() || is_failed(dest)) return false;
+  const std::vector<std::byte> payload = wire::encode_ballot(b);
+  PooledBuffer buf = pool_.acquire(wire::header_size + payload.size());
+  FrameHeader h;
+  h.type = type;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.comm = comm;
+  h.seq = seq;
+  h.length = payload.size();
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(buf.data(), wire::header_size));
+  std::memcpy(buf.data() + wire::header_size, payload.data(), payload.size());
+  p->send_frame(wire::Lane::control, std::move(buf), wire::header_size + payload.size());
+  return true;
+}
+
+void Node::on_ballot(int from, const FrameHeader& h, wire::Ballot b) {
+  if (membership_) membership_->on_ballot(from, h, std::move(b));
+}
+
+}  // namespace nexar::detail
