@@ -16,16 +16,22 @@
 // (Communicator::world_ranks()). A mismatch counts as `wrong`.
 //
 // Failure policy (Config::on_failure): --policy, else NEXAR_ON_FAILURE, else automatic.
-//  * automatic: an all_reduce that meets a failed member throws nexar::Error(rank_failed)
-//    and the runtime rebuilds the communicator in place; the loop retries the step.
+//  * automatic: an all_reduce that meets a failed member throws nexar::Error(rank_failed);
+//    the next call on the communicator rebuilds it in place (the runtime agrees with the
+//    survivors and shrinks); the loop retries the step.
 //  * manual: the loop catches rank_failed, calls agree() and shrink() itself (timing both)
 //    and retries the step on the shrunk communicator.
 //  * abort: a failure is fatal (exit 1).
-// Survivors may be one step apart when a failure strikes (some finished the step before
-// the failure reached them), so after every recovery they all-reduce (min) the step to run
-// next and carry on from there. The run ends with an all_reduce of the `wrong` counts and an
-// agree(), which every live member leaves with the same answer: if a member was still
-// recovering, everybody recovers and redoes the ending together.
+// Survivors may be a step apart after a failure: one may have finished the step the others
+// failed, and under automatic one may even find the communicator rebuilt without an error.
+// So every all_reduce carries two more elements, 1 and the step index: its result says how
+// many members took part and the sum of their steps, the same for all of them, and when the
+// steps differ everybody goes back to the earliest one. The run ends with an all_reduce of
+// the `wrong` counts, then (manual) an agree() that every live member leaves with the same
+// answer: if a member was still recovering, everybody recovers and ends again together.
+// Under automatic there is no such closing agreement (the runtime's own would interleave
+// with it): a rank failing during that very last all_reduce can leave a survivor that
+// finished while another recovers alone.
 //
 // Options:
 //   --steps N          steps to run (default 100)
@@ -37,12 +43,15 @@
 //                        resilient_loop_event world_rank=W policy=P step=S size_before=B
 //                        size_after=A failed=N error_ns=T notice_ns=T agree_ms=X shrink_ms=Y
 //                        first_ms=Z
-//                      error_ns: CLOCK_REALTIME when the operation failed; notice_ns: when
-//                      Communicator::on_failure fired first (0 if it did not); agree_ms and
-//                      shrink_ms: durations of agree() and shrink() (manual policy; -1 under
-//                      automatic, where the runtime runs them); first_ms: from the end of the
-//                      recovery (automatic: the error) to the end of the first all_reduce of
-//                      the loop's data that checked correct.
+//                      error_ns: CLOCK_REALTIME when the operation failed (automatic: or when
+//                      the rank found the communicator rebuilt); notice_ns: when
+//                      Communicator::on_failure first fired (0 if not yet by the report); agree_ms and
+//                      shrink_ms: durations of agree() and shrink() (manual policy); under
+//                      automatic agree_ms is -1 and shrink_ms is the in-place rebuild (agree
+//                      and shrink inside the runtime); first_ms: from the end of the recovery
+//                      to the end of the first all_reduce of the loop's data that checked
+//                      correct. size_before/size_after: members before and after; failed: how
+//                      many failed, as far as this rank learned.
 //   --pid-dir DIR      write this process's pid to DIR/rank<N>.pid (N: world rank) once joined
 //   --verbose          diagnostics on stderr (also when NEXAR_DEBUG is info or above)
 // Stdout carries only the summary line. Exit status: 0 when every check passed, 1 on a
@@ -128,20 +137,6 @@ double value(std::int64_t s, int w, std::size_t i) {
   return static_cast<double>(x % 1000) - 500;
 }
 
-void fill(std::vector<double>& v, std::int64_t s, int w) {
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = value(s, w, i);
-}
-
-/// Whether `got` is the sum over `members` (world ranks) of step s's values.
-bool correct(const std::vector<double>& got, std::int64_t s, const std::vector<int>& members) {
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    double want = 0;
-    for (const int w : members) want += value(s, w, i);
-    if (got[i] != want) return false;
-  }
-  return true;
-}
-
 // ---- output --------------------------------------------------------------------------
 
 /// Appends lines to the --report file, each with a single write(2) so that ranks sharing
@@ -194,7 +189,7 @@ std::string join_ints(const std::vector<int>& v) {
 
 // ---- the loop ------------------------------------------------------------------------
 
-/// One recovery, from the failed operation to the first correct all_reduce after it.
+/// One recovery, from the failure to the first correct all_reduce after it.
 struct Event {
   std::int64_t step = 0;
   int size_before = 0;
@@ -215,7 +210,9 @@ class Loop {
         report_(report),
         world_rank_(comm_.rank()),
         world_size_(comm_.size()),
-        data_(static_cast<std::size_t>(o.count)) {
+        size_(world_size_),
+        id_(comm_.id()),
+        buf_(static_cast<std::size_t>(o.count) + kTail) {
     watch();
   }
 
@@ -223,142 +220,182 @@ class Loop {
   int run() {
     for (;;) {
       try {
-        if (resync_) {
-          // Survivors may be a step apart: the earliest one's step is redone by all.
-          std::int64_t next = next_;
-          comm_.all_reduce(std::span<std::int64_t>(&next, 1), ReduceOp::min);
-          if (next != next_) debug("resync: step %lld -> %lld", static_cast<long long>(next_),
-                                   static_cast<long long>(next));
-          next_ = next;
-          resync_ = false;
-        }
-        if (next_ < o_.steps) {
-          step();
-        } else if (finish()) {
-          break;
-        }
+        if (op()) break;
       } catch (const nexar::Error& e) {
         if (e.code() != Errc::rank_failed || policy_ == FailurePolicy::abort) throw;
-        recover(&e);
+        recover(&e, nullptr, Clock::now());
       }
     }
-    const int final_rank = comm_.rank();
     const int final_size = comm_.size();
-    if (final_rank == lowest_live_) {
+    if (comm_.rank() == lowest_live_) {
       std::printf("resilient_loop: steps=%lld world=%d failures=%d wrong=%lld\n",
                   static_cast<long long>(o_.steps), final_size - closing_failed_,
                   world_size_ - final_size + closing_failed_, static_cast<long long>(total_wrong_));
       std::fflush(stdout);
     }
-    debug("done: rank %d of %d, %lld steps run (retries included), %lld wrong here, %d failure "
-          "events seen",
-          final_rank, final_size, static_cast<long long>(runs_), static_cast<long long>(wrong_),
-          events_);
+    debug("done: rank %d of %d; %lld all_reduces, %lld out of step, %lld wrong here; %d failure events",
+          comm_.rank(), final_size, static_cast<long long>(runs_), static_cast<long long>(out_of_step_),
+          static_cast<long long>(wrong_), events_);
     comm_.close();
     return total_wrong_ == 0 ? 0 : 1;
   }
 
  private:
-  /// Runs step next_, checks it, and moves on.
-  void step() {
+  // Every all_reduce carries two more elements, 1 and the step index, so its result says
+  // how many members took part and the sum of their steps: a survivor that finished a step
+  // the others failed (the failure reached it a moment later) is one step ahead, and
+  // everybody sees it in the same result and goes back to the earliest step together.
+  static constexpr std::size_t kTail = 2;
+  static constexpr std::uint64_t kDone = 1;
+
+  /// One all_reduce: step next_ (or, at next_ == steps, the ending's sum of the `wrong`
+  /// counts). True when the run is over.
+  bool op() {
     const auto t0 = Clock::now();
     const std::int64_t s = next_;
-    const std::vector<int> members = comm_.world_ranks();
-    size_ = static_cast<int>(members.size());
-    fill(data_, s, world_rank_);
-    comm_.all_reduce(data_, ReduceOp::sum);
+    const std::size_t n = buf_.size() - kTail;
+    if (s < o_.steps) {
+      for (std::size_t i = 0; i < n; ++i) buf_[i] = value(s, world_rank_, i);
+    } else {
+      std::fill(buf_.begin(), buf_.end(), 0.0);
+      buf_[0] = static_cast<double>(wrong_);
+    }
+    buf_[n] = 1;
+    buf_[n + 1] = static_cast<double>(s);
+    // Under the automatic policy any call on a revoked communicator first rebuilds it in
+    // place (a collective among the survivors): id() does it here, visibly.
+    const auto before_id = Clock::now();
+    if (comm_.id() != id_) recover(nullptr, nullptr, before_id);
+    std::vector<int> members = comm_.world_ranks();
+    comm_.all_reduce(buf_, ReduceOp::sum);
     ++runs_;
-    bool ok = correct(data_, s, members);
-    if (!ok) {
-      // Rebuilt in place during the call (automatic policy)? Then it ran on the new members.
-      const std::vector<int> now = comm_.world_ranks();
-      ok = now != members && correct(data_, s, now);
+    const auto taking_part = static_cast<std::int64_t>(buf_[n]);
+    const auto step_sum = static_cast<std::int64_t>(buf_[n + 1]);
+    if (step_sum != taking_part * s || taking_part < 1) {
+      // Out of step: redo the earliest step (they differ by one at most: floor is the min).
+      ++out_of_step_;
+      next_ = taking_part > 0 ? step_sum / taking_part : next_;
+      debug("step %lld: members were out of step (%lld taking part, steps summing to %lld): back to step %lld",
+            static_cast<long long>(s), static_cast<long long>(taking_part), static_cast<long long>(step_sum),
+            static_cast<long long>(next_));
+      return false;
+    }
+    if (static_cast<std::size_t>(taking_part) != members.size()) {
+      members = comm_.world_ranks();  // rebuilt during the call: it ran on the new members
+      if (static_cast<std::size_t>(taking_part) != members.size()) {
+        ++out_of_step_;
+        debug("step %lld: %lld members took part, the communicator has %zu: step redone",
+              static_cast<long long>(s), static_cast<long long>(taking_part), members.size());
+        return false;
+      }
+    }
+    size_ = static_cast<int>(members.size());
+    if (s == o_.steps) return finish(static_cast<std::int64_t>(buf_[0]));
+
+    bool ok = true;
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      double want = 0;
+      for (const int w : members) want += value(s, w, i);
+      ok = buf_[i] == want;
     }
     if (!ok) {
       ++wrong_;
-      debug("step %lld: WRONG all_reduce result over members %s", static_cast<long long>(s),
-            join_ints(members).c_str());
-    }
-    if (pending_ && ok) {
-      const Event& ev = *pending_;
-      report_.line("resilient_loop_event world_rank=" + std::to_string(world_rank_) +
-                   " policy=" + nexar::to_string(policy_) + " step=" + std::to_string(ev.step) +
-                   " size_before=" + std::to_string(ev.size_before) + " size_after=" +
-                   std::to_string(comm_.size()) + " failed=" + std::to_string(ev.failed) +
-                   " error_ns=" + std::to_string(ev.error_ns) + " notice_ns=" +
-                   std::to_string(ev.notice_ns) + " agree_ms=" + fmt_ms(ev.agree_ms) +
-                   " shrink_ms=" + fmt_ms(ev.shrink_ms) + " first_ms=" +
-                   fmt_ms(ms_since(ev.recovered)));
+      std::fprintf(stderr, "resilient_loop[%d]: step %lld: WRONG all_reduce result over members %s\n", world_rank_,
+                   static_cast<long long>(s), join_ints(members).c_str());
+    } else if (pending_) {
+      // The callback runs on a thread of its own: it may come a little after the error.
+      pending_->notice_ns = notice_ns_.exchange(0);
+      report_event(*pending_);
       pending_.reset();
     }
     ++next_;
     if (o_.step_ms > 0) std::this_thread::sleep_until(t0 + std::chrono::milliseconds(o_.step_ms));
-  }
-
-  /// The ending: the sum of everybody's wrong counts, then an agree() that every live member
-  /// leaves with the same answer. True when the run is over; false when a member was still
-  /// recovering from a failure (value 0 in the agreement), in which case this rank has
-  /// recovered too and the loop goes on from the agreed step.
-  bool finish() {
-    std::int64_t wrong = wrong_;
-    comm_.all_reduce(std::span<std::int64_t>(&wrong, 1), ReduceOp::sum);
-    total_wrong_ = wrong;
-    if (policy_ == FailurePolicy::abort) {  // agree() refuses; nothing to recover anyway
-      comm_.barrier();
-      return true;
-    }
-    const Communicator::Agreement a = comm_.agree(kDone);
-    if ((a.value & kDone) != 0) {
-      // Everybody got here. Members that failed after the sum are gone but counted.
-      closing_failed_ = static_cast<int>(a.failed.size());
-      lowest_live_ = 0;
-      while (std::find(a.failed.begin(), a.failed.end(), lowest_live_) != a.failed.end()) ++lowest_live_;
-      return true;
-    }
-    // Somebody is recovering (its agree() carried 0): recover with it.
-    debug("ending: a member is still recovering; recovering too");
-    recover(nullptr, &a);
     return false;
   }
 
-  /// After a member failed (`e`: the error, or null when this rank learned it from the
-  /// ending's agreement `agreed`): the agreement and shrink under the manual policy (the
-  /// runtime does both under automatic), then a resync of the step.
-  void recover(const nexar::Error* e, const Communicator::Agreement* agreed = nullptr) {
+  /// The ending, once the sum of everybody's `wrong` counts is in. Under the manual
+  /// policy an agree() follows, which every live member leaves with the same answer: if a
+  /// member was still recovering from a failure (it agreed 0, see recover()), everybody
+  /// recovers and the loop goes on. True when the run is over.
+  bool finish(std::int64_t total_wrong) {
+    total_wrong_ = total_wrong;
+    if (policy_ != FailurePolicy::manual) return true;
+    const Communicator::Agreement a = comm_.agree(kDone);
+    if ((a.value & kDone) == 0) {
+      debug("ending: a member is still recovering; recovering with it");
+      recover(nullptr, &a, Clock::now());
+      return false;
+    }
+    // Everybody got here. Members that failed since the sum are gone but were counted.
+    closing_failed_ = static_cast<int>(a.failed.size());
+    lowest_live_ = 0;
+    while (std::binary_search(a.failed.begin(), a.failed.end(), lowest_live_)) ++lowest_live_;
+    return true;
+  }
+
+  /// After a member failed. `e`: the error that said so; null when this rank found the
+  /// communicator rebuilt (automatic) or learned it from the ending's agreement `agreed`
+  /// (manual). `since`: when this rank found out. Under the manual policy, agrees and
+  /// shrinks; under automatic the runtime does both when the communicator is next used, which
+  /// this times too.
+  void recover(const nexar::Error* e, const Communicator::Agreement* agreed, Clock::time_point since) {
     Event ev;
-    ev.error_ns = realtime_ns();
-    ev.notice_ns = notice_ns_.exchange(0);
+    ev.error_ns = realtime_ns() - static_cast<std::int64_t>(std::chrono::nanoseconds(Clock::now() - since).count());
     ev.step = next_;
     ev.size_before = size_;
-    ev.failed = e != nullptr ? std::max<std::size_t>(1, e->failed_ranks().size()) : agreed->failed.size();
+    ev.failed = e != nullptr ? std::max<std::size_t>(1, e->failed_ranks().size())
+                : agreed != nullptr ? agreed->failed.size() : 0;
     ++events_;
     if (e != nullptr)
-      debug("step %lld: %s (failed %s)", static_cast<long long>(next_), e->what(),
-            join_ints(e->failed_ranks()).c_str());
+      debug("step %lld: %s (failed: %s)", static_cast<long long>(next_), e->what(), join_ints(e->failed_ranks()).c_str());
     if (policy_ == FailurePolicy::manual) {
-      auto t0 = Clock::now();
+      const auto t0 = Clock::now();
       if (agreed == nullptr) {
         const Communicator::Agreement a = comm_.agree(0);  // 0: "not done", see finish()
         ev.failed = std::max(ev.failed, a.failed.size());
       }
-      auto t1 = Clock::now();
+      const auto t1 = Clock::now();
       Communicator next = comm_.shrink();
-      auto t2 = Clock::now();
+      const auto t2 = Clock::now();
       comm_ = std::move(next);
       ev.agree_ms = agreed == nullptr ? ms_since(t0, t1) : 0;
       ev.shrink_ms = ms_since(t1, t2);
       watch();
+    } else {
+      // The rebuild, unless it just happened in op() (then `since` is when it started).
+      comm_.id();
+      ev.shrink_ms = ms_since(since);
     }
+    id_ = comm_.id();
+    if (ev.failed == 0) ev.failed = static_cast<std::size_t>(std::max(0, size_ - comm_.size()));
     ev.recovered = Clock::now();
-    debug("recovered: now rank %d of %d, members %s (agree %.3f ms, shrink %.3f ms)", comm_.rank(),
-          comm_.size(), join_ints(comm_.world_ranks()).c_str(), ev.agree_ms, ev.shrink_ms);
-    if (!pending_) pending_ = ev;  // a second failure before a correct step: keep the first
-    resync_ = true;
+    debug("recovered: now rank %d of %d, members %s (agree %.3f ms, %s %.3f ms)", comm_.rank(), comm_.size(),
+          join_ints(comm_.world_ranks()).c_str(), ev.agree_ms,
+          policy_ == FailurePolicy::manual ? "shrink" : "rebuild", ev.shrink_ms);
+    if (!pending_) {
+      pending_ = ev;
+      return;
+    }
+    // Again before a correct step (another failure, or the same one seen twice): one
+    // recovery, from the first error to now.
+    Event& p = *pending_;
+    p.failed = std::max(p.failed, ev.failed);
+    if (ev.agree_ms >= 0) p.agree_ms = std::max(0.0, p.agree_ms) + ev.agree_ms;
+    if (ev.shrink_ms >= 0) p.shrink_ms = std::max(0.0, p.shrink_ms) + ev.shrink_ms;
+    p.recovered = ev.recovered;
+  }
+
+  void report_event(const Event& ev) const {
+    report_.line("resilient_loop_event world_rank=" + std::to_string(world_rank_) + " policy=" +
+                 nexar::to_string(policy_) + " step=" + std::to_string(ev.step) + " size_before=" +
+                 std::to_string(ev.size_before) + " size_after=" + std::to_string(size_) + " failed=" +
+                 std::to_string(ev.failed) + " error_ns=" + std::to_string(ev.error_ns) + " notice_ns=" +
+                 std::to_string(ev.notice_ns) + " agree_ms=" + fmt_ms(ev.agree_ms) + " shrink_ms=" +
+                 fmt_ms(ev.shrink_ms) + " first_ms=" + fmt_ms(ms_since(ev.recovered)));
   }
 
   /// Notes when this rank first hears of a failure (for --report).
   void watch() {
-    size_ = comm_.size();
     comm_.on_failure([this](const std::vector<int>& failed) {
       std::int64_t zero = 0;
       if (!failed.empty()) notice_ns_.compare_exchange_strong(zero, realtime_ns());
@@ -372,8 +409,6 @@ class Loop {
     return b;
   }
 
-  static constexpr std::uint64_t kDone = 1;
-
   // Before comm_: the on_failure callback may run until comm_ is gone.
   std::atomic<std::int64_t> notice_ns_{0};
   Communicator comm_;
@@ -382,12 +417,13 @@ class Loop {
   const Report& report_;
   const int world_rank_;
   const int world_size_;
-  int size_ = 0;
-  std::vector<double> data_;
-  std::int64_t next_ = 0;  // the step to run next; == steps: the ending
-  bool resync_ = false;
+  int size_;                 // members at the last step that ran
+  std::uint64_t id_;         // the communicator's id as this loop last knew it
+  std::vector<double> buf_;  // count values, then the tail (kTail)
+  std::int64_t next_ = 0;    // the step to run next; == steps: the ending
   std::optional<Event> pending_;
   std::int64_t runs_ = 0;
+  std::int64_t out_of_step_ = 0;
   std::int64_t wrong_ = 0;
   std::int64_t total_wrong_ = 0;
   int events_ = 0;

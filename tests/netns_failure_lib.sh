@@ -111,7 +111,8 @@ nf_fault() {
 
 # nf_wait R
 nf_wait() {
-  wait "${NF_PIDS[$1]}"
+  # (Without the redirection bash reports a rank killed by a signal on stderr.)
+  wait "${NF_PIDS[$1]}" 2>/dev/null
   # shellcheck disable=SC2034  # read by the callers
   NF_RC[$1]=$?
 }
