@@ -60,7 +60,6 @@
 #include <nexar/nexar.hpp>
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -223,6 +222,11 @@ class Loop {
         if (op()) break;
       } catch (const nexar::Error& e) {
         if (e.code() != Errc::rank_failed || policy_ == FailurePolicy::abort) throw;
+        // The others gave up on this rank (it was cut off longer than the failure timeout):
+        // there is nothing to recover here.
+        const std::vector<int>& failed = e.failed_ranks();
+        if (std::find(failed.begin(), failed.end(), rank_) != failed.end()) throw;
+        if (++failures_in_a_row_ > kMaxFailuresInARow) throw;
         recover(&e, nullptr, Clock::now());
       }
     }
@@ -247,6 +251,8 @@ class Loop {
   // everybody sees it in the same result and goes back to the earliest step together.
   static constexpr std::size_t kTail = 2;
   static constexpr std::uint64_t kDone = 1;
+  // Errors without a single all_reduce in between: past this, give up rather than spin.
+  static constexpr int kMaxFailuresInARow = 100;
 
   /// One all_reduce: step next_ (or, at next_ == steps, the ending's sum of the `wrong`
   /// counts). True when the run is over.
@@ -266,9 +272,11 @@ class Loop {
     // place (a collective among the survivors): id() does it here, visibly.
     const auto before_id = Clock::now();
     if (comm_.id() != id_) recover(nullptr, nullptr, before_id);
+    rank_ = comm_.rank();
     std::vector<int> members = comm_.world_ranks();
     comm_.all_reduce(buf_, ReduceOp::sum);
     ++runs_;
+    failures_in_a_row_ = 0;
     const auto taking_part = static_cast<std::int64_t>(buf_[n]);
     const auto step_sum = static_cast<std::int64_t>(buf_[n + 1]);
     if (step_sum != taking_part * s || taking_part < 1) {
@@ -418,6 +426,8 @@ class Loop {
   const int world_rank_;
   const int world_size_;
   int size_;                 // members at the last step that ran
+  int rank_ = -1;            // this rank's number in the communicator of the last step
+  int failures_in_a_row_ = 0;
   std::uint64_t id_;         // the communicator's id as this loop last knew it
   std::vector<double> buf_;  // count values, then the tail (kTail)
   std::int64_t next_ = 0;    // the step to run next; == steps: the ending
