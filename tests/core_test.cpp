@@ -37,6 +37,7 @@ const char* const kVars[] = {
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
+    "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -258,6 +259,8 @@ TEST_F(EnvTest, Describe) {
       "op_timeout = 300000 ms\n"
       "connect_timeout = 20000 ms\n"
       "idle_timeout = 15000 ms\n"
+      "failure_timeout = 3000 ms\n"
+      "on_failure = abort\n"
       "rpc_timeout = 30000 ms\n"
       "rpc_threads = 16\n"
       "max_frame_bytes = 2 GiB\n"
@@ -294,6 +297,8 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_CONNECT_TIMEOUT_MS", "2345");
   set("NEXAR_IDLE_TIMEOUT_MS", "3456");
   set("NEXAR_RPC_TIMEOUT_MS", "4567");
+  set("NEXAR_FAILURE_TIMEOUT_MS", "750");
+  set("NEXAR_ON_FAILURE", "Automatic");
   set("NEXAR_RPC_THREADS", "3");
   set("NEXAR_MAX_FRAME_BYTES", "1G");
   set("NEXAR_EAGER_LIMIT_BYTES", "32768");
@@ -309,6 +314,8 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.connect_timeout, 2345ms);
   EXPECT_EQ(c.idle_timeout, 3456ms);
   EXPECT_EQ(c.rpc_timeout, 4567ms);
+  EXPECT_EQ(c.failure_timeout, 750ms);
+  EXPECT_EQ(c.on_failure, nexar::FailurePolicy::automatic);
   EXPECT_EQ(c.rpc_threads, 3u);
   EXPECT_EQ(c.max_frame_bytes, GiB);
   EXPECT_EQ(c.eager_limit, 32768u);
@@ -383,10 +390,11 @@ TEST_F(EnvTest, MalformedValuesThrow) {
     for (const char* v : byte_bad) check(var, v);
   }
   for (const char* var : {"NEXAR_TIMEOUT_MS", "NEXAR_CONNECT_TIMEOUT_MS", "NEXAR_IDLE_TIMEOUT_MS",
-                          "NEXAR_RPC_TIMEOUT_MS", "NEXAR_SPIN_US"}) {
+                          "NEXAR_RPC_TIMEOUT_MS", "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_SPIN_US"}) {
     for (const char* v : dur_bad) check(var, v);
   }
   for (const char* v : {"yes", "2", "enable", "tru"}) check("NEXAR_UDP_GSO", v);
+  for (const char* v : {"ignore", "auto", "1", "abort "}) check("NEXAR_ON_FAILURE", v);
   for (const char* v : {"6", "warning", "verbose", "-0", "00"}) check("NEXAR_DEBUG", v);
   check("NEXAR_UDP_PAYLOAD_BYTES", "4294967296");  // does not fit the 32-bit field
 
@@ -452,6 +460,7 @@ TEST_F(EnvTest, RangeViolationsFromEnvironment) {
   const std::pair<const char*, const char*> cases[] = {
       {"NEXAR_TIMEOUT_MS", "0"},          {"NEXAR_CONNECT_TIMEOUT_MS", "0"},
       {"NEXAR_IDLE_TIMEOUT_MS", "0"},     {"NEXAR_RPC_TIMEOUT_MS", "0"},
+      {"NEXAR_FAILURE_TIMEOUT_MS", "49"},
       {"NEXAR_MAX_FRAME_BYTES", "1K"},    {"NEXAR_MAX_FRAME_BYTES", "1025G"},
       {"NEXAR_EAGER_LIMIT_BYTES", "32M"}, {"NEXAR_UNEXPECTED_LIMIT_BYTES", "1K"},
       {"NEXAR_STREAM_WINDOW_BYTES", "2G"}, {"NEXAR_UDP_PAYLOAD_BYTES", "1000"},

@@ -967,7 +967,7 @@ TEST(Transport, PeerKilledMidMessageFailsLaterReceivePromptly) {
     c.recv(0, 5, buf.data(), buf.size());
     // The whole message may have made it out before the kill: then it is received.
   } catch (const Error& e) {
-    EXPECT_TRUE(e.code() == Errc::peer_failed || e.code() == Errc::timeout) << e.what();
+    EXPECT_TRUE(e.code() == Errc::rank_failed || e.code() == Errc::timeout) << e.what();
   }
   EXPECT_LT(Clock::now() - t0, 8s);
 }

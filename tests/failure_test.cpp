@@ -1,0 +1,377 @@
+// Failures with real processes: each rank is a forked process with its own node, so a rank
+// can die by SIGKILL exactly as a crashed job would (its port then answers with ICMP
+// unreachable). Covers detection, the spread of the news to every member, the errors of a
+// revoked communicator, agree (with ranks dying during it), shrink (repeatedly, and on split
+// communicators), revoke by the application, and the abort, manual and automatic policies.
+//
+// Each rank's checks run in its own process: a failed check prints why and exits non-zero,
+// and the parent test asserts on the exit statuses. Shared memory carries timestamps.
+#include <nexar/communicator.hpp>
+#include <nexar/error.hpp>
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/local.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nexar::Communicator;
+using nexar::Errc;
+using nexar::Error;
+using nexar::FailurePolicy;
+using nexar::ReduceOp;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Written by the ranks, read by the test (MAP_SHARED survives fork).
+struct Shared {
+  std::atomic<std::int64_t> killed_at{0};         // when the victim killed itself
+  std::atomic<std::int64_t> error_at[16]{};       // when each survivor's operation failed
+  std::atomic<int> step[16]{};                    // progress of each rank
+};
+
+Shared* shared() {
+  static Shared* s = [] {
+    void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    return new (p) Shared();
+  }();
+  return s;
+}
+
+nexar::Config config(FailurePolicy policy) {
+  nexar::Config c;
+  c.connect_timeout = 10s;
+  c.op_timeout = 30s;  // far above every bound checked: a hang shows as a failed bound
+  c.on_failure = policy;
+  c.log_level = nexar::LogLevel::off;
+  // More processes than cores: waiters yield, as the launcher would set.
+  c.yield_when_idle = true;
+  return c;
+}
+
+// A check inside a rank's process: prints and exits with status 1 when false.
+#define RANK_CHECK(rank, cond, msg)                                                        \
+  do {                                                                                     \
+    if (!(cond)) {                                                                         \
+      std::fprintf(stderr, "rank %d: check failed: %s: %s\n", (rank), #cond, std::string(msg).c_str()); \
+      std::fflush(stderr);                                                                 \
+      _exit(1);                                                                            \
+    }                                                                                      \
+  } while (0)
+
+// Runs `body(rank, comm)` in one forked process per rank and returns each one's exit
+// status (0 = passed, 1 = a check failed, 2 = an exception escaped, 128+n = signal n).
+std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<void(int, Communicator&)>& body,
+                           std::chrono::seconds limit = 90s) {
+  new (shared()) Shared();
+  auto plans = nexar::cluster::plan_local(n, cfg);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      nexar::cluster::discard(plans, r);
+      try {
+        Communicator c = nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg);
+        body(r, c);
+        c.close();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: uncaught: %s\n", r, e.what());
+        std::fflush(stderr);
+        _exit(2);
+      }
+      std::fflush(stdout);
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  nexar::cluster::discard(plans, -1);
+  std::vector<int> status(static_cast<std::size_t>(n), -1);
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int left = n;
+  while (left > 0) {
+    for (int r = 0; r < n; ++r) {
+      if (status[static_cast<std::size_t>(r)] != -1) continue;
+      int st = 0;
+      if (waitpid(pids[static_cast<std::size_t>(r)], &st, WNOHANG) > 0) {
+        status[static_cast<std::size_t>(r)] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        --left;
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < n; ++r)
+        if (status[static_cast<std::size_t>(r)] == -1) kill(pids[static_cast<std::size_t>(r)], SIGKILL);
+      ADD_FAILURE() << "ranks still running after " << limit.count() << " s: killed";
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return status;
+}
+
+void die() {
+  shared()->killed_at.store(now_ns());
+  kill(getpid(), SIGKILL);
+}
+
+// Every rank's element i holds a value derived from (step, world rank, i); returns whether
+// the sum matches the members present.
+bool all_reduce_step(Communicator& c, int step, std::size_t count) {
+  const std::vector<int> world = c.world_ranks();
+  std::vector<double> v(count);
+  const int me = world[static_cast<std::size_t>(c.rank())];
+  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<double>((step + 1) * (me + 1) + static_cast<int>(i % 7));
+  c.all_reduce(v, ReduceOp::sum);
+  for (std::size_t i = 0; i < count; ++i) {
+    double want = 0;
+    for (int w : world) want += static_cast<double>((step + 1) * (w + 1) + static_cast<int>(i % 7));
+    if (v[i] != want) return false;
+  }
+  return true;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s = "{";
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i) s.push_back(',');
+    s.append(std::to_string(v[i]));
+  }
+  s.push_back('}');
+  return s;
+}
+
+void expect_all(const std::vector<int>& status, const std::vector<int>& want) {
+  ASSERT_EQ(status.size(), want.size());
+  for (std::size_t r = 0; r < status.size(); ++r) EXPECT_EQ(status[r], want[r]) << "rank " << r;
+}
+
+// (a) SIGKILL of one rank of four in an all_reduce loop: every survivor's operation fails
+// with rank_failed naming the dead rank, within 1 s of the kill, and none blames another.
+TEST(Failure, KilledRankIsNamedBySurvivorsWithinASecond) {
+  auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    for (int step = 0;; ++step) {
+      if (rank == 2 && step == 30) die();
+      try {
+        RANK_CHECK(rank, all_reduce_step(c, step, 4099), "wrong sum at step " + std::to_string(step));
+      } catch (const Error& e) {
+        shared()->error_at[rank].store(now_ns());
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{2}, join(e.failed_ranks()) + ": " + e.what());
+        RANK_CHECK(rank, std::string(e.what()).find("rank 2 failed") != std::string::npos, e.what());
+        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, join(c.failed_ranks()));
+        RANK_CHECK(rank, c.is_revoked(), "not revoked");
+        break;
+      }
+    }
+    // Later operations fail at once, the same way.
+    try {
+      c.barrier();
+      RANK_CHECK(rank, false, "barrier on a revoked communicator succeeded");
+    } catch (const Error& e) {
+      RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+    }
+  });
+  expect_all(status, {0, 0, 128 + SIGKILL, 0});
+  const auto killed = shared()->killed_at.load();
+  for (int r : {0, 1, 3}) {
+    const auto took = std::chrono::nanoseconds(shared()->error_at[r].load() - killed);
+    EXPECT_LT(took, 1s) << "rank " << r << " learned of the failure after "
+                        << std::chrono::duration<double>(took).count() << " s";
+  }
+}
+
+// A rank that exchanges nothing with the dead one still learns at once (it used to wait for
+// op_timeout): rank 3 waits for a message from rank 1, which stays alive; rank 0 dies.
+TEST(Failure, BystanderWaitingOnASurvivorFailsPromptly) {
+  auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    c.barrier();
+    if (rank == 0) {
+      std::this_thread::sleep_for(100ms);
+      die();
+    }
+    if (rank == 3) {
+      int x = 0;
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        c.recv(1, 7, &x, sizeof x);
+        RANK_CHECK(rank, false, "received a message nobody sent");
+      } catch (const Error& e) {
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{0}, e.what());
+        RANK_CHECK(rank, std::chrono::steady_clock::now() - t0 < 5s, "took too long");
+      }
+    }
+    if (rank == 1 || rank == 2) {
+      while (!c.is_revoked()) std::this_thread::sleep_for(1ms);
+      RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{0}, join(c.failed_ranks()));
+    }
+  });
+  expect_all(status, {128 + SIGKILL, 0, 0, 0});
+}
+
+// (d) Repeated failures 8 -> 7 -> 6 -> 5 under the manual policy: after each, the survivors
+// agree on the failed set, shrink, and the next all_reduce is correct on the new world.
+TEST(Failure, RepeatedShrinksKeepResultsCorrect) {
+  auto status = run_ranks(8, config(FailurePolicy::manual), [](int rank, Communicator& world) {
+    Communicator c = world;
+    int lost = 0;
+    for (int step = 0; step < 200 && lost < 3; ++step) {
+      // World ranks 6, 3 and 5 die in turn, each at its own step.
+      if ((rank == 6 && step == 10) || (rank == 3 && step == 40) || (rank == 5 && step == 70)) die();
+      try {
+        RANK_CHECK(rank, all_reduce_step(c, step, 1000), "wrong sum at step " + std::to_string(step));
+      } catch (const Error& e) {
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        const int before = c.size();
+        auto a = c.agree();
+        RANK_CHECK(rank, a.failed.size() == 1, join(a.failed));
+        Communicator next = c.shrink();
+        RANK_CHECK(rank, next.size() == before - 1, std::to_string(next.size()));
+        RANK_CHECK(rank, next.id() != c.id(), "shrink kept the id");
+        c = next;
+        ++lost;
+        --step;  // the failed step again, on the survivors
+      }
+    }
+    RANK_CHECK(rank, lost == 3, "saw " + std::to_string(lost) + " failures");
+    RANK_CHECK(rank, c.size() == 5, std::to_string(c.size()));
+    const std::vector<int> want = {0, 1, 2, 4, 7};
+    RANK_CHECK(rank, c.world_ranks() == want, join(c.world_ranks()));
+    RANK_CHECK(rank, all_reduce_step(c, 999, 12345), "wrong sum after the last shrink");
+  });
+  expect_all(status, {0, 0, 0, 128 + SIGKILL, 0, 128 + SIGKILL, 128 + SIGKILL, 0});
+}
+
+// (c) 8 ranks: one dies before the agreement, and the coordinator (the lowest live rank)
+// dies during it. Every survivor decides the same value and the same failed set.
+TEST(Failure, AgreementSurvivesTheCoordinatorDying) {
+  auto status = run_ranks(8, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    c.barrier();
+    if (rank == 5) die();
+    // Everyone learns of rank 5 before agreeing (not required, but makes the second death
+    // fall inside the agreement).
+    while (!c.is_revoked()) std::this_thread::sleep_for(1ms);
+    if (rank == 0) {
+      // The coordinator takes part, then dies before it can decide for everyone.
+      std::this_thread::sleep_for(20ms);
+      die();
+    }
+    std::uint64_t mine = ~std::uint64_t{0} ^ (std::uint64_t{1} << (rank + 8));
+    auto a = c.agree(mine);
+    std::uint64_t want = ~std::uint64_t{0};
+    for (int r : {1, 2, 3, 4, 6, 7}) want ^= std::uint64_t{1} << (r + 8);
+    RANK_CHECK(rank, a.failed == (std::vector<int>{0, 5}), join(a.failed));
+    RANK_CHECK(rank, a.value == want, std::to_string(a.value));
+    // And a shrink after it agrees again and works.
+    Communicator s = c.shrink();
+    RANK_CHECK(rank, s.size() == 6, std::to_string(s.size()));
+    RANK_CHECK(rank, all_reduce_step(s, 1, 333), "wrong sum after shrink");
+  });
+  expect_all(status, {128 + SIGKILL, 0, 0, 0, 0, 128 + SIGKILL, 0, 0});
+}
+
+// (f) abort: the error is clear, and agree/shrink refuse with invalid_argument naming the
+// policy.
+TEST(Failure, AbortPolicyFailsAndRefusesRecovery) {
+  auto status = run_ranks(3, config(FailurePolicy::abort), [](int rank, Communicator& c) {
+    c.barrier();
+    if (rank == 1) die();
+    try {
+      for (int step = 0;; ++step) all_reduce_step(c, step, 64);
+    } catch (const Error& e) {
+      RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+    }
+    try {
+      c.shrink();
+      RANK_CHECK(rank, false, "shrink under abort succeeded");
+    } catch (const Error& e) {
+      RANK_CHECK(rank, e.code() == Errc::invalid_argument, e.what());
+      RANK_CHECK(rank, std::string(e.what()).find("abort") != std::string::npos, e.what());
+    }
+  });
+  expect_all(status, {0, 128 + SIGKILL, 0});
+}
+
+// automatic: the failing operation throws with the failed set, then the same Communicator
+// object has the survivors' rank and size, and the next call works. The failure callback
+// runs, and communicators without the failed rank keep working untouched.
+TEST(Failure, AutomaticPolicyRebuildsInPlace) {
+  auto status = run_ranks(4, config(FailurePolicy::automatic), [](int rank, Communicator& c) {
+    std::atomic<int> told{0};
+    c.on_failure([&](const std::vector<int>& failed) {
+      if (failed == std::vector<int>{3}) told.fetch_add(1);
+    });
+    // {0, 1} never contains the dead rank 3.
+    Communicator pair = c.split(rank < 2 ? 0 : 1, rank);
+    c.barrier();
+    if (rank == 3) die();
+    int step = 0;
+    bool failed = false;
+    for (; step < 100; ++step) {
+      try {
+        RANK_CHECK(rank, all_reduce_step(c, step, 777), "wrong sum");
+        if (failed) break;  // one correct step after the rebuild
+      } catch (const Error& e) {
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{3}, e.what());
+        failed = true;
+      }
+    }
+    RANK_CHECK(rank, failed, "no failure seen");
+    RANK_CHECK(rank, c.size() == 3 && c.rank() == rank, std::to_string(c.size()));
+    RANK_CHECK(rank, c.world_ranks() == (std::vector<int>{0, 1, 2}), join(c.world_ranks()));
+    for (int i = 0; i < 200 && told.load() == 0; ++i) std::this_thread::sleep_for(5ms);
+    RANK_CHECK(rank, told.load() >= 1, "failure callback did not run");
+    if (rank < 2) {
+      RANK_CHECK(rank, !pair.is_revoked(), "a communicator without the failed rank was revoked");
+      RANK_CHECK(rank, all_reduce_step(pair, 5, 100), "pair all_reduce wrong");
+    }
+    c.on_failure({});
+  });
+  expect_all(status, {0, 0, 0, 128 + SIGKILL});
+}
+
+// Application revoke: every member's pending receive fails with Errc::revoked, then a
+// shrink (nobody failed) gives the same members under a fresh id. Also on a split.
+TEST(Failure, RevokeByTheApplicationReachesEveryMember) {
+  auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& world) {
+    Communicator c = world.split(0, -rank);  // reversed order
+    c.barrier();
+    if (c.rank() == 0) {
+      std::this_thread::sleep_for(50ms);
+      c.revoke();
+    }
+    int x = 0;
+    try {
+      c.recv(nexar::any_source, 3, &x, sizeof x);
+      RANK_CHECK(rank, false, "receive on a revoked communicator succeeded");
+    } catch (const Error& e) {
+      RANK_CHECK(rank, e.code() == Errc::revoked, e.what());
+    }
+    Communicator s = c.shrink();
+    RANK_CHECK(rank, s.size() == 4 && s.rank() == c.rank(), std::to_string(s.rank()));
+    RANK_CHECK(rank, all_reduce_step(s, 2, 99), "wrong sum");
+    RANK_CHECK(rank, !world.is_revoked(), "the parent was revoked too");
+    world.barrier();
+  });
+  expect_all(status, {0, 0, 0, 0});
+}
+
+}  // namespace
