@@ -1,0 +1,537 @@
+// resilient_loop — a training-like loop that survives the loss of ranks.
+//
+//   nexar-run -n 4 --on-failure continue build/bin/resilient_loop --steps 300 --step-ms 20
+//
+// and, while it runs, kill one rank from another terminal (`kill -9 <pid>`; --pid-dir DIR
+// writes each rank's pid to DIR/rank<N>.pid). The survivors notice, drop the dead rank and
+// go on; at the end the lowest surviving rank prints
+//
+//   resilient_loop: steps=300 world=3 failures=1 wrong=0
+//
+// It must be started by a launcher (nexar-run, or anything nexar::join_from_env()
+// understands: nexar-seed's environment file, torchrun, mpirun, srun); every process is one
+// rank. Every step all-reduces (sum) --count float64 values; element i of world rank w at
+// step s is a small integer f(s, w, i), so every sum is exact and each rank checks the
+// result against the sum over the members present in the communicator at that step
+// (Communicator::world_ranks()). A mismatch counts as `wrong`.
+//
+// Failure policy (Config::on_failure): --policy, else NEXAR_ON_FAILURE, else automatic.
+//  * automatic: an all_reduce that meets a failed member throws nexar::Error(rank_failed);
+//    the next call on the communicator rebuilds it in place (the runtime agrees with the
+//    survivors and shrinks); the loop retries the step.
+//  * manual: the loop catches rank_failed, calls agree() and shrink() itself (timing both)
+//    and retries the step on the shrunk communicator.
+//  * abort: a failure is fatal (exit 1).
+// Survivors may be a step apart after a failure: one may have finished the step the others
+// failed, and under automatic one may even find the communicator rebuilt without an error.
+// So every all_reduce carries two more elements, 1 and the step index: its result says how
+// many members took part and the sum of their steps, the same for all of them, and when the
+// steps differ everybody goes back to the earliest one. The run ends with an all_reduce of
+// the `wrong` counts, then (manual) an agree() that every live member leaves with the same
+// answer: if a member was still recovering, everybody recovers and ends again together.
+// Under automatic there is no such closing agreement (the runtime's own would interleave
+// with it): a rank failing during that very last all_reduce can leave a survivor that
+// finished while another recovers alone.
+//
+// Options:
+//   --steps N          steps to run (default 100)
+//   --count ELEMENTS   float64 elements per all_reduce (default 1024)
+//   --step-ms MS       minimum wall time of a step: sleep the remainder (default 0)
+//   --policy P         manual | automatic (default: NEXAR_ON_FAILURE, else automatic)
+//   --report FILE      per failure event and survivor, one line (appended with one write, so
+//                      several ranks can share FILE; "-" is stderr):
+//                        resilient_loop_event world_rank=W policy=P step=S size_before=B
+//                        size_after=A failed=N error_ns=T notice_ns=T agree_ms=X shrink_ms=Y
+//                        first_ms=Z
+//                      error_ns: CLOCK_REALTIME when the operation failed (automatic: or when
+//                      the rank found the communicator rebuilt); notice_ns: when
+//                      Communicator::on_failure first fired (0 if not yet by the report); agree_ms and
+//                      shrink_ms: durations of agree() and shrink() (manual policy); under
+//                      automatic agree_ms is -1 and shrink_ms is the in-place rebuild (agree
+//                      and shrink inside the runtime); first_ms: from the end of the recovery
+//                      to the end of the first all_reduce of the loop's data that checked
+//                      correct. size_before/size_after: members before and after; failed: how
+//                      many failed, as far as this rank learned.
+//   --pid-dir DIR      write this process's pid to DIR/rank<N>.pid (N: world rank) once joined
+//   --verbose          diagnostics on stderr (also when NEXAR_DEBUG is info or above)
+// Stdout carries only the summary line. Exit status: 0 when every check passed, 1 on a
+// wrong result or an error that is not a member's failure, 2 for bad usage.
+#include <nexar/cluster.hpp>
+#include <nexar/nexar.hpp>
+
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nexar::Communicator;
+using nexar::Errc;
+using nexar::FailurePolicy;
+using nexar::ReduceOp;
+
+struct Options {
+  std::int64_t steps = 100;
+  std::int64_t count = 1024;
+  std::int64_t step_ms = 0;
+  std::optional<FailurePolicy> policy;
+  std::string report;
+  std::string pid_dir;
+  bool verbose = false;
+};
+
+struct UsageError {
+  std::string what;
+};
+
+bool g_verbose = false;
+int g_world_rank = -1;
+
+void debug(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void debug(const char* fmt, ...) {
+  if (!g_verbose) return;
+  char line[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "resilient_loop[%d]: %s\n", g_world_rank, line);
+}
+
+std::int64_t realtime_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+double ms_since(Clock::time_point t0, Clock::time_point t1 = Clock::now()) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+// ---- the data ------------------------------------------------------------------------
+
+/// Element i of world rank w at step s: an integer in -500..499, so that a float64 sum over
+/// any number of ranks a job can have is exact.
+double value(std::int64_t s, int w, std::size_t i) {
+  const auto x = static_cast<std::uint64_t>(s) * 7 + static_cast<std::uint64_t>(w) * 13 + i * 3;
+  return static_cast<double>(x % 1000) - 500;
+}
+
+// ---- output --------------------------------------------------------------------------
+
+/// Appends lines to the --report file, each with a single write(2) so that ranks sharing
+/// the file do not interleave.
+class Report {
+ public:
+  explicit Report(const std::string& path) {
+    if (path.empty()) return;
+    if (path == "-") {
+      fd_ = 2;
+      return;
+    }
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw UsageError{"cannot open --report " + path + ": " + std::strerror(errno)};
+    owned_ = true;
+  }
+  ~Report() {
+    if (owned_) ::close(fd_);
+  }
+  Report(const Report&) = delete;
+  Report& operator=(const Report&) = delete;
+
+  void line(const std::string& s) const {
+    if (fd_ < 0) return;
+    const std::string l = s + "\n";
+    [[maybe_unused]] const ssize_t n = ::write(fd_, l.data(), l.size());
+  }
+
+ private:
+  int fd_ = -1;
+  bool owned_ = false;
+};
+
+void write_pid_file(const std::string& dir, int world_rank) {
+  const std::string path = dir + "/rank" + std::to_string(world_rank) + ".pid";
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) throw UsageError{"cannot write " + tmp + ": " + std::strerror(errno)};
+  std::fprintf(f, "%ld\n", static_cast<long>(::getpid()));
+  const bool ok = std::fclose(f) == 0 && std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) throw UsageError{"cannot write " + path + ": " + std::strerror(errno)};
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  // Appended piece by piece: `"[" + std::string&&` trips GCC 12's bogus -Wrestrict at -O3.
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s.append(i == 0 ? "" : ",").append(std::to_string(v[i]));
+  return s.append("]");
+}
+
+// ---- the loop ------------------------------------------------------------------------
+
+/// One recovery, from the failure to the first correct all_reduce after it.
+struct Event {
+  std::int64_t step = 0;
+  int size_before = 0;
+  std::size_t failed = 0;
+  std::int64_t error_ns = 0;
+  std::int64_t notice_ns = 0;
+  double agree_ms = -1;
+  double shrink_ms = -1;
+  Clock::time_point recovered;
+};
+
+class Loop {
+ public:
+  Loop(Communicator comm, const Options& o, FailurePolicy policy, const Report& report)
+      : comm_(std::move(comm)),
+        o_(o),
+        policy_(policy),
+        report_(report),
+        world_rank_(comm_.rank()),
+        world_size_(comm_.size()),
+        size_(world_size_),
+        id_(comm_.id()),
+        buf_(static_cast<std::size_t>(o.count) + kTail) {
+    watch();
+  }
+
+  /// Runs every step and the ending; returns the process's exit status.
+  int run() {
+    for (;;) {
+      try {
+        if (op()) break;
+      } catch (const nexar::Error& e) {
+        if (e.code() != Errc::rank_failed || policy_ == FailurePolicy::abort) throw;
+        // The others gave up on this rank (it was cut off longer than the failure timeout):
+        // there is nothing to recover here.
+        const std::vector<int>& failed = e.failed_ranks();
+        if (std::find(failed.begin(), failed.end(), rank_) != failed.end()) throw;
+        if (++failures_in_a_row_ > kMaxFailuresInARow) throw;
+        recover(&e, nullptr, Clock::now());
+      }
+    }
+    const int final_size = comm_.size();
+    if (comm_.rank() == lowest_live_) {
+      std::printf("resilient_loop: steps=%lld world=%d failures=%d wrong=%lld\n",
+                  static_cast<long long>(o_.steps), final_size - closing_failed_,
+                  world_size_ - final_size + closing_failed_, static_cast<long long>(total_wrong_));
+      std::fflush(stdout);
+    }
+    debug("done: rank %d of %d; %lld all_reduces, %lld out of step, %lld wrong here; %d failure events",
+          comm_.rank(), final_size, static_cast<long long>(runs_), static_cast<long long>(out_of_step_),
+          static_cast<long long>(wrong_), events_);
+    comm_.close();
+    return total_wrong_ == 0 ? 0 : 1;
+  }
+
+ private:
+  // Every all_reduce carries two more elements, 1 and the step index, so its result says
+  // how many members took part and the sum of their steps: a survivor that finished a step
+  // the others failed (the failure reached it a moment later) is one step ahead, and
+  // everybody sees it in the same result and goes back to the earliest step together.
+  static constexpr std::size_t kTail = 2;
+  static constexpr std::uint64_t kDone = 1;
+  // Errors without a single all_reduce in between: past this, give up rather than spin.
+  static constexpr int kMaxFailuresInARow = 100;
+
+  /// One all_reduce: step next_ (or, at next_ == steps, the ending's sum of the `wrong`
+  /// counts). True when the run is over.
+  bool op() {
+    const auto t0 = Clock::now();
+    const std::int64_t s = next_;
+    const std::size_t n = buf_.size() - kTail;
+    if (s < o_.steps) {
+      for (std::size_t i = 0; i < n; ++i) buf_[i] = value(s, world_rank_, i);
+    } else {
+      std::fill(buf_.begin(), buf_.end(), 0.0);
+      buf_[0] = static_cast<double>(wrong_);
+    }
+    buf_[n] = 1;
+    buf_[n + 1] = static_cast<double>(s);
+    // Under the automatic policy any call on a revoked communicator first rebuilds it in
+    // place (a collective among the survivors): id() does it here, visibly.
+    const auto before_id = Clock::now();
+    if (comm_.id() != id_) recover(nullptr, nullptr, before_id);
+    rank_ = comm_.rank();
+    std::vector<int> members = comm_.world_ranks();
+    comm_.all_reduce(buf_, ReduceOp::sum);
+    ++runs_;
+    failures_in_a_row_ = 0;
+    const auto taking_part = static_cast<std::int64_t>(buf_[n]);
+    const auto step_sum = static_cast<std::int64_t>(buf_[n + 1]);
+    if (step_sum != taking_part * s || taking_part < 1) {
+      // Out of step: redo the earliest step (they differ by one at most: floor is the min).
+      ++out_of_step_;
+      next_ = taking_part > 0 ? step_sum / taking_part : next_;
+      debug("step %lld: members were out of step (%lld taking part, steps summing to %lld): back to step %lld",
+            static_cast<long long>(s), static_cast<long long>(taking_part), static_cast<long long>(step_sum),
+            static_cast<long long>(next_));
+      return false;
+    }
+    if (static_cast<std::size_t>(taking_part) != members.size()) {
+      members = comm_.world_ranks();  // rebuilt during the call: it ran on the new members
+      if (static_cast<std::size_t>(taking_part) != members.size()) {
+        ++out_of_step_;
+        debug("step %lld: %lld members took part, the communicator has %zu: step redone",
+              static_cast<long long>(s), static_cast<long long>(taking_part), members.size());
+        return false;
+      }
+    }
+    size_ = static_cast<int>(members.size());
+    if (s == o_.steps) return finish(static_cast<std::int64_t>(buf_[0]));
+
+    bool ok = true;
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      double want = 0;
+      for (const int w : members) want += value(s, w, i);
+      ok = buf_[i] == want;
+    }
+    if (!ok) {
+      ++wrong_;
+      std::fprintf(stderr, "resilient_loop[%d]: step %lld: WRONG all_reduce result over members %s\n", world_rank_,
+                   static_cast<long long>(s), join_ints(members).c_str());
+    } else if (pending_) {
+      // The callback runs on a thread of its own: it may come a little after the error.
+      pending_->notice_ns = notice_ns_.exchange(0);
+      report_event(*pending_);
+      pending_.reset();
+    }
+    ++next_;
+    if (o_.step_ms > 0) std::this_thread::sleep_until(t0 + std::chrono::milliseconds(o_.step_ms));
+    return false;
+  }
+
+  /// The ending, once the sum of everybody's `wrong` counts is in. Under the manual
+  /// policy an agree() follows, which every live member leaves with the same answer: if a
+  /// member was still recovering from a failure (it agreed 0, see recover()), everybody
+  /// recovers and the loop goes on. True when the run is over.
+  bool finish(std::int64_t total_wrong) {
+    total_wrong_ = total_wrong;
+    if (policy_ != FailurePolicy::manual) return true;
+    const Communicator::Agreement a = comm_.agree(kDone);
+    if ((a.value & kDone) == 0) {
+      debug("ending: a member is still recovering; recovering with it");
+      recover(nullptr, &a, Clock::now());
+      return false;
+    }
+    // Everybody got here. Members that failed since the sum are gone but were counted.
+    closing_failed_ = static_cast<int>(a.failed.size());
+    lowest_live_ = 0;
+    while (std::binary_search(a.failed.begin(), a.failed.end(), lowest_live_)) ++lowest_live_;
+    return true;
+  }
+
+  /// After a member failed. `e`: the error that said so; null when this rank found the
+  /// communicator rebuilt (automatic) or learned it from the ending's agreement `agreed`
+  /// (manual). `since`: when this rank found out. Under the manual policy, agrees and
+  /// shrinks; under automatic the runtime does both when the communicator is next used, which
+  /// this times too.
+  void recover(const nexar::Error* e, const Communicator::Agreement* agreed, Clock::time_point since) {
+    Event ev;
+    ev.error_ns = realtime_ns() - static_cast<std::int64_t>(std::chrono::nanoseconds(Clock::now() - since).count());
+    ev.step = next_;
+    ev.size_before = size_;
+    ev.failed = e != nullptr ? std::max<std::size_t>(1, e->failed_ranks().size())
+                : agreed != nullptr ? agreed->failed.size() : 0;
+    ++events_;
+    if (e != nullptr)
+      debug("step %lld: %s (failed: %s)", static_cast<long long>(next_), e->what(), join_ints(e->failed_ranks()).c_str());
+    if (policy_ == FailurePolicy::manual) {
+      const auto t0 = Clock::now();
+      if (agreed == nullptr) {
+        const Communicator::Agreement a = comm_.agree(0);  // 0: "not done", see finish()
+        ev.failed = std::max(ev.failed, a.failed.size());
+      }
+      const auto t1 = Clock::now();
+      Communicator next = comm_.shrink();
+      const auto t2 = Clock::now();
+      comm_ = std::move(next);
+      ev.agree_ms = agreed == nullptr ? ms_since(t0, t1) : 0;
+      ev.shrink_ms = ms_since(t1, t2);
+      watch();
+    } else {
+      // The rebuild, unless it just happened in op() (then `since` is when it started).
+      comm_.id();
+      ev.shrink_ms = ms_since(since);
+    }
+    id_ = comm_.id();
+    if (ev.failed == 0) ev.failed = static_cast<std::size_t>(std::max(0, size_ - comm_.size()));
+    ev.recovered = Clock::now();
+    debug("recovered: now rank %d of %d, members %s (agree %.3f ms, %s %.3f ms)", comm_.rank(), comm_.size(),
+          join_ints(comm_.world_ranks()).c_str(), ev.agree_ms,
+          policy_ == FailurePolicy::manual ? "shrink" : "rebuild", ev.shrink_ms);
+    if (!pending_) {
+      pending_ = ev;
+      return;
+    }
+    // Again before a correct step (another failure, or the same one seen twice): one
+    // recovery, from the first error to now.
+    Event& p = *pending_;
+    p.failed = std::max(p.failed, ev.failed);
+    if (ev.agree_ms >= 0) p.agree_ms = std::max(0.0, p.agree_ms) + ev.agree_ms;
+    if (ev.shrink_ms >= 0) p.shrink_ms = std::max(0.0, p.shrink_ms) + ev.shrink_ms;
+    p.recovered = ev.recovered;
+  }
+
+  void report_event(const Event& ev) const {
+    report_.line("resilient_loop_event world_rank=" + std::to_string(world_rank_) + " policy=" +
+                 nexar::to_string(policy_) + " step=" + std::to_string(ev.step) + " size_before=" +
+                 std::to_string(ev.size_before) + " size_after=" + std::to_string(size_) + " failed=" +
+                 std::to_string(ev.failed) + " error_ns=" + std::to_string(ev.error_ns) + " notice_ns=" +
+                 std::to_string(ev.notice_ns) + " agree_ms=" + fmt_ms(ev.agree_ms) + " shrink_ms=" +
+                 fmt_ms(ev.shrink_ms) + " first_ms=" + fmt_ms(ms_since(ev.recovered)));
+  }
+
+  /// Notes when this rank first hears of a failure (for --report).
+  void watch() {
+    comm_.on_failure([this](const std::vector<int>& failed) {
+      std::int64_t zero = 0;
+      if (!failed.empty()) notice_ns_.compare_exchange_strong(zero, realtime_ns());
+    });
+  }
+
+  static std::string fmt_ms(double ms) {
+    if (ms < 0) return "-1";
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", ms);
+    return b;
+  }
+
+  // Before comm_: the on_failure callback may run until comm_ is gone.
+  std::atomic<std::int64_t> notice_ns_{0};
+  Communicator comm_;
+  const Options& o_;
+  const FailurePolicy policy_;
+  const Report& report_;
+  const int world_rank_;
+  const int world_size_;
+  int size_;                 // members at the last step that ran
+  int rank_ = -1;            // this rank's number in the communicator of the last step
+  int failures_in_a_row_ = 0;
+  std::uint64_t id_;         // the communicator's id as this loop last knew it
+  std::vector<double> buf_;  // count values, then the tail (kTail)
+  std::int64_t next_ = 0;    // the step to run next; == steps: the ending
+  std::optional<Event> pending_;
+  std::int64_t runs_ = 0;
+  std::int64_t out_of_step_ = 0;
+  std::int64_t wrong_ = 0;
+  std::int64_t total_wrong_ = 0;
+  int events_ = 0;
+  int closing_failed_ = 0;
+  int lowest_live_ = 0;
+};
+
+// ---- command line --------------------------------------------------------------------
+
+void usage(std::FILE* f) {
+  std::fprintf(f,
+               "usage: resilient_loop [--steps N] [--count ELEMENTS] [--step-ms MS]\n"
+               "                      [--policy manual|automatic] [--report FILE] [--pid-dir DIR]\n"
+               "                      [--verbose]\n"
+               "Run under a launcher, e.g.\n"
+               "  nexar-run -n 4 --on-failure continue resilient_loop --steps 300 --step-ms 20\n"
+               "and kill -9 one rank while it runs. The header of examples/resilient_loop.cpp\n"
+               "describes every option and the --report format.\n");
+}
+
+std::int64_t number(std::string_view opt, std::string_view s, std::int64_t min) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v < min)
+    throw UsageError{std::string(opt) + " wants an integer >= " + std::to_string(min) + ", not '" +
+                     std::string(s) + "'"};
+  return v;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto arg = [&]() -> std::string_view {
+      if (i + 1 >= argc) throw UsageError{std::string(a) + " needs a value"};
+      return argv[++i];
+    };
+    if (a == "--steps") {
+      o.steps = number(a, arg(), 0);
+    } else if (a == "--count") {
+      o.count = number(a, arg(), 1);
+    } else if (a == "--step-ms") {
+      o.step_ms = number(a, arg(), 0);
+    } else if (a == "--policy") {
+      const std::string_view p = arg();
+      if (p == "manual") o.policy = FailurePolicy::manual;
+      else if (p == "automatic") o.policy = FailurePolicy::automatic;
+      else throw UsageError{"--policy wants manual or automatic, not '" + std::string(p) + "'"};
+    } else if (a == "--report") {
+      o.report = arg();
+    } else if (a == "--pid-dir") {
+      o.pid_dir = arg();
+    } else if (a == "--verbose" || a == "-v") {
+      o.verbose = true;
+    } else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      std::exit(0);
+    } else {
+      throw UsageError{"unknown argument '" + std::string(a) + "'"};
+    }
+  }
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "resilient_loop: %s\n", e.what.c_str());
+    usage(stderr);
+    return 2;
+  }
+  if (!nexar::launched_from_env()) {
+    std::fprintf(stderr, "resilient_loop: start it with a launcher (nexar-run -n 4 ...); see --help\n");
+    return 2;
+  }
+  try {
+    nexar::Config cfg = nexar::Config::from_env();
+    if (o.policy) cfg.on_failure = *o.policy;
+    else if (std::getenv("NEXAR_ON_FAILURE") == nullptr) cfg.on_failure = FailurePolicy::automatic;
+    g_verbose = o.verbose || cfg.log_level >= nexar::LogLevel::info;
+    const Report report(o.report);
+    Communicator comm = nexar::join_from_env(cfg);
+    g_world_rank = comm.rank();
+    if (!o.pid_dir.empty()) write_pid_file(o.pid_dir, comm.rank());
+    debug("joined: rank %d of %d, policy %s, %lld steps of %lld elements, %lld ms each", comm.rank(),
+          comm.size(), nexar::to_string(cfg.on_failure), static_cast<long long>(o.steps),
+          static_cast<long long>(o.count), static_cast<long long>(o.step_ms));
+    Loop loop(std::move(comm), o, cfg.on_failure, report);
+    return loop.run();
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "resilient_loop: %s\n", e.what.c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "resilient_loop[%d]: %s\n", g_world_rank, e.what());
+    return 1;
+  }
+}
