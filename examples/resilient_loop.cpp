@@ -23,8 +23,7 @@
 //    and retries the step on the shrunk communicator.
 //  * abort: a failure is fatal (exit 1).
 // Survivors may be a step apart after a failure: one may have finished the step the others
-// failed, and under automatic one may even find the communicator rebuilt without an error.
-// So every all_reduce carries two more elements, 1 and the step index: its result says how
+// failed. So every all_reduce carries two more elements, 1 and the step index: its result says how
 // many members took part and the sum of their steps, the same for all of them, and when the
 // steps differ everybody goes back to the earliest one. The run ends with an all_reduce of
 // the `wrong` counts, then (manual) an agree() that every live member leaves with the same
