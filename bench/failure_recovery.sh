@@ -38,9 +38,6 @@
 # otherwise idle machine.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-
 repeats=1
 sizes="4 8"
 usage() { echo "usage: bench/failure_recovery.sh [-r REPEATS] [-n \"SIZES\"] [BUILD_DIR]"; }
@@ -54,9 +51,8 @@ while getopts "r:n:h" opt; do
 done
 shift $((OPTIND - 1))
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "failure_recovery: -r wants a positive count" >&2; exit 2; }
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
 
 steps=${STEPS:-400}
 step_ms=${STEP_MS:-10}
@@ -72,23 +68,7 @@ source "$repo/tests/netns_lib.sh"
 # shellcheck source=tests/netns_failure_lib.sh
 source "$repo/tests/netns_failure_lib.sh"
 
-if ! why=$(netns_check); then
-  echo "failure_recovery: skipped: needs root and ip netns ($why)"
-  exit 77
-fi
-if ! command -v iptables >/dev/null 2>&1; then
-  echo "failure_recovery: skipped: no iptables"
-  exit 77
-fi
-for exe in nexar-seed resilient_loop; do
-  [ -x "$bin/$exe" ] || { echo "failure_recovery: $bin/$exe not found (build it first)"; exit 2; }
-done
-
-unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
-  NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME \
-  RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
-  PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST \
-  NEXAR_ON_FAILURE
+nf_preflight "failure_recovery" 2
 
 out=${OUT:-$(mktemp -d /tmp/nexar-failure-recovery.XXXXXX)}
 mkdir -p "$out"

@@ -29,11 +29,8 @@
 # Needs root and network namespaces; exits 77 when they are missing.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
 
 rate=${RATE:-1gbit}
 payloads=${PAYLOADS-default 8952}

@@ -13,11 +13,8 @@
 # running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 limit=${MP_TIMEOUT:-120}
 ranks=4
 
@@ -28,18 +25,7 @@ for exe in nexar-run nexar-seed nexar-cluster-check; do
   fi
 done
 
-tmp=$(mktemp -d /tmp/nexar-mp-test.XXXXXX)
-pids=()  # every background process this script started (each a `timeout`)
-# shellcheck disable=SC2317  # reached through the trap
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done  # timeout passes TERM on
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'echo "multiprocess test: interrupted" >&2; exit 130' INT
-trap 'echo "multiprocess test: terminated" >&2; exit 143' TERM
+script_tmp "multiprocess test" nexar-mp-test
 
 # Do not let the caller's environment pick a seed, rank or launcher for us.
 unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \

@@ -134,3 +134,26 @@ nf_unsilence() {
 nf_field() {
   sed -nE "s/^resilient_loop_event .*[ ]$2=([^ ]+).*/\1/p" "$1" 2>/dev/null
 }
+
+# nf_preflight NAME FAIL_STATUS: exits 77 (skipped) without root, namespaces or iptables, and
+# FAIL_STATUS when nexar-seed or resilient_loop is not built; then clears every variable
+# that would let the caller's environment pick a seed, rank, launcher or policy for the ranks.
+nf_preflight() {
+  local name=$1 fail=$2 why exe
+  if ! why=$(netns_check); then
+    echo "$name: skipped: needs root and ip netns ($why)"
+    exit 77
+  fi
+  if ! command -v iptables >/dev/null 2>&1; then
+    echo "$name: skipped: no iptables"
+    exit 77
+  fi
+  for exe in nexar-seed resilient_loop; do
+    [ -x "$bin/$exe" ] || { echo "$name: FAIL: $bin/$exe not found (build it first)"; exit "$fail"; }
+  done
+  unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
+    NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME \
+    RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
+    PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST \
+    NEXAR_ON_FAILURE
+}

@@ -25,11 +25,8 @@
 # 60), NETNS_PORT (seed port, default 29400), NEXAR_FAILURE_TIMEOUT_MS (passed on to the ranks).
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 
 export NETNS_IPV6=0
 # shellcheck source=tests/netns_lib.sh
@@ -45,27 +42,7 @@ NF_PORT=${NETNS_PORT:-29400}
 failure_timeout_ms=${NEXAR_FAILURE_TIMEOUT_MS:-3000}
 slack_ms=500
 
-if ! why=$(netns_check); then
-  echo "netns failure test skipped: needs root and ip netns ($why)"
-  exit 77
-fi
-if ! command -v iptables >/dev/null 2>&1; then
-  echo "netns failure test skipped: no iptables"
-  exit 77
-fi
-for exe in nexar-seed resilient_loop; do
-  if [ ! -x "$bin/$exe" ]; then
-    echo "netns failure test: FAIL: $bin/$exe not found (build it first)"
-    exit 1
-  fi
-done
-
-# Do not let the caller's environment pick a seed, rank, launcher or policy for the ranks.
-unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
-  NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME \
-  RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
-  PMI_RANK PMI_SIZE PMIX_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_STEP_NODELIST \
-  NEXAR_ON_FAILURE
+nf_preflight "netns failure test" 1
 
 netns_guard "netns failure test" nexar-netns-failure-test
 

@@ -24,11 +24,8 @@
 # (default 60; 0 skips the loss part), NETNS_LOSS (default 0.05).
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 
 # shellcheck source=tests/netns_lib.sh
 source "$here/netns_lib.sh"

@@ -16,11 +16,8 @@
 # running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 limit=${RL_TIMEOUT:-60}
 kill_rank=${RL_KILL_RANK:-2}
 
@@ -35,18 +32,7 @@ if ! "$bin/nexar-run" --help 2>&1 | grep -q -- '--on-failure'; then
   exit 1
 fi
 
-tmp=$(mktemp -d /tmp/nexar-rl-test.XXXXXX)
-pids=()  # every background process this script started (each a `timeout`)
-# shellcheck disable=SC2317  # reached through the trap
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done  # timeout passes TERM on
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'echo "resilient_loop test: interrupted" >&2; exit 130' INT
-trap 'echo "resilient_loop test: terminated" >&2; exit 143' TERM
+script_tmp "resilient_loop test" nexar-rl-test
 
 # Do not let the caller's environment pick a seed, rank, launcher or policy for us.
 unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \

@@ -25,11 +25,8 @@
 # shellcheck disable=SC2016,SC2317
 set -uo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$repo/$build" ;; esac
-bin="$build/bin"
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 limit=${MP_TIMEOUT:-60}
 
 for exe in nexar-run nexar-cluster-check; do
@@ -39,8 +36,7 @@ for exe in nexar-run nexar-cluster-check; do
   fi
 done
 
-tmp=$(mktemp -d /tmp/nexar-run-failure-test.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+script_tmp "run_on_failure test" nexar-run-failure-test
 
 unset NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_SEED_FINGERPRINT \
   NEXAR_SEED_CA NEXAR_RANK NEXAR_WORLD_SIZE NEXAR_RUN_ON_FAILURE NEXAR_RUN_GRACE_MS \
