@@ -98,12 +98,8 @@ void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
     if (r == rank_ || r == except) continue;
     Peer* p = peer(r);
     if (!p || !p->up()) continue;
-    PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
-    FrameHeader hh = h;
-    hh.length = payload.size();
-    wire::encode_header(hh, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-    if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
-    p->send_frame(wire::Lane::control, std::move(b), wire::header_size + payload.size());
+    p->send_frame(wire::Lane::control, encode_frame(h, std::as_bytes(std::span(payload))),
+                  wire::header_size + payload.size());
   }
 }
 
@@ -172,7 +168,8 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
   // and before its operations fail: a caller woken by the failure sees it in failed_ranks().
   if (known && w.on_event) w.on_event(failed_world, code, why);
   if (known && first) {
-    auto fail = [&](const std::shared_ptr<OpState>& op) { fail_revoked(op, w, code, failed_world, why); };
+    const RevokeError err = revoke_error(w, code, failed_world, why);
+    auto fail = [&err](const std::shared_ptr<OpState>& op) { err.fail(op); };
     for (auto& q : match_) {
       auto& posted = q.posted();
       for (auto it = posted.begin(); it != posted.end();) {
@@ -202,25 +199,25 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
   }
 }
 
-void Node::fail_revoked(const std::shared_ptr<OpState>& op, const Watch& w, Errc code, int failed_world,
-                        const std::string& why) {
-  if (!op || op->done()) return;
-  int local = -1;
+Node::RevokeError Node::revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const {
+  RevokeError e;
+  e.code = code;
+  e.rank = w.rank;
   for (std::size_t i = 0; i < w.members.size(); ++i)
-    if (w.members[i] == failed_world) local = static_cast<int>(i);
-  std::string detail = why;
-  if (code == Errc::rank_failed && failed_world != rank_) detail = describe_failure(local, failed_world, why);
-  std::string addr;
-  if (failed_world >= 0 && failed_world != rank_) addr = addrs_[static_cast<std::size_t>(failed_world)].to_string();
-  ErrorContext ctx{op->op(), w.rank, local, addr, op->start()};
-  std::vector<int> failed;
-  {
-    std::lock_guard lk(fail_mu_);
-    for (std::size_t i = 0; i < w.members.size(); ++i)
-      if (failed_[static_cast<std::size_t>(w.members[i])] || (w.members[i] == rank_ && expelled_.load()))
-        failed.push_back(static_cast<int>(i));
-  }
-  op->fail_ranks(code, format_error(code, ctx, detail), std::move(failed));
+    if (w.members[i] == failed_world) e.peer = static_cast<int>(i);
+  e.detail = code == Errc::rank_failed && failed_world != rank_ ? describe_failure(e.peer, failed_world, why) : why;
+  if (failed_world >= 0 && failed_world != rank_) e.addr = addrs_[static_cast<std::size_t>(failed_world)].to_string();
+  std::lock_guard lk(fail_mu_);
+  for (std::size_t i = 0; i < w.members.size(); ++i)
+    if (failed_[static_cast<std::size_t>(w.members[i])] || (w.members[i] == rank_ && expelled_.load()))
+      e.failed.push_back(static_cast<int>(i));
+  return e;
+}
+
+void Node::RevokeError::fail(const std::shared_ptr<OpState>& op) const {
+  if (!op || op->done()) return;
+  ErrorContext ctx{op->op(), rank, peer, addr, op->start()};
+  op->fail_ranks(code, format_error(code, ctx, detail), failed);
 }
 
 bool Node::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) {
@@ -232,7 +229,7 @@ bool Node::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& o
     std::lock_guard lk(fail_mu_);
     if (auto c = comms_.find(comm); c != comms_.end()) w = c->second;
   }
-  fail_revoked(op, w, it->second.code, it->second.failed_world, it->second.why);
+  revoke_error(w, it->second.code, it->second.failed_world, it->second.why).fail(op);
   return true;
 }
 
@@ -273,7 +270,7 @@ void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, Comm
     {
       std::lock_guard lk(fail_mu_);
       for (int m : members)
-        if (static_cast<std::size_t>(m) < failed_.size() && failed_[static_cast<std::size_t>(m)]) dead = m;
+        if (failed_[static_cast<std::size_t>(m)]) dead = m;
       comms_[id] = Watch{std::move(members), rank, std::move(on_event)};
     }
     if (auto it = revoked_.find(id); it != revoked_.end()) {
@@ -298,16 +295,12 @@ bool Node::send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64
   Peer* p = peer(dest);
   if (!p || !p->up() || is_failed(dest)) return false;
   const std::vector<std::byte> payload = wire::encode_ballot(b);
-  PooledBuffer buf = pool_.acquire(wire::header_size + payload.size());
   FrameHeader h;
   h.type = type;
   h.src = static_cast<std::uint32_t>(rank_);
   h.comm = comm;
   h.seq = seq;
-  h.length = payload.size();
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(buf.data(), wire::header_size));
-  std::memcpy(buf.data() + wire::header_size, payload.data(), payload.size());
-  p->send_frame(wire::Lane::control, std::move(buf), wire::header_size + payload.size());
+  p->send_frame(wire::Lane::control, encode_frame(h, payload), wire::header_size + payload.size());
   return true;
 }
 

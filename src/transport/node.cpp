@@ -477,15 +477,21 @@ bool Node::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
                               std::span<const std::byte> payload) {
   Peer* p = peer(dest);
   if (!p || p->gone()) return false;
-  PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-  if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
+  PooledBuffer b = encode_frame(h, payload);
   const std::size_t len = wire::header_size + payload.size();
   submit([this, dest, lane, b = std::move(b), len]() mutable {
     // A peer that went away meanwhile was reported to on_peer_gone: nothing to send.
     if (Peer* pp = peer(dest); !pp->gone()) pp->send_frame(lane, std::move(b), len);
   });
   return true;
+}
+
+PooledBuffer Node::encode_frame(FrameHeader h, std::span<const std::byte> payload) {
+  h.length = payload.size();
+  PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
+  return b;
 }
 
 }  // namespace nexar::detail

@@ -283,9 +283,20 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// `failed_world` (or none), later ones at once. Engine lock held.
   void revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why);
   struct Watch;
-  /// Fails `op` of communicator `w` revoked with `code` for world rank `failed_world`.
-  void fail_revoked(const std::shared_ptr<OpState>& op, const Watch& w, Errc code, int failed_world,
-                    const std::string& why);
+  /// What the operations of a revoked communicator fail with: built once per revocation,
+  /// formatted per operation by fail().
+  struct RevokeError {
+    Errc code = Errc::revoked;
+    int rank = -1;           // ours in the communicator
+    int peer = -1;           // the failed member, in the communicator's numbering
+    std::string addr;        // its address
+    std::string detail;
+    std::vector<int> failed;  // every failed member, in the communicator's numbering
+    void fail(const std::shared_ptr<OpState>& op) const;
+  };
+  RevokeError revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const;
+  /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
+  PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   /// Sends a header-only or small control frame to every live peer but `except`.
   void flood(const wire::FrameHeader& h, std::string_view payload, int except);
 
