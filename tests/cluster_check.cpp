@@ -32,6 +32,11 @@
 // a false failure declaration included, fails the run (tests/netns_test.sh runs it under
 // random datagram loss).
 //
+// --grow N (an elastic cluster, NEXAR_ELASTIC=1 or nexar-seed --elastic): the members wait
+// until N joiners are ready on each of them and grow() them in; a process that joins the
+// running job instead returns from join_from_env() inside that grow. Then everyone runs the
+// battery on the grown communicator.
+//
 // Output: failures as "rank R: <what>: element I is X expected Y", then one line per rank,
 // "rank R/W: N checks passed" (or "rank R/W: F of N checks FAILED"). Exit status 0 only when
 // every check passed; a nexar::Error prints its what() and exits 1; bad usage exits 2.
@@ -201,6 +206,7 @@ struct Options {
   bool allreduce_only = false;
   std::uint64_t big_bytes = 0;  // 0: the big all_reduce has kBigCount elements
   int soak_seconds = 0;         // > 0: run soak() instead of the battery
+  int grow = 0;                 // > 0: members grow by this many joiners first (elastic)
 };
 
 constexpr std::size_t kBigCount = 1000003;
@@ -760,6 +766,8 @@ void usage(std::FILE* f) {
                "                    1000003 elements)\n"
                "  --soak SECONDS    instead: bulk transfers around the ring and checked\n"
                "                    all_reduces for SECONDS; any error fails\n"
+               "  --grow N          (elastic cluster) members wait for N joiners and grow them\n"
+               "                    in first; joiners of the running job arrive through it\n"
                "Exit status: 0 all checks passed, 1 a check failed or a nexar::Error, 2 usage.\n");
 }
 
@@ -785,6 +793,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "nexar-cluster-check: --soak wants a positive number of seconds, not '%s'\n", argv[i]);
         return 2;
       }
+    } else if (a == "--grow" && i + 1 < argc) {
+      o.grow = std::atoi(argv[++i]);
+      if (o.grow <= 0) {
+        std::fprintf(stderr, "nexar-cluster-check: --grow wants a positive number of joiners, not '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (a == "-h" || a == "--help") {
       usage(stdout);
       return 0;
@@ -800,6 +814,19 @@ int main(int argc, char** argv) {
   try {
     const auto t0 = std::chrono::steady_clock::now();
     comm = nexar::join_from_env();
+    rank = comm.rank();
+    if (o.grow > 0 && !comm.joined_by_grow()) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (comm.pending_joiners() < o.grow) {
+        if (std::chrono::steady_clock::now() > give_up)
+          throw std::runtime_error("--grow: " + std::to_string(comm.pending_joiners()) + " of " +
+                                   std::to_string(o.grow) + " joiners ready after 60 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      const int before = comm.size();
+      comm = comm.grow();
+      std::fprintf(stderr, "rank %d: grew from %d to %d ranks\n", comm.rank(), before, comm.size());
+    }
     rank = comm.rank();
     const auto joined = std::chrono::steady_clock::now();
     Battery b(comm, o);

@@ -43,10 +43,20 @@ struct SeedOptions {
   std::string token;
   /// Name of the cluster (certificate organisation). Empty: a random one.
   std::string cluster;
+  /// Elastic: after the world formed, keep admitting nodes into the running job for as
+  /// long as the seed runs. Members stay linked to the seed and hear of every joiner;
+  /// their Communicator::grow() admits it (see communicator.hpp, "elastic membership").
+  /// Joiners prove the token and get certificates exactly as at formation, each gets a
+  /// world rank never handed out before, and no node name is ever signed twice. New
+  /// connections after formation are rate-limited (20 per second, bursts of 40). If the
+  /// seed stops or dies the job runs on; only admission stops. The token must be a real
+  /// secret: join_from_env refuses elastic mode with a token derived from a launcher's
+  /// job id.
+  bool elastic = false;
 };
 
 /// A seed node (library form of `nexar-seed`). Listens from construction; runs on its own
-/// thread; admits one cluster.
+/// thread; admits one cluster (and, when elastic, the joiners of its running job).
 class Seed {
  public:
   /// Binds and starts listening. Throws nexar::Error: invalid_argument (bad options or

@@ -292,6 +292,47 @@ class Communicator {
   /// Errors: as agree().
   Communicator shrink() const;
 
+  // ---- elastic membership --------------------------------------------------------------
+  //
+  // In an elastic job (a seed with SeedOptions::elastic, NEXAR_ELASTIC=1, or nexar-run
+  // --elastic / --max-restarts) the seed keeps admitting nodes after the world formed. A
+  // node that joins then (join(), join_from_env()) is connected to by every member and
+  // waits; the members admit it when the application chooses, by calling grow() together,
+  // typically between steps. The joiner's join call returns at that moment with its rank in
+  // the grown communicator. Members leave the same way: leave() on the leaving rank
+  // matches the others' grow(). Failures are handled as everywhere (shrink() or grow()
+  // drops failed members). The protocol and its guarantees are in docs/ARCHITECTURE.md.
+
+  /// Joiners waiting for admission that this rank is connected to: what grow() would
+  /// admit if every member saw the same. Local knowledge, like failed_ranks(); to act on
+  /// it together, agree on it (e.g. an all_reduce of the count, or agree()).
+  int pending_joiners() const;
+
+  /// Collective over the members (fault-tolerant, like shrink()): admits every waiting
+  /// joiner that all live members are connected to, and removes the members that call
+  /// leave() at this point and those that failed. Returns the new communicator: the
+  /// remaining members keep their order, then the joiners in the order they joined; its id
+  /// is fresh. Each admitted joiner's join call returns its own handle to the same
+  /// communicator; what it needs to catch up (a step, a model) is ordinary communication
+  /// on it, for example a broadcast from rank 0. A joiner that fails during grow is dropped
+  /// or, if it fails just after the decision, makes the new communicator revoked like any
+  /// failed member, so shrink() removes it. grow(), leave(), agree() and shrink() are
+  /// numbered alike: every member calls them in the same order. Works in a job that is not
+  /// elastic too (then nobody joins; leavers still leave). This communicator stays usable.
+  /// Errors: rank_failed when this rank was declared failed by the others; timeout
+  /// (Config::op_timeout) when a live member never calls grow() or leave(); closed.
+  Communicator grow() const;
+
+  /// This rank leaves the communicator in an orderly way: collective with the other
+  /// members' grow(), whose result does not contain it. Returns once that is decided; the
+  /// communicator stays open (close() it, or keep using others this rank belongs to).
+  /// Errors: as grow().
+  void leave();
+
+  /// True for the communicator a join into a running (elastic) job returned, and only for
+  /// it: the application's cue to receive the state the members send (see grow()).
+  bool joined_by_grow() const;
+
   // ---- collectives -------------------------------------------------------------------
   //
   // Every rank of the communicator calls the same collectives in the same order with

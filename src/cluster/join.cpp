@@ -17,6 +17,8 @@
 #include "cluster/launch_env.hpp"
 #include "cluster/local.hpp"
 #include "cluster/token.hpp"
+#include "comm/group.hpp"
+#include "core/access.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
@@ -57,7 +59,7 @@ class Attempt final : public quic::ConnectionHandler {
   void on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                       std::size_t len) override {
     c.consumed(stream, len);
-    if (finished()) return;
+    if (finished() && !linked) return;  // a linked one hears announcements after its accept
     try {
       on_messages(c, data, len);
     } catch (const std::exception& e) {
@@ -72,7 +74,7 @@ class Attempt final : public quic::ConnectionHandler {
       return;
     }
     for (auto& m : msgs) {
-      if (finished()) return;
+      if (finished() && !linked) return;
       if (!hello_) {
         auto* h = std::get_if<wire::SeedHello>(&m);
         if (!h) {
@@ -80,11 +82,19 @@ class Attempt final : public quic::ConnectionHandler {
           return;
         }
         on_hello(c, *h);
+      } else if (auto* an = std::get_if<wire::Announce>(&m)) {
+        if (!linked) {
+          end(c, Errc::protocol, "the seed announced a node before admitting this one", false);
+          return;
+        }
+        if (announce_) announce_(std::move(*an));
       } else if (auto* a = std::get_if<wire::JoinAccept>(&m)) {
         // Application code 0 tells the seed this member has its assignment; every other
         // way out closes with an error code. Posted (we are inside ngtcp2's processing),
         // and before the waiting thread learns the outcome: its shutdown must come after.
-        close_later(c, 0, "joined");
+        // An elastic seed's members stay linked, to hear of the nodes admitted later.
+        linked = (a->flags & wire::accept_elastic) != 0;
+        if (!linked) close_later(c, 0, "joined");
         joined = true;
         std::lock_guard lk(mu_);
         out_.accept = std::move(*a);
@@ -101,13 +111,23 @@ class Attempt final : public quic::ConnectionHandler {
 
   void on_closed(quic::Connection&, Errc code, const std::string& why) override {
     conn = nullptr;
+    if (linked && !closing)
+      log::warn("join: the link to the membership service closed ({}: {}): the job runs on, but no more "
+                "nodes can join it", to_string(code), why);
     fail(code, why);
   }
+
+  /// Elastic: what to do with each later announcement (link engine thread).
+  void on_announce(std::function<void(wire::Announce)> fn) { announce_ = std::move(fn); }
 
   /// The connection while it is open (engine thread only).
   quic::Connection* conn = nullptr;
   /// Whether the seed's accept arrived (engine thread only).
   bool joined = false;
+  /// Whether the connection stays open after the accept (elastic), and whether we are
+  /// closing it ourselves (engine thread only).
+  bool linked = false;
+  bool closing = false;
 
   /// Ends the attempt unless it already ended.
   void fail(Errc code, const std::string& why) {
@@ -186,12 +206,79 @@ class Attempt final : public quic::ConnectionHandler {
   detail::Engine& engine_;
   std::string token_;
   std::function<wire::JoinRequest(const std::string&)> request_;
+  std::function<void(wire::Announce)> announce_;
   wire::SeedMessageReader reader_{wire::max_seed_reply};
   std::vector<std::uint8_t> request_bytes_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool hello_ = false;
   Outcome out_;
+};
+
+// The connection(s) to the seed and what runs them. Elastic: the joined connection stays
+// open for the node's life, and each node the seed admits later is announced on it and
+// handed to the node (members dial it; a joiner learns of the joiners after it).
+struct SeedLink {
+  explicit SeedLink(const tls::SeedTrust& trust) : tls(trust) {}
+  ~SeedLink() { shut(); }
+
+  tls::TlsContext tls;
+  detail::Engine engine{std::chrono::microseconds(0)};
+  std::unique_ptr<quic::Endpoint> ep;
+  std::vector<std::unique_ptr<Attempt>> attempts;  // alive until the endpoint is gone
+
+  // Link engine thread: to the node, or kept until it exists.
+  void announce(wire::Announce a) {
+    std::lock_guard lk(mu_);
+    if (node_) {
+      pass(a);
+    } else {
+      early_.push_back(std::move(a));
+    }
+  }
+  // The node exists: it gets what was announced meanwhile. It calls shut() (Node::on_close)
+  // before it goes, so the pointer never dangles.
+  void attach(detail::Node& n) {
+    std::lock_guard lk(mu_);
+    node_ = &n;
+    for (auto& a : early_) pass(a);
+    early_.clear();
+  }
+  // The joined attempt closes with code 0 (its own posted close may still be queued behind
+  // this task: asio runs work posted from its thread after work posted from others); any
+  // other connection still open belongs to a join that failed and closes with an error
+  // code, so the seed does not count it as delivered. Idempotent; never on the link's thread.
+  void shut() {
+    std::call_once(shut_once_, [this] {
+      {
+        std::lock_guard lk(mu_);
+        node_ = nullptr;
+      }
+      if (!ep) return;
+      engine.post([this] {
+        for (auto& a : attempts) {
+          a->closing = true;
+          if (a->joined && a->conn) a->conn->close(0, "joined");
+        }
+        ep->shutdown("join over", static_cast<std::uint64_t>(Errc::timeout));
+      });
+      engine.stop();
+    });
+  }
+
+ private:
+  void pass(const wire::Announce& a) {
+    try {
+      node_->add_peer(a.rank, a.member.node, quic::Address::parse(a.member.addr), a.member.late);
+    } catch (const Error& e) {
+      log::warn("join: the seed announced world rank {} at an unusable address '{}': {}", a.rank, a.member.addr,
+                e.what());
+    }
+  }
+  std::mutex mu_;
+  detail::Node* node_ = nullptr;
+  std::vector<wire::Announce> early_;
+  std::once_flag shut_once_;
 };
 
 std::string local_host_name() {
@@ -302,45 +389,31 @@ Communicator join(const JoinOptions& o, const Config& config) {
     return r;
   };
 
-  tls::SeedTrust trust{o.seed_fingerprint, o.seed_ca_pem};
-  tls::TlsContext tls(trust);
-  detail::Engine engine{std::chrono::microseconds(0)};
+  auto link = std::make_shared<SeedLink>(tls::SeedTrust{o.seed_fingerprint, o.seed_ca_pem});
   quic::ConnectionSettings s;
   s.alpn = wire::seed_alpn;
   s.udp_payload = config.udp_payload ? config.udp_payload : 1452u;
   s.idle_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(config.idle_timeout).count());
   s.handshake_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kAttempt).count());
-  quic::Endpoint ep(engine, quic::UdpSocket::open_bound(quic::Address::with_host(
-                                seed.family() == AF_INET6 ? "::" : "0.0.0.0", 0)),
-                    tls, s, config.udp_gso);
-  engine.start();
+  link->ep = std::make_unique<quic::Endpoint>(
+      link->engine, quic::UdpSocket::open_bound(quic::Address::with_host(seed.family() == AF_INET6 ? "::" : "0.0.0.0", 0)),
+      link->tls, s, config.udp_gso);
+  link->engine.start();
   // Reads replies; nobody may open a connection to a joiner's seed socket.
-  engine.post([&] { ep.start([](quic::Connection&) -> quic::ConnectionHandler* { return nullptr; }); });
-  std::vector<std::unique_ptr<Attempt>> attempts;  // alive until the endpoint is gone
-  // The joined attempt closes with code 0 (its own posted close may still be queued behind
-  // this task: asio runs work posted from its thread after work posted from others); any
-  // other connection still open belongs to a join that failed and closes with an error
-  // code, so the seed does not count it as delivered.
-  auto shut = [&] {
-    engine.post([&] {
-      for (auto& a : attempts)
-        if (a->joined && a->conn) a->conn->close(0, "joined");
-      ep.shutdown("join abandoned", static_cast<std::uint64_t>(Errc::timeout));
-    });
-    engine.stop();
-  };
+  link->engine.post([&] { link->ep->start([](quic::Connection&) -> quic::ConnectionHandler* { return nullptr; }); });
 
   const auto start = Clock::now();
   const auto deadline = start + o.join_timeout;
   Outcome last;
   int tries = 0;
   for (;;) {
-    attempts.push_back(std::make_unique<Attempt>(engine, o.token, make_request));
-    Attempt* a = attempts.back().get();
+    link->attempts.push_back(std::make_unique<Attempt>(link->engine, o.token, make_request));
+    Attempt* a = link->attempts.back().get();
+    a->on_announce([l = link.get()](wire::Announce an) { l->announce(std::move(an)); });
     ++tries;
-    engine.post([&, a] {
+    link->engine.post([&, a] {
       try {
-        a->conn = &ep.connect(seed, std::string(tls::seed_node), a);
+        a->conn = &link->ep->connect(seed, std::string(tls::seed_node), a);
       } catch (const Error& e) {
         a->fail(e.code(), e.what());
       }
@@ -353,7 +426,8 @@ Communicator join(const JoinOptions& o, const Config& config) {
       std::this_thread::sleep_for(kRetry);
     }
   }
-  shut();
+  const bool elastic = last.done && last.code == Errc::ok && (last.accept.flags & wire::accept_elastic);
+  if (!elastic) link->shut();
 
   const double waited = std::chrono::duration<double>(Clock::now() - start).count();
   auto failure = [&](Errc code, const std::string& why) {
@@ -371,22 +445,28 @@ Communicator join(const JoinOptions& o, const Config& config) {
   if (last.code != Errc::ok) throw failure(last.code, last.why);
 
   const wire::JoinAccept& acc = last.accept;
+  const bool late = (acc.flags & wire::accept_late) != 0;
   const int world = static_cast<int>(acc.members.size());
   if (acc.members[static_cast<std::size_t>(acc.rank)].node != node)
     throw failure(Errc::protocol, "the seed's member list names '" + acc.members[static_cast<std::size_t>(acc.rank)].node +
                                       "' at rank " + std::to_string(acc.rank) + ", this node is '" + node + "'");
-  if (o.world > 0 && world != o.world)
+  // A joiner of a running job is appended to it: the launcher's rank and world size were
+  // meant for formation.
+  if (!late && o.world > 0 && world != o.world)
     throw failure(Errc::rejected, "the cluster formed with " + std::to_string(world) + " ranks, expected " +
                                       std::to_string(o.world));
-  if (o.rank >= 0 && acc.rank != o.rank)
+  if (!late && o.rank >= 0 && acc.rank != o.rank)
     throw failure(Errc::protocol, "the seed assigned rank " + std::to_string(acc.rank) + ", asked for " +
                                       std::to_string(o.rank));
   detail::NodeOptions no;
   no.rank = acc.rank;
   no.world = world;
+  no.elastic = elastic;
+  no.late = late;
   for (std::size_t r = 0; r < acc.members.size(); ++r) {
     const auto& m = acc.members[r];
     no.names.push_back(m.node);
+    if (m.late) no.joiners.push_back(static_cast<int>(r));
     try {
       no.addrs.push_back(quic::Address::parse(m.addr));
     } catch (const Error& e) {
@@ -396,9 +476,28 @@ Communicator join(const JoinOptions& o, const Config& config) {
   no.creds = tls::NodeCredentials{cluster_name, node, acc.ca_pem, acc.cert_pem, key.key_pem()};
   no.udp_fd = data.fd;
   data.fd = -1;
-  log::info("join: rank {} of {} in cluster {} (data socket {})", acc.rank, world, cluster_name,
-            data_local.to_string());
-  return cluster::start_member(std::move(no), config);
+  if (!elastic) {
+    log::info("join: rank {} of {} in cluster {} (data socket {})", acc.rank, world, cluster_name,
+              data_local.to_string());
+    return cluster::start_member(std::move(no), config);
+  }
+  // The link goes with the node: it is shut when the node closes.
+  auto keep_link = [link](detail::Node& n) {
+    link->attach(n);
+    n.on_close([link] { link->shut(); });
+  };
+  if (!late) {
+    log::info("join: rank {} of {} in elastic cluster {} (data socket {})", acc.rank, world, cluster_name,
+              data_local.to_string());
+    return cluster::start_member(std::move(no), config, keep_link);
+  }
+  log::info("join: admitted into running cluster {} as world rank {} (data socket {}); waiting for the members "
+            "to grow", cluster_name, acc.rank, data_local.to_string());
+  try {
+    return cluster::start_joiner(std::move(no), config, keep_link, deadline);
+  } catch (const Error& e) {
+    throw failure(e.code(), e.what());
+  }
 }
 
 bool launched_from_env() { return cluster::launched(cluster::process_env()); }
@@ -426,17 +525,21 @@ Communicator join_from_env(const Config& config) {
   if (cluster::oversubscribed(env.local_world) && std::getenv("NEXAR_SPIN_US") == nullptr &&
       std::getenv("NEXAR_YIELD_WHEN_IDLE") == nullptr)
     cluster::wait_politely(cfg);
-  std::unique_ptr<Seed> seed;
+  std::shared_ptr<Seed> seed;
   if (env.embed_seed) {
     SeedOptions so;
     so.listen = env.seed_listen;
     so.world = env.world;
     so.formation_timeout = env.formation_timeout;
     so.token = env.token;
-    seed = std::make_unique<Seed>(so, cfg);
+    so.elastic = env.elastic;
+    seed = std::make_shared<Seed>(so, cfg);
   }
   Communicator c = join(o, cfg);
-  if (seed) {
+  if (seed && env.elastic) {
+    // The membership service lives as long as this rank: admission stops when it goes.
+    detail::Access::group(c)->node().on_close([seed] { seed->stop(); });
+  } else if (seed) {
     // Every member has its assignment once our mesh is up; let the seed see them go.
     try {
       seed->wait(std::chrono::seconds(10));

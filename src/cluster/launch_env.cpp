@@ -562,6 +562,22 @@ LaunchEnv resolve_launch_env(const EnvLookup& lookup) {
     out.token_derived = true;
   }
 
+  if (auto v = env.get("NEXAR_ELASTIC")) {
+    if (*v == "1" || *v == "true" || *v == "on") {
+      out.elastic = true;
+    } else if (!(*v == "0" || *v == "false" || *v == "off" || v->empty())) {
+      fail(fmt::format("NEXAR_ELASTIC='{}' is not 1/true/on or 0/false/off", *v));
+    }
+  }
+  if (out.elastic && out.token_derived) {
+    // Admission stays open for the job's life: a token anyone can work out (torchrun's
+    // TORCHELASTIC_RUN_ID is "none" unless set) would let anyone who reaches the seed in.
+    fail(fmt::format("NEXAR_ELASTIC=1 keeps the seed admitting nodes for the whole job, so it needs a real "
+                     "secret: set NEXAR_CLUSTER_TOKEN or NEXAR_CLUSTER_TOKEN_FILE (the token derived from the "
+                     "{} job id can be guessed, and is refused)",
+                     out.source));
+  }
+
   // Pins on the seed.
   if (auto fp = env.get("NEXAR_SEED_FINGERPRINT")) {
     constexpr std::string_view prefix = "sha256:";

@@ -95,6 +95,9 @@ struct LaunchEnv {
   std::string token;
   /// The token was derived from the launcher's job id (no secret; see above).
   bool token_derived = false;
+  /// NEXAR_ELASTIC: the embedded seed keeps admitting joiners after formation (requires an
+  /// explicit token: a derived one is refused).
+  bool elastic = false;
   std::string seed_fingerprint;  ///< "sha256:<64 lower-case hex digits>" or empty
   std::string seed_ca_pem;       ///< PEM contents of NEXAR_SEED_CA, or empty
   std::string bind;

@@ -76,13 +76,38 @@ bool oversubscribed(int local_ranks) {
   return local_ranks > std::max(1, cores);
 }
 
-Communicator start_member(detail::NodeOptions o, const Config& config) {
+Communicator start_member(detail::NodeOptions o, const Config& config, const NodeStarted& started) {
   log::set_level(config.log_level);
   const int rank = o.rank;
   auto impl = std::make_shared<detail::Node>(std::move(o), config);
   if (rank == 0) log::info("effective config:\n{}", config.describe());
   auto group = detail::Group::world(impl);
   impl->start();
+  if (started) started(*impl);
+  return detail::Access::make_communicator(std::move(group));
+}
+
+Communicator start_joiner(detail::NodeOptions o, const Config& config, const NodeStarted& started,
+                          std::chrono::steady_clock::time_point until) {
+  log::set_level(config.log_level);
+  const int world_rank = o.rank;
+  auto node = std::make_shared<detail::Node>(std::move(o), config);
+  auto services = detail::Group::attach(*node);
+  node->start();
+  if (started) started(*node);
+  detail::Node::Welcome w;
+  try {
+    w = node->wait_welcome(until);
+  } catch (...) {
+    node->close();
+    throw;
+  }
+  const auto at = std::find(w.members.begin(), w.members.end(), world_rank);
+  const int rank = static_cast<int>(at - w.members.begin());
+  log::info("join: world rank {} admitted as rank {} of {} (communicator {:#x})", world_rank, rank,
+            w.members.size(), w.comm);
+  auto group = detail::Group::make(node, services.rpc, services.agreement, w.comm, std::move(w.members), rank);
+  group->set_joined_by_grow();
   return detail::Access::make_communicator(std::move(group));
 }
 

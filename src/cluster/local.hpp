@@ -6,6 +6,8 @@
 #include <nexar/communicator.hpp>
 #include <nexar/config.hpp>
 
+#include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,11 +40,21 @@ bool oversubscribed(int local_ranks);
 /// 0.42-0.47 ms sleeping at once and 0.37 ms spinning 100 us; 1-16 MiB 5-60% faster).
 void wait_politely(Config& config);
 
+/// Called with a node once it started, before its communicator is returned.
+using NodeStarted = std::function<void(detail::Node&)>;
+
 /// Starts a member whose identity, credentials, peers and socket are settled: creates its
 /// progress engine, connects to every peer (ranks below it dial in, it dials the ranks
 /// above it), and returns once every connection is established and authenticated.
 /// Throws nexar::Error (timeout, tls, io).
-Communicator start_member(detail::NodeOptions options, const Config& config);
+Communicator start_member(detail::NodeOptions options, const Config& config, const NodeStarted& started = {});
+
+/// Starts a node that joined a running elastic job (options.late): it dials nobody; the
+/// members dial it. Returns the communicator of the first grow that admits it, once every
+/// member of it is connected. Throws nexar::Error: timeout (no grow took it in by `until`,
+/// or a member never connected), rank_failed, closed, tls, io.
+Communicator start_joiner(detail::NodeOptions options, const Config& config, const NodeStarted& started,
+                          std::chrono::steady_clock::time_point until);
 
 /// Starts rank `plan.rank`: creates its progress engine, connects to every peer (ranks
 /// below it dial in, it dials the ranks above it), and returns once every connection is

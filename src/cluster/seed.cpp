@@ -23,6 +23,7 @@
 #include "tls/node_key.hpp"
 #include "tls/peer_check.hpp"
 #include "tls/tls_context.hpp"
+#include "wire/frame.hpp"
 #include "wire/seed_message.hpp"
 
 namespace nexar {
@@ -38,6 +39,11 @@ constexpr auto kDelivery = std::chrono::seconds(30);
 // A client that completed the handshake must send its join request within this long, or
 // it is closed: silent clients would otherwise fill the connection cap for good.
 constexpr auto kRequestWait = std::chrono::seconds(10);
+// Elastic: new connections accepted after formation, per second and in a burst. Formation
+// itself is not limited (a large world arrives at once); a running job's door is, so a
+// flood of handshakes cannot take the seed's (or its host rank's) core.
+constexpr double kAdmitRate = 20.0;
+constexpr double kAdmitBurst = 40.0;
 
 std::string random_cluster_name() {
   return "cluster-" + cluster::random_token().substr(0, 16);
@@ -62,11 +68,11 @@ struct Seed::Impl final : quic::ConnectionHandler {
     quic::Connection* conn = nullptr;
     wire::SeedMessageReader reader{wire::max_join_request};
     std::int64_t out = -1;
-    std::vector<std::vector<std::uint8_t>> sent;  // alive until the connection is gone
     bool hello_sent = false;
     bool admitted = false;
     bool answered = false;
     bool member = false;  // got an accept
+    bool linked = false;  // elastic: stays connected to hear of later joiners
     bool evicted = false;  // closing to make room
     Clock::time_point request_by{};  // close it unless it asked to join by then
     Clock::time_point close_by{};
@@ -90,6 +96,12 @@ struct Seed::Impl final : quic::ConnectionHandler {
   std::string bound;
   std::map<quic::Connection*, std::unique_ptr<Joiner>> joiners;
   std::uint64_t next_order = 0;
+  // Elastic: every world rank handed out, in order (formation's, then each late joiner's),
+  // and every node name ever signed, so none is ever given twice.
+  std::vector<wire::Member> nodes;
+  std::set<std::string> names_signed;
+  double admit_tokens = kAdmitBurst;
+  Clock::time_point admit_refill = Clock::now();
   // After formation: members whose delivery is not confirmed yet (node -> description), and
   // the members that lost theirs.
   std::map<std::string, std::string> undelivered;
@@ -150,8 +162,9 @@ struct Seed::Impl final : quic::ConnectionHandler {
         // Bound what unauthenticated clients can make us hold; at the cap the oldest client
         // that has not proved the token yet makes room, so idle clients cannot lock real
         // joiners out.
-        if (ep->live_connections() >= static_cast<std::size_t>(opts.world) * 4 + 64 && !evict_unproven())
-          return nullptr;
+        const std::size_t cap = std::max<std::size_t>(static_cast<std::size_t>(opts.world), nodes.size()) * 4 + 64;
+        if (ep->live_connections() >= cap && !evict_unproven()) return nullptr;
+        if (!nodes.empty() && !take_admit_token()) return nullptr;
         return this;
       });
       arm_sweep();
@@ -170,6 +183,16 @@ struct Seed::Impl final : quic::ConnectionHandler {
     Joiner* p = j.get();
     joiners.emplace(&c, std::move(j));
     return p;
+  }
+
+  // Token bucket on connections accepted once the world formed (elastic).
+  bool take_admit_token() {
+    const auto now = Clock::now();
+    admit_tokens = std::min(kAdmitBurst, admit_tokens + kAdmitRate * std::chrono::duration<double>(now - admit_refill).count());
+    admit_refill = now;
+    if (admit_tokens < 1.0) return false;
+    admit_tokens -= 1.0;
+    return true;
   }
 
   // Makes room by closing the longest-connected client that is not admitted: one that has
@@ -279,6 +302,10 @@ struct Seed::Impl final : quic::ConnectionHandler {
       return;
     }
     const State st = state_now();
+    if (opts.elastic && (st == State::delivering || st == State::done)) {
+      admit_late(j, std::move(req));
+      return;
+    }
     if (st != State::waiting) {
       refuse(j, Errc::rejected,
              st == State::delivering || st == State::done
@@ -332,6 +359,66 @@ struct Seed::Impl final : quic::ConnectionHandler {
     if (n == static_cast<std::size_t>(opts.world)) form(static_cast<int>(n));
   }
 
+  // Elastic, after formation: the joiner gets the next world rank, a certificate, and the
+  // table of every rank handed out; every linked node hears of it and the members dial it.
+  // The requested rank and world size are launcher hints for formation only: a joiner of a
+  // running job is appended.
+  void admit_late(Joiner& j, wire::JoinRequest req) {
+    if (!valid_node_name(req.node) || req.node == tls::seed_node) {
+      refuse(j, Errc::protocol, "invalid node name '" + req.node.substr(0, 64) + "'");
+      return;
+    }
+    // Names are identities (the certificate carries them): one never signed before cannot
+    // be a live member's.
+    if (names_signed.count(req.node)) {
+      refuse(j, Errc::rejected, "node name '" + req.node + "' was already admitted to this cluster");
+      return;
+    }
+    if (nodes.size() >= wire::max_node_ids) {
+      refuse(j, Errc::rejected, "this cluster handed out all " + std::to_string(wire::max_node_ids) + " world ranks");
+      return;
+    }
+    const std::string from = j.conn->remote().to_string();
+    try {
+      if (req.port == 0)
+        throw Error(Errc::invalid_argument, "node " + req.node + " from " + from + " announced data port 0");
+      quic::Address a = req.advertise.empty() ? j.conn->remote() : quic::Address::with_host(req.advertise, req.port);
+      a.set_port(req.port);
+      j.addr = a.to_string();
+      j.cert = ca->sign(req.csr_pem, req.node);
+    } catch (const Error& e) {
+      refuse(j, e.code() == Errc::tls ? Errc::tls : Errc::invalid_argument, e.what());
+      return;
+    }
+    j.req = std::move(req);
+    j.admitted = true;
+    j.member = true;
+    j.linked = true;
+    j.answered = true;
+    names_signed.insert(j.req.node);
+    const int id = static_cast<int>(nodes.size());
+    nodes.push_back({j.req.node, j.addr, true});
+    wire::JoinAccept acc;
+    acc.rank = id;
+    acc.flags = wire::accept_elastic | wire::accept_late;
+    acc.ca_pem = ca->cert_pem();
+    acc.cert_pem = j.cert;
+    acc.members = nodes;
+    send(j, wire::encode(acc));
+    wire::Announce ann;
+    ann.rank = id;
+    ann.member = nodes.back();
+    const auto bytes = wire::encode(ann);
+    int told = 0;
+    for (auto& [c, o] : joiners) {
+      if (o.get() == &j || !o->linked || c->closed() || o->out < 0) continue;
+      send(*o, bytes);
+      ++told;
+    }
+    log::info("seed: admitted {} ({}, host '{}') into the running job as world rank {}; told {} linked nodes",
+              j.req.node, j.addr, j.req.host, id, told);
+  }
+
   // Assigns ranks to the admitted joiners (requested ranks first, then the lowest free ones
   // in arrival order) and sends every one of them the full member list.
   void form(int world) {
@@ -368,7 +455,12 @@ struct Seed::Impl final : quic::ConnectionHandler {
     }
     wire::JoinAccept acc;
     acc.ca_pem = ca->cert_pem();
-    for (Joiner* j : slot) acc.members.push_back({j->req.node, j->addr});
+    if (opts.elastic) acc.flags = wire::accept_elastic;
+    for (Joiner* j : slot) {
+      acc.members.push_back({j->req.node, j->addr, false});
+      names_signed.insert(j->req.node);
+    }
+    if (opts.elastic) nodes = acc.members;
     {
       std::lock_guard lk(mu);
       state = State::delivering;
@@ -383,15 +475,17 @@ struct Seed::Impl final : quic::ConnectionHandler {
       acc.cert_pem = j.cert;
       answer(j, wire::encode(acc));
       j.close_by = delivery_deadline;  // a member closes itself once it has the answer
+      j.linked = opts.elastic;          // ... unless it stays linked to hear of joiners
     }
     log::info("seed: cluster {} formed with {} ranks", ca->cluster(), world);
     check_delivered();
   }
 
+  // The bytes live until the peer acknowledged them (the chunk's completion owns them):
+  // a linked node hears of every later joiner, so nothing may pile up per connection.
   void send(Joiner& j, std::vector<std::uint8_t> bytes) {
-    j.sent.push_back(std::move(bytes));
-    const auto& b = j.sent.back();
-    j.conn->push(j.out, quic::Chunk{b.data(), b.size(), {}});
+    auto b = std::make_shared<const std::vector<std::uint8_t>>(std::move(bytes));
+    j.conn->push(j.out, quic::Chunk{b->data(), b->size(), [b](Errc, const std::string&) {}});
   }
 
   // Sends the final message; the joiner closes the connection when it has it.
@@ -476,7 +570,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
     std::vector<quic::Connection*> answered, silent;
     for (auto& [c, j] : joiners) {
       if (c->closed()) continue;
-      if (j->answered && now >= j->close_by) answered.push_back(c);
+      if (j->answered && !j->linked && now >= j->close_by) answered.push_back(c);
       if (!j->admitted && !j->answered && now >= j->request_by) silent.push_back(c);
     }
     for (quic::Connection* c : answered) c->close(0, "seed: answered");

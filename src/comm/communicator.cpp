@@ -37,6 +37,13 @@ void Communicator::revoke() { self().revoke(); }
 Communicator::Agreement Communicator::agree(std::uint64_t value) { return self().agree("agree", value); }
 Communicator Communicator::shrink() const { return Communicator(self().shrink()); }
 
+// ---- elastic membership ---------------------------------------------------------------------
+
+int Communicator::pending_joiners() const { return self().pending_joiners(); }
+Communicator Communicator::grow() const { return Communicator(self().grow()); }
+void Communicator::leave() { self().leave(); }
+bool Communicator::joined_by_grow() const { return self().joined_by_grow(); }
+
 void Communicator::check_element_multiple(const char* op, const Status& s, std::size_t elem) {
   if (elem > 1 && s.bytes % elem != 0) {
     throw Error(Errc::invalid_argument,

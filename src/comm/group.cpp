@@ -9,11 +9,15 @@
 
 namespace nexar::detail {
 
+Group::Services Group::attach(Node& node) {
+  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node)};
+  node.attach_rpc(s.rpc);
+  node.attach_membership(s.agreement);
+  return s;
+}
+
 std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
-  auto rpc = std::make_shared<Rpc>(*node);
-  node->attach_rpc(rpc);
-  auto agreement = std::make_shared<Agreement>(*node);
-  node->attach_membership(agreement);
+  auto [rpc, agreement] = attach(*node);
   std::vector<int> members(static_cast<std::size_t>(node->size()));
   for (int r = 0; r < node->size(); ++r) members[static_cast<std::size_t>(r)] = r;
   const int rank = node->rank();
@@ -39,7 +43,9 @@ Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_p
       id_(id),
       members_(std::move(members)),
       rank_(rank) {
-  auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(node_->size()), -1);
+  int known = node_->size();
+  for (int m : members_) known = std::max(known, m + 1);
+  auto local = std::make_shared<std::vector<int>>(static_cast<std::size_t>(known), -1);
   for (std::size_t i = 0; i < members_.size(); ++i)
     (*local)[static_cast<std::size_t>(members_[i])] = static_cast<int>(i);
   local_of_ = std::move(local);
@@ -57,7 +63,7 @@ bool Group::is_open() const noexcept {
 
 void Group::close() {
   closed_.store(true, std::memory_order_release);
-  if (is_world()) node_->close();
+  if (is_world() || joined_by_grow_) node_->close();
   {
     std::lock_guard lk(runner_mu_);
     if (runner_) runner_->stop();

@@ -27,6 +27,14 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// The world group of `node` (every rank, id 0). It sets up the node's RPC, so call it
   /// before Node::start(): requests may arrive as soon as the mesh is up.
   static std::shared_ptr<Group> world(std::shared_ptr<Node> node);
+  /// What serves a node's communicators: its RPC and its agreement.
+  struct Services {
+    std::shared_ptr<Rpc> rpc;
+    std::shared_ptr<Agreement> agreement;
+  };
+  /// Sets up the node's RPC and agreement (before Node::start()), for a node whose first
+  /// group is made later (a joiner's, from its welcome).
+  static Services attach(Node& node);
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `rpc`
   /// serves and calls for the node, `agreement` agrees for it. The group watches the
   /// failures of its members from the start.
@@ -84,6 +92,20 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void revoke();
   Communicator::Agreement agree(const char* op, std::uint64_t value);
   std::shared_ptr<Group> shrink();
+  // ---- elastic membership (comm/group_membership.cpp) -----------------------------------
+  /// Collective over the members: admits the joiners every live member is connected to
+  /// and drops the members that call leave() and the failed ones, into a new group.
+  std::shared_ptr<Group> grow();
+  /// This rank's side of the others' grow(): it leaves; returns once it is decided.
+  void leave();
+  /// Joiners ready for admission that this rank is connected to.
+  int pending_joiners() const;
+  /// Whether this group came from a join into a running job.
+  bool joined_by_grow() const noexcept { return joined_by_grow_; }
+  /// Marks the group a joiner was welcomed into: its communicator came from join() and,
+  /// like a world communicator, closing it closes the node.
+  void set_joined_by_grow() noexcept { joined_by_grow_ = true; }
+
   /// The group calls go to: this one, or under FailurePolicy::automatic the survivors'
   /// group it was rebuilt into (rebuilding it first if it is revoked by a failure).
   Group& current();
@@ -96,6 +118,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   static void blocking_calls(int delta) noexcept;
 
  private:
+  /// grow() and leave(): one agreement on joiners, leavers and failures.
+  std::shared_ptr<Group> change_membership(const char* op, bool leaving);
   /// A failure event of the group's communicator (Node::CommListener), engine lock held.
   void on_event(int failed_world, Errc code, const std::string& why);
   /// Throws the error that revoked the group, naming `op`.
@@ -112,6 +136,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::shared_ptr<const std::vector<int>> local_of_;
   int rank_;
   std::atomic<bool> closed_{false};
+  bool joined_by_grow_ = false;
   std::atomic<std::uint64_t> collectives_{0};
   std::atomic<std::uint64_t> splits_{0};
   std::mutex runner_mu_;

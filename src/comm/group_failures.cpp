@@ -79,7 +79,7 @@ Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
   }
   node_->check_open(op, -1);
   const std::uint64_t seq = agreements_.fetch_add(1);
-  Agreement::Result r = agreement_->run(op, id_, members_, rank_, seq, value, config().op_timeout);
+  Agreement::Result r = agreement_->run(op, id_, members_, rank_, seq, value, config().op_timeout, Agreement::Extra{});
   Communicator::Agreement out;
   out.value = r.value;
   for (int w : r.failed)

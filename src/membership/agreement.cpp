@@ -1,6 +1,7 @@
 #include "membership/agreement.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 #include "core/access.hpp"
 #include "core/error_format.hpp"
@@ -18,7 +19,8 @@ constexpr std::uint64_t kKeep = 4;
 }  // namespace
 
 Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const std::vector<int>& members, int rank,
-                                 std::uint64_t seq, std::uint64_t value, std::chrono::milliseconds timeout) {
+                                 std::uint64_t seq, std::uint64_t value, std::chrono::milliseconds timeout,
+                                 Extra extra) {
   auto op = node_.new_op(op_name, timeout);
   auto out = std::make_shared<Result>();
   std::weak_ptr<OpState> weak = op;
@@ -41,13 +43,15 @@ Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const 
     }
     node_.engine().post(give_up);
   };
-  node_.engine().post([this, comm, members, seq, value, op, out] { start(comm, members, seq, value, op, out); });
+  node_.engine().post([this, comm, members, seq, value, extra = std::move(extra), op, out]() mutable {
+    start(comm, members, seq, value, std::move(extra), op, out);
+  });
   Access::make_request(op).wait();
   return *out;
 }
 
 void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t seq, std::uint64_t value,
-                      std::shared_ptr<OpState> op, std::shared_ptr<Result> out) {
+                      Extra extra, std::shared_ptr<OpState> op, std::shared_ptr<Result> out) {
   if (node_.expelled()) {
     op->complete(Errc::rank_failed, std::string(op->op()) + ": this rank was declared failed by the others");
     return;
@@ -61,6 +65,7 @@ void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t 
   c.pending = true;
   c.seq = seq;
   c.value = value;
+  c.extra = std::move(extra);
   c.op = std::move(op);
   c.out = std::move(out);
   if (auto it = c.decided.find(seq); it != c.decided.end()) {
@@ -85,6 +90,8 @@ Ballot Agreement::contribution(const Comm& c) const {
   for (int m : c.members)
     if (node_.is_failed(m)) b.failed.push_back(static_cast<std::uint32_t>(m));
   std::sort(b.failed.begin(), b.failed.end());
+  b.joiners.assign(c.extra.joiners.begin(), c.extra.joiners.end());
+  if (c.extra.leaving) b.leaving.push_back(static_cast<std::uint32_t>(node_.rank()));
   return b;
 }
 
@@ -113,6 +120,7 @@ void Agreement::try_decide(std::uint64_t id, Comm& c, std::uint64_t seq) {
   auto& got = c.collected[seq];
   Ballot d;
   d.value = ~std::uint64_t{0};
+  bool first = true;
   for (int m : c.members) {
     if (node_.is_failed(m)) {
       d.failed.push_back(static_cast<std::uint32_t>(m));
@@ -120,9 +128,24 @@ void Agreement::try_decide(std::uint64_t id, Comm& c, std::uint64_t seq) {
     }
     auto it = got.find(m);
     if (it == got.end()) return;  // a live member has not contributed yet
-    d.value &= it->second.value;
+    const Ballot& b = it->second;
+    d.value &= b.value;
+    if (first) {
+      d.joiners = b.joiners;
+      first = false;
+    } else {
+      std::vector<std::uint32_t> both;
+      std::set_intersection(d.joiners.begin(), d.joiners.end(), b.joiners.begin(), b.joiners.end(),
+                            std::back_inserter(both));
+      d.joiners = std::move(both);
+    }
+    // Only a member may say it leaves, and only for itself.
+    if (b.leaving.size() == 1 && b.leaving[0] == static_cast<std::uint32_t>(m))
+      d.leaving.push_back(static_cast<std::uint32_t>(m));
   }
   std::sort(d.failed.begin(), d.failed.end());
+  std::sort(d.leaving.begin(), d.leaving.end());
+  std::erase_if(d.joiners, [&](std::uint32_t j) { return node_.is_failed(static_cast<int>(j)); });
   accept(id, c, seq, d);
 }
 
@@ -140,6 +163,8 @@ void Agreement::accept(std::uint64_t id, Comm& c, std::uint64_t seq, const Ballo
     c.pending = false;
     c.out->value = b.value;
     c.out->failed.assign(b.failed.begin(), b.failed.end());
+    c.out->joiners.assign(b.joiners.begin(), b.joiners.end());
+    c.out->leaving.assign(b.leaving.begin(), b.leaving.end());
     auto op = std::move(c.op);
     op->succeed();
   }

@@ -7,7 +7,9 @@
 //    number k to its coordinator, and sends it again, with the last decision it holds, to
 //    each new coordinator when the old one is declared failed.
 //  * The coordinator decides once it holds a contribution for k from every member it does
-//    not know failed: the AND of their values and every failed member it knows. A decision
+//    not know failed: the AND of their values and every failed member it knows; for a
+//    grow, also the joiners every one of them contributed (intersection) and the members
+//    that contributed that they leave (union). A decision
 //    it learns from anyone (a member that got it from a failed coordinator) it adopts
 //    instead. It sends the decision to every live member.
 //  * A member takes the first decision for k it receives, never one from a rank it knows
@@ -39,7 +41,14 @@ class Agreement final : public MembershipLanes {
 
   struct Result {
     std::uint64_t value = 0;
-    std::vector<int> failed;  // world ranks, ascending
+    std::vector<int> failed;   // world ranks, ascending
+    std::vector<int> joiners;  // joiners every live member contributed, ascending
+    std::vector<int> leaving;  // members that contributed that they leave, ascending
+  };
+  /// What this rank brings besides its value (grow and leave; empty for agree and shrink).
+  struct Extra {
+    std::vector<int> joiners;  // waiting joiners this rank is connected to, ascending
+    bool leaving = false;      // this rank leaves the communicator
   };
 
   /// Runs agreement number `seq` of communicator `comm` (of world ranks `members`, ours
@@ -47,7 +56,7 @@ class Agreement final : public MembershipLanes {
   /// errors. Throws nexar::Error: timeout after `timeout`, rank_failed when this rank was
   /// declared failed, closed. Any thread but the engine's.
   Result run(const char* op, std::uint64_t comm, const std::vector<int>& members, int rank, std::uint64_t seq,
-             std::uint64_t value, std::chrono::milliseconds timeout);
+             std::uint64_t value, std::chrono::milliseconds timeout, Extra extra);
 
   // MembershipLanes (engine lock held)
   void on_ballot(int src, const wire::FrameHeader& h, wire::Ballot b) override;
@@ -62,6 +71,7 @@ class Agreement final : public MembershipLanes {
     bool pending = false;
     std::uint64_t seq = 0;
     std::uint64_t value = 0;
+    Extra extra;
     std::shared_ptr<OpState> op;
     std::shared_ptr<Result> out;
     // Decisions known here, by number (the last few).
@@ -71,7 +81,7 @@ class Agreement final : public MembershipLanes {
     int coordinator = -1;  // the coordinator our state last went to
   };
 
-  void start(std::uint64_t comm, std::vector<int> members, std::uint64_t seq, std::uint64_t value,
+  void start(std::uint64_t comm, std::vector<int> members, std::uint64_t seq, std::uint64_t value, Extra extra,
              std::shared_ptr<OpState> op, std::shared_ptr<Result> out);
   int coordinator(const Comm& c) const;
   wire::Ballot contribution(const Comm& c) const;

@@ -60,7 +60,7 @@ void Node::liveness_tick() {
   last_tick_ = now;
   quic::Endpoint::Batch batch(*ep_);
   bool drained = false;
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; r < size(); ++r) {
     Peer* p = peer(r);
     if (!p || !p->up() || !p->connection()) continue;
     if (!late && age(now, p->connection()->last_rx()) >= timeout) {
@@ -94,7 +94,7 @@ bool Node::is_failed(int r) const {
 }
 
 void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
-  for (int r = 0; r < world_; ++r) {
+  for (int r = 0; r < size(); ++r) {
     if (r == rank_ || r == except) continue;
     Peer* p = peer(r);
     if (!p || !p->up()) continue;
@@ -104,7 +104,7 @@ void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
 }
 
 void Node::declare_failed(int r, const std::string& why) {
-  if (r < 0 || r >= world_ || r == rank_ || !is_open()) return;
+  if (r < 0 || r >= size() || r == rank_ || !is_open()) return;
   std::vector<std::uint64_t> hit;
   {
     std::lock_guard lk(fail_mu_);

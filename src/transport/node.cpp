@@ -2,6 +2,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <future>
 #include <unistd.h>
@@ -67,19 +68,32 @@ Node::Node(NodeOptions opts, const Config& cfg)
     : cfg_(cfg),
       rank_(opts.rank),
       world_(opts.world),
+      elastic_(opts.elastic),
+      late_(opts.late),
       names_(std::move(opts.names)),
       addrs_(std::move(opts.addrs)),
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
       engine_(cfg.spin, cfg.yield_when_idle),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
-  failed_.assign(static_cast<std::size_t>(world_), 0);
-  peers_.resize(static_cast<std::size_t>(world_));
-  for (int r = 0; r < world_; ++r) {
+  const int world = opts.world;
+  // Elastic: user threads read these while the engine appends to them (add_peer); with
+  // the room reserved up front, appending never moves what they read.
+  if (elastic_) {
+    names_.reserve(wire::max_node_ids);
+    addrs_.reserve(wire::max_node_ids);
+    peers_.reserve(wire::max_node_ids);
+  }
+  failed_.assign(static_cast<std::size_t>(world), 0);
+  peers_.resize(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
     if (r == rank_) continue;
     peers_[static_cast<std::size_t>(r)] =
         std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
+  for (int j : opts.joiners)
+    if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
+  std::sort(waiting_.begin(), waiting_.end());
 }
 
 Node::~Node() { close(); }
@@ -100,21 +114,24 @@ void Node::start() {
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
-    for (int r = rank_ + 1; r < world_; ++r) {
-      Peer* p = peer(r);
-      quic::Connection& c = ep_->connect(addrs_[static_cast<std::size_t>(r)], p->name(), p);
-      p->attach(c);
-    }
+    for (int r = rank_ + 1; r < size(); ++r) dial(r);
     started.set_value();
   });
   started.get_future().wait();
+  if (late_) {
+    // Joined a running job: the members dial us as they learn of us; nobody is awaited.
+    engine_.post([this] { start_liveness(); });
+    log::info("rank {}: joined a running job on {}, waiting for admission", rank_, ep_->local().to_string());
+    return;
+  }
 
   // Wait until every peer is up and has greeted us.
   auto deadline = std::chrono::steady_clock::now() + cfg_.connect_timeout;
+  const int world = size();
   for (;;) {
     std::promise<std::pair<int, std::string>> probe;
-    engine_.post([this, &probe] {
-      for (int r = 0; r < world_; ++r) {
+    engine_.post([this, &probe, world] {
+      for (int r = 0; r < world; ++r) {
         if (r == rank_) continue;
         Peer* p = peer(r);
         if (p->gone()) {
@@ -146,7 +163,14 @@ void Node::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   engine_.post([this] { start_liveness(); });
-  log::info("rank {}: connected to {} peers on {}", rank_, world_ - 1, ep_->local().to_string());
+  log::info("rank {}: connected to {} peers on {}", rank_, world - 1, ep_->local().to_string());
+}
+
+void Node::dial(int r) {
+  Peer* p = peer(r);
+  if (!p || p->connection()) return;
+  quic::Connection& c = ep_->connect(addrs_[static_cast<std::size_t>(r)], p->name(), p);
+  p->attach(c);
 }
 
 // ---- shutdown ----------------------------------------------------------------------------
@@ -180,6 +204,13 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
 
 void Node::close() {
   if (closed_.exchange(true)) return;
+  std::vector<std::function<void()>> closers;
+  {
+    std::lock_guard lk(fail_mu_);
+    closers.swap(closers_);
+    welcome_cv_.notify_all();
+  }
+  for (auto& fn : closers) fn();
   // Handlers stop and waiting calls fail with Errc::closed before the connections go.
   if (rpc_) rpc_->on_close();
   if (ep_) {
@@ -204,7 +235,7 @@ void Node::close() {
 
 std::string Node::format(Errc code, const OpState& op, int peer_rank, std::string_view why) const {
   std::string addr;
-  if (peer_rank >= 0 && peer_rank < world_ && peer_rank != rank_)
+  if (peer_rank >= 0 && peer_rank < size() && peer_rank != rank_)
     addr = addrs_[static_cast<std::size_t>(peer_rank)].to_string();
   ErrorContext ctx{op.op(), rank_, peer_rank, addr, op.start()};
   return format_error(code, ctx, why);

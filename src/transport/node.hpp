@@ -17,6 +17,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <condition_variable>
 #include <string>
 #include <unordered_map>
 #include <type_traits>
@@ -66,6 +68,14 @@ struct NodeOptions {
   std::vector<quic::Address> addrs;         // address of every rank
   tls::NodeCredentials creds;
   int udp_fd = -1;
+  // Elastic: nodes are added at run time (add_peer) as the membership service announces
+  // them, up to wire::max_node_ids world ranks.
+  bool elastic = false;
+  // Joined a running job (elastic): dials nobody and waits for nobody at start; the members
+  // dial it, and a grow welcomes it into a communicator (wait_welcome).
+  bool late = false;
+  // World ranks among `names` that joined late and may still wait for admission.
+  std::vector<int> joiners;
 };
 
 class Node : public Progress, public std::enable_shared_from_this<Node> {
@@ -78,7 +88,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void close();
 
   int rank() const noexcept { return rank_; }
-  int size() const noexcept { return world_; }
+  /// World ranks known here: the formed world, plus the nodes announced since (elastic).
+  int size() const noexcept { return world_.load(std::memory_order_acquire); }
+  bool elastic() const noexcept { return elastic_; }
   const Config& config() const noexcept { return cfg_; }
   bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
 
@@ -149,6 +161,42 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// is failed or gone. Engine lock held.
   bool send_ballot(int dest, wire::FrameType type, std::uint64_t comm, std::uint64_t seq,
                    const wire::Ballot& b);
+
+  // ---- elastic membership (transport/joiners.cpp) -------------------------------------
+  //
+  // The membership service announces every node admitted after formation, in order, to
+  // every node still linked to it; each adds it here and the lower world rank dials the
+  // higher. A joiner waits until the members' grow admits it: each member then sends it a
+  // welcome naming the new communicator.
+
+  /// Adds world rank `id` (the next one) with certificate name `name` at `addr`; `joiner`:
+  /// it waits for admission. Dials it when `id` is above ours. Any thread (posted).
+  void add_peer(int id, std::string name, quic::Address addr, bool joiner);
+  /// Joiners waiting for admission that this node is connected to and that are not
+  /// failed, ascending. Any thread.
+  std::vector<int> ready_joiners();
+  /// Joiners waiting for admission: announced, not admitted, not failed. Any thread.
+  std::vector<int> waiting_joiners() const;
+  /// `ids` were admitted by a grow (or are members of the communicator we were welcomed
+  /// into): they wait no more. Any thread.
+  void admitted(const std::vector<int>& ids);
+  /// Sends a welcome into communicator `comm` (agreement `seq`) of `members` to joiner
+  /// `dest`. Any thread.
+  void send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::vector<std::uint32_t> members);
+  /// What a welcome said.
+  struct Welcome {
+    std::uint64_t comm = 0;
+    std::vector<int> members;  // world ranks, in rank order
+  };
+  /// (A late node) Blocks until the first welcome arrived, and every member it names is
+  /// known and connected, or `until`. Throws nexar::Error: timeout (naming what is
+  /// missing), closed, rank_failed (a member failed before the communicator was whole).
+  Welcome wait_welcome(std::chrono::steady_clock::time_point until);
+  /// A welcome frame arrived from `from`. Engine lock held.
+  void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members);
+  /// Runs `fn` (any thread, once) when the node closes: what lives beside it (the link to
+  /// the membership service) goes with it.
+  void on_close(std::function<void()> fn);
 
   /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
@@ -302,9 +350,14 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
 
   static thread_local Node* t_scope_;
   static thread_local bool t_scope_asleep_;
+  /// Dials world rank `r` (engine thread).
+  void dial(int r);
+
   Config cfg_;
   int rank_;
-  int world_;
+  std::atomic<int> world_;
+  bool elastic_;
+  bool late_;
   std::vector<std::string> names_;
   std::vector<quic::Address> addrs_;
   std::unique_ptr<tls::TlsContext> tls_;
@@ -336,6 +389,11 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   bool judging_ = false;  // engine thread: set once the mesh is up
   std::unique_ptr<asio::steady_timer> liveness_timer_;
   std::uint64_t last_tick_ = 0;
+  // Elastic membership, guarded by fail_mu_.
+  std::vector<int> waiting_;             // announced joiners not yet admitted, ascending
+  std::optional<Welcome> welcome_;
+  std::condition_variable welcome_cv_;
+  std::vector<std::function<void()>> closers_;
   std::atomic<bool> closed_{false};
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;

@@ -454,6 +454,11 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::revoke:
       return true;
     case FrameType::failed:
+      if (h.tag >= static_cast<std::uint64_t>(node_.size()) && node_.elastic()) {
+        // A rank announced to the sender and not to us yet: nothing here can involve it.
+        s.sink.kind = Sink::discard;
+        return true;
+      }
       if (h.tag >= static_cast<std::uint64_t>(node_.size())) {
         protocol_error("failure notice for rank " + std::to_string(h.tag) + " in a world of " +
                        std::to_string(node_.size()));
@@ -462,6 +467,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       [[fallthrough]];
     case FrameType::agree:
     case FrameType::decided:
+    case FrameType::welcome:
       s.sink.kind = Sink::control;
       s.sink.bytes.reserve(static_cast<std::size_t>(h.length));
       return true;
@@ -520,7 +526,8 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
   switch (h.type) {
     case FrameType::hello: {
       std::string name(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
-      if (name != name_ || h.tag != static_cast<std::uint64_t>(node_.size())) {
+      // An elastic world grows while it runs: its nodes know different sizes of it.
+      if (name != name_ || (h.tag != static_cast<std::uint64_t>(node_.size()) && !node_.elastic())) {
         protocol_error("hello from '" + name + "' with world " + std::to_string(h.tag) +
                        ", expected '" + name_ + "' with world " + std::to_string(node_.size()));
         return false;
@@ -553,6 +560,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       }
       break;
     case FrameType::failed:
+      if (k.kind == Sink::discard) break;
       node_.on_failed_notice(rank_, static_cast<int>(h.tag),
                              std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
@@ -562,11 +570,22 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::agree:
     case FrameType::decided: {
       wire::Ballot b;
-      if (auto err = wire::decode_ballot(k.bytes, static_cast<std::uint32_t>(node_.size()), b)) {
+      // In an elastic world a ballot may name a joiner not announced here yet.
+      const auto bound = node_.elastic() ? wire::max_node_ids : static_cast<std::uint32_t>(node_.size());
+      if (auto err = wire::decode_ballot(k.bytes, bound, b)) {
         protocol_error(std::string(wire::to_string(h.type)) + " frame: " + err.error);
         return false;
       }
       node_.on_ballot(rank_, h, std::move(b));
+      break;
+    }
+    case FrameType::welcome: {
+      std::vector<std::uint32_t> members;
+      if (auto err = wire::decode_members(k.bytes, wire::max_node_ids, members)) {
+        protocol_error(std::string("welcome frame: ") + err.error);
+        return false;
+      }
+      node_.on_welcome(rank_, h.comm, std::move(members));
       break;
     }
     case FrameType::rpc_request:

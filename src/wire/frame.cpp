@@ -22,7 +22,7 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::decided);
+         t <= static_cast<std::uint8_t>(FrameType::welcome);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
@@ -34,6 +34,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::revoke:
     case FrameType::agree:
     case FrameType::decided:
+    case FrameType::welcome:
       return lane == Lane::control;
     case FrameType::eager:
     case FrameType::rts:
@@ -76,6 +77,7 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::revoke: return "revoke";
     case FrameType::agree: return "agree";
     case FrameType::decided: return "decided";
+    case FrameType::welcome: return "welcome";
   }
   return "unknown";
 }
@@ -189,7 +191,8 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
     if (type == FrameType::failed && length > max_failed_payload) {
       return {length_too_big(length, max_failed_payload).error + " for frame type failed"};
     }
-    if ((type == FrameType::agree || type == FrameType::decided) && length > max_ballot_payload) {
+    if ((type == FrameType::agree || type == FrameType::decided || type == FrameType::welcome) &&
+        length > max_ballot_payload) {
       return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
     }
   }
@@ -213,6 +216,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::failed:
     case FrameType::agree:
     case FrameType::decided:
+    case FrameType::welcome:
       return true;
     case FrameType::rdata:
       return (flags & flag_cancelled) == 0;

@@ -44,10 +44,17 @@ enum class FrameType : std::uint8_t {
   revoke = 11,       ///< control: communicator `comm` is revoked; no payload
   agree = 12,        ///< control: contribution to agreement `seq` of `comm`; payload = Ballot
   decided = 13,      ///< control: the decision of agreement `seq` of `comm`; payload = Ballot
+  // Membership (docs/PROTOCOL.md, "Membership").
+  welcome = 14,      ///< control: member -> admitted joiner: communicator `comm` was grown by
+                     ///< agreement `seq`; payload = its members (encode_members)
 };
 
+/// World ranks an elastic job may ever number (members, joiners, replacements): the
+/// membership service stops admitting beyond it.
+inline constexpr std::uint32_t max_node_ids = 1u << 16;
+
 /// Largest payload of an agree or decided frame: a ballot naming 2^18 failed ranks.
-inline constexpr std::uint64_t max_ballot_payload = 12 + 4 * (std::uint64_t{1} << 18);
+inline constexpr std::uint64_t max_ballot_payload = 20 + 4 * (std::uint64_t{1} << 18);
 
 /// flags of an rdata frame.
 inline constexpr std::uint8_t flag_cancelled = 0x01;  ///< sender cancelled; payload empty

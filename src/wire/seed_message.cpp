@@ -138,6 +138,24 @@ class Reader {
   std::size_t off_ = 0;
 };
 
+// A member: node, address, u16 flags (bit 0: joined late).
+Member member(Reader& r) {
+  Member m;
+  m.node = r.str("member node");
+  m.addr = r.str("member address");
+  const std::uint16_t flags = r.u16("member flags");
+  if (flags & ~1u) throw Malformed("seed member entry has unknown flags");
+  m.late = flags & 1u;
+  return m;
+}
+
+template <class W>
+void put_member(W& w, const Member& m) {
+  w.str(m.node);
+  w.str(m.addr);
+  w.u16(m.late ? 1 : 0);
+}
+
 SeedMessage decode_body(SeedMsgType type, Reader& r) {
   switch (type) {
     case SeedMsgType::hello: {
@@ -163,22 +181,29 @@ SeedMessage decode_body(SeedMsgType type, Reader& r) {
     case SeedMsgType::accept: {
       JoinAccept m;
       m.rank = r.i32("rank");
+      m.flags = r.u16("flags");
+      if (m.flags & ~(accept_elastic | accept_late)) throw Malformed("seed accept has unknown flags");
       m.ca_pem = r.str("ca");
       m.cert_pem = r.str("cert");
       const std::uint32_t n = r.u32("members");
       if (n == 0 || n > kMaxMembers)
         throw Malformed("seed accept names " + std::to_string(n) + " members");
       // Each member needs at least its two length fields: bound the reservation by the body.
-      r.need(std::size_t{n} * 8, "members");
+      r.need(std::size_t{n} * 10, "members");
       m.members.resize(n);
-      for (auto& mem : m.members) {
-        mem.node = r.str("member node");
-        mem.addr = r.str("member address");
-      }
+      for (auto& mem : m.members) mem = member(r);
       r.end();
       if (m.rank < 0 || static_cast<std::uint32_t>(m.rank) >= n)
         throw Malformed("seed accept assigns rank " + std::to_string(m.rank) + " of " +
                         std::to_string(n));
+      return m;
+    }
+    case SeedMsgType::announce: {
+      Announce m;
+      m.rank = r.i32("rank");
+      m.member = member(r);
+      r.end();
+      if (m.rank < 0) throw Malformed("seed announcement of rank " + std::to_string(m.rank));
       return m;
     }
     case SeedMsgType::reject: {
@@ -198,7 +223,7 @@ std::uint32_t check_header(const std::uint8_t* p, std::uint32_t limit) {
   if (p[4] != seed_protocol_version)
     throw Malformed("seed protocol version " + std::to_string(p[4]) + ", expected " +
                     std::to_string(seed_protocol_version));
-  if (p[5] < 1 || p[5] > 4) throw Malformed("unknown seed message type " + std::to_string(p[5]));
+  if (p[5] < 1 || p[5] > 5) throw Malformed("unknown seed message type " + std::to_string(p[5]));
   if (p[6] != 0 || p[7] != 0) throw Malformed("seed message reserved bytes are not zero");
   const std::uint32_t len = static_cast<std::uint32_t>(p[8]) | static_cast<std::uint32_t>(p[9]) << 8 |
                             static_cast<std::uint32_t>(p[10]) << 16 |
@@ -246,13 +271,18 @@ std::vector<std::uint8_t> encode(const JoinRequest& m) {
 std::vector<std::uint8_t> encode(const JoinAccept& m) {
   return encode_as(SeedMsgType::accept, m, [](auto& w, const JoinAccept& a) {
     w.i32(a.rank);
+    w.u16(a.flags);
     w.str(a.ca_pem);
     w.str(a.cert_pem);
     w.u32(static_cast<std::uint32_t>(a.members.size()));  // fits: the body size did
-    for (const auto& mem : a.members) {
-      w.str(mem.node);
-      w.str(mem.addr);
-    }
+    for (const auto& mem : a.members) put_member(w, mem);
+  });
+}
+
+std::vector<std::uint8_t> encode(const Announce& m) {
+  return encode_as(SeedMsgType::announce, m, [](auto& w, const Announce& a) {
+    w.i32(a.rank);
+    put_member(w, a.member);
   });
 }
 

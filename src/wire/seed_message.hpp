@@ -25,7 +25,7 @@ inline constexpr std::uint32_t max_seed_reply = 64 * 1024 * 1024;
 
 using Proof = std::array<std::uint8_t, 32>;
 
-enum class SeedMsgType : std::uint8_t { hello = 1, join = 2, accept = 3, reject = 4 };
+enum class SeedMsgType : std::uint8_t { hello = 1, join = 2, accept = 3, reject = 4, announce = 5 };
 
 /// Seed -> joiner, first: the seed proves it knows the token and names the cluster.
 struct SeedHello {
@@ -48,14 +48,28 @@ struct JoinRequest {
 struct Member {
   std::string node;
   std::string addr;  ///< "ip:port" / "[ip]:port"
+  bool late = false;  ///< admitted after formation (it waits for a grow, or waited)
 };
 
-/// Seed -> joiner, when the cluster formed.
+/// accept flags.
+inline constexpr std::uint16_t accept_elastic = 0x1;  ///< the seed keeps admitting; stay linked
+inline constexpr std::uint16_t accept_late = 0x2;     ///< joined a running job
+
+/// Seed -> joiner, when the cluster formed, or (elastic) when a joiner of the running job
+/// is admitted: then `rank` is its new world rank, the last of `members`.
 struct JoinAccept {
   std::int32_t rank = 0;
+  std::uint16_t flags = 0;
   std::string ca_pem;
   std::string cert_pem;
-  std::vector<Member> members;  ///< indexed by rank; the world size is its size
+  std::vector<Member> members;  ///< indexed by world rank; every rank handed out so far
+};
+
+/// Seed -> every node still linked (elastic): world rank `rank` was handed out to `member`.
+/// Announcements come in rank order.
+struct Announce {
+  std::int32_t rank = 0;
+  Member member;
 };
 
 /// Seed -> joiner, when it will not be admitted; `code` is a nexar::Errc value.
@@ -64,7 +78,7 @@ struct JoinReject {
   std::string reason;
 };
 
-using SeedMessage = std::variant<SeedHello, JoinRequest, JoinAccept, JoinReject>;
+using SeedMessage = std::variant<SeedHello, JoinRequest, JoinAccept, JoinReject, Announce>;
 
 /// The fixed header of a message of `type` whose body is `body_size` bytes: what every
 /// encode() below writes in front of the body. `body_size` is not checked against any limit.
@@ -75,6 +89,7 @@ std::vector<std::uint8_t> encode(const SeedHello& m);
 std::vector<std::uint8_t> encode(const JoinRequest& m);
 std::vector<std::uint8_t> encode(const JoinAccept& m);
 std::vector<std::uint8_t> encode(const JoinReject& m);
+std::vector<std::uint8_t> encode(const Announce& m);
 
 /// Incremental decoder of one direction of a seed stream. Never buffers more than the
 /// header's announced body, and refuses bodies over `limit` from the header alone.

@@ -10,6 +10,9 @@
 //   NEXAR_CLUSTER_TOKEN=...          (only when the token was generated here)
 //   NEXAR_SEED_FINGERPRINT=sha256:...
 //
+// With --elastic it keeps running after formation and admits joiners into the running job
+// (they wait until the members grow) until SIGINT or SIGTERM.
+//
 // Exit status: 0 when the cluster formed, 1 when it did not (formation timeout, bind
 // failure...), 2 on bad options (a bad --listen address included), 128+signal when stopped
 // by SIGINT or SIGTERM.
@@ -199,6 +202,7 @@ int main(int argc, char** argv) {
   std::int64_t formation_timeout_ms = 120000;
   std::string token;
   std::string token_file;
+  bool elastic = false;
   std::string cluster;
   std::string ca_out;
   std::string env_file;
@@ -223,6 +227,9 @@ int main(int argc, char** argv) {
       app.add_option("--token-file", token_file, "file holding the cluster token");
   token_opt->excludes(token_file_opt);
   app.add_option("--cluster", cluster, "cluster name (default: random)");
+  app.add_flag("--elastic", elastic,
+               "after formation keep admitting nodes into the running job until stopped (the members' "
+               "grow() admits them); needs a real token, never one derived from a launcher's job id");
   app.add_option("--ca-out", ca_out, "write the cluster CA certificate (PEM) to PATH");
   app.add_option("--env-file", env_file,
                  "once listening, write the NEXAR_* lines (token included) to PATH, mode 0600");
@@ -280,6 +287,7 @@ int main(int argc, char** argv) {
   options.formation_timeout = std::chrono::milliseconds(formation_timeout_ms);
   options.token = token;
   options.cluster = cluster;
+  options.elastic = elastic;
 
   int stop_signal = 0;
   try {
@@ -306,7 +314,11 @@ int main(int argc, char** argv) {
 
       const int formed = seed.wait();
       print_stdout("nexar-seed: cluster formed with " + std::to_string(formed) + " ranks\n");
-      return 0;
+      if (!elastic) return 0;
+      // The membership service of a running job: it admits joiners until stopped.
+      print_stdout("nexar-seed: elastic: admitting joiners into the running job until stopped\n");
+      while (watcher.signal() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      throw std::runtime_error("stopped");
     } catch (const std::exception&) {
       stop_signal = watcher.signal();
       if (stop_signal == 0) throw;
