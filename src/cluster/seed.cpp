@@ -339,17 +339,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
         return;
       }
     }
-    try {
-      quic::Address a = req.advertise.empty() ? j.conn->remote() : quic::Address::with_host(req.advertise, req.port);
-      if (req.port == 0)
-        throw Error(Errc::invalid_argument, "node " + req.node + " from " + from + " announced data port 0");
-      a.set_port(req.port);
-      j.addr = a.to_string();
-      j.cert = ca->sign(req.csr_pem, req.node);
-    } catch (const Error& e) {
-      refuse(j, e.code() == Errc::tls ? Errc::tls : Errc::invalid_argument, e.what());
-      return;
-    }
+    if (!address_and_sign(j, req)) return;
     j.req = std::move(req);
     j.admitted = true;
     j.order = next_order++;
@@ -357,6 +347,24 @@ struct Seed::Impl final : quic::ConnectionHandler {
     log::info("seed: admitted {} ({}, host '{}', asks rank {}): {} of {}", j.req.node, j.addr,
               j.req.host, j.req.rank, n, opts.world);
     if (n == static_cast<std::size_t>(opts.world)) form(static_cast<int>(n));
+  }
+
+  // Works out the address peers dial `j` at (the advertised IP, else where its request came
+  // from, with its data port) and signs its certificate; refuses it (false) when either fails.
+  bool address_and_sign(Joiner& j, const wire::JoinRequest& req) {
+    try {
+      if (req.port == 0)
+        throw Error(Errc::invalid_argument,
+                    "node " + req.node + " from " + j.conn->remote().to_string() + " announced data port 0");
+      quic::Address a = req.advertise.empty() ? j.conn->remote() : quic::Address::with_host(req.advertise, req.port);
+      a.set_port(req.port);
+      j.addr = a.to_string();
+      j.cert = ca->sign(req.csr_pem, req.node);
+      return true;
+    } catch (const Error& e) {
+      refuse(j, e.code() == Errc::tls ? Errc::tls : Errc::invalid_argument, e.what());
+      return false;
+    }
   }
 
   // Elastic, after formation: the joiner gets the next world rank, a certificate, and the
@@ -378,18 +386,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
       refuse(j, Errc::rejected, "this cluster handed out all " + std::to_string(wire::max_node_ids) + " world ranks");
       return;
     }
-    const std::string from = j.conn->remote().to_string();
-    try {
-      if (req.port == 0)
-        throw Error(Errc::invalid_argument, "node " + req.node + " from " + from + " announced data port 0");
-      quic::Address a = req.advertise.empty() ? j.conn->remote() : quic::Address::with_host(req.advertise, req.port);
-      a.set_port(req.port);
-      j.addr = a.to_string();
-      j.cert = ca->sign(req.csr_pem, req.node);
-    } catch (const Error& e) {
-      refuse(j, e.code() == Errc::tls ? Errc::tls : Errc::invalid_argument, e.what());
-      return;
-    }
+    if (!address_and_sign(j, req)) return;
     j.req = std::move(req);
     j.admitted = true;
     j.member = true;
