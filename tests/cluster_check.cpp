@@ -35,7 +35,7 @@
 // --grow N (an elastic cluster, NEXAR_ELASTIC=1 or nexar-seed --elastic): the members wait
 // until N joiners are ready on each of them and grow() them in; a process that joins the
 // running job instead returns from join_from_env() inside that grow. Then everyone runs the
-// battery on the grown communicator.
+// battery on the grown communicator (tests/elastic_grow_test.sh, tests/netns_elastic_test.sh).
 //
 // Output: failures as "rank R: <what>: element I is X expected Y", then one line per rank,
 // "rank R/W: N checks passed" (or "rank R/W: F of N checks FAILED"). Exit status 0 only when
