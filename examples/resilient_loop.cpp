@@ -35,8 +35,9 @@
 // index: its result says how many members took part and the sum of their steps, the same for
 // all of them, and when the steps differ everybody goes back to the earliest one.
 // Joiners (elastic jobs: nexar-run --elastic or --max-restarts, nexar-seed --elastic): each
-// all_reduce also sums every member's Communicator::pending_joiners(); when that is not 0,
-// every member calls grow() at the start of the next step (manual policy: agree() first, so
+// all_reduce also counts the members whose Communicator::pending_joiners() is at least
+// --min-joiners; when that is every member, every member calls grow() at the start of the
+// next step (manual policy: agree() first, so
 // that it pairs with the agree() of a member recovering meanwhile). A joiner (its communicator
 // is joined_by_grow()) does not know the step or the failure count: it contributes neither,
 // the result shows that one member did not, and everybody takes the step (the earliest, as
@@ -54,6 +55,8 @@
 //   --steps N          steps to run (default 100)
 //   --count ELEMENTS   float64 elements per all_reduce (default 1024)
 //   --step-ms MS       minimum wall time of a step: sleep the remainder (default 0)
+//   --min-joiners N    grow once every member sees at least N joiners waiting (default 1;
+//                      bench/elastic.sh waits for all of a batch to grow once)
 //   --policy P         manual | automatic (default: NEXAR_ON_FAILURE, else automatic)
 //   --report FILE      per failure event and survivor, one line (appended with one write, so
 //                      several ranks can share FILE; "-" is stderr):
@@ -120,6 +123,7 @@ struct Options {
   std::int64_t steps = 100;
   std::int64_t count = 1024;
   std::int64_t step_ms = 0;
+  std::int64_t min_joiners = 1;
   std::optional<FailurePolicy> policy;
   std::string report;
   std::string pid_dir;
@@ -285,7 +289,9 @@ class Loop {
   //    one step ahead, everybody sees it in the same result and goes back to the earliest
   //    step together; a joiner learns the step and the count (all knowers agree on the
   //    count exactly when (sum F)^2 == knowers * sum F^2);
-  //  * pending_joiners(): more than 0, and everybody grows at the start of the next step.
+  //  * 1 from each member that sees at least --min-joiners joiners waiting
+  //    (pending_joiners()): when every member does, everybody grows at the start of the next
+  //    step (grow() admits the joiners every member is connected to).
   static constexpr std::size_t kTail = 6;
   enum Tail : std::size_t { kOne = 0, kKnows, kStep, kFailures, kFailuresSquared, kWaiting };
   static constexpr std::uint64_t kDone = 1;
@@ -317,7 +323,7 @@ class Loop {
       tail[kFailures] = static_cast<double>(failures_);
       tail[kFailuresSquared] = static_cast<double>(failures_ * failures_);
     }
-    tail[kWaiting] = comm_.pending_joiners();
+    tail[kWaiting] = comm_.pending_joiners() >= o_.min_joiners ? 1 : 0;
     rank_ = comm_.rank();
     std::vector<int> members = comm_.world_ranks();
     comm_.all_reduce(buf_, ReduceOp::sum);
@@ -368,8 +374,8 @@ class Loop {
       }
     }
     size_ = static_cast<int>(members.size());
-    // Joiners are waiting: everybody saw it in this result, everybody grows next.
-    grow_next_ = tail[kWaiting] > 0;
+    // Every member sees joiners waiting: everybody saw it in this result, everybody grows next.
+    grow_next_ = static_cast<std::int64_t>(tail[kWaiting]) == participants;
     if (s == o_.steps) return finish(static_cast<std::int64_t>(buf_[0]));
 
     bool ok = true;
@@ -582,8 +588,8 @@ class Loop {
 void usage(std::FILE* f) {
   std::fprintf(f,
                "usage: resilient_loop [--steps N] [--count ELEMENTS] [--step-ms MS]\n"
-               "                      [--policy manual|automatic] [--report FILE] [--pid-dir DIR]\n"
-               "                      [--verbose]\n"
+               "                      [--min-joiners N] [--policy manual|automatic] [--report FILE]\n"
+               "                      [--pid-dir DIR] [--verbose]\n"
                "Run under a launcher, e.g.\n"
                "  nexar-run -n 4 --on-failure continue resilient_loop --steps 300 --step-ms 20\n"
                "and kill -9 one rank while it runs (with --max-restarts 3 instead of --on-failure\n"
@@ -614,6 +620,8 @@ Options parse(int argc, char** argv) {
       o.count = number(a, arg(), 1);
     } else if (a == "--step-ms") {
       o.step_ms = number(a, arg(), 0);
+    } else if (a == "--min-joiners") {
+      o.min_joiners = number(a, arg(), 1);
     } else if (a == "--policy") {
       const std::string_view p = arg();
       if (p == "manual") o.policy = FailurePolicy::manual;
