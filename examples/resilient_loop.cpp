@@ -8,6 +8,14 @@
 //
 //   resilient_loop: steps=300 world=3 failures=1 wrong=0
 //
+// (world: the members at the end; failures: every member lost over the whole run). In an
+// elastic job the loop also admits joiners, and a lost rank can be replaced:
+//
+//   nexar-run -n 4 --max-restarts 3 build/bin/resilient_loop --steps 600 --step-ms 20
+//
+// restarts a killed rank as a joiner of the running job; the members grow it in at the start
+// of a step, it catches up, and the run ends with world=4 failures=1 wrong=0.
+//
 // It must be started by a launcher (nexar-run, or anything nexar::join_from_env()
 // understands: nexar-seed's environment file, torchrun, mpirun, srun); every process is one
 // rank. Every step all-reduces (sum) --count float64 values; element i of world rank w at
@@ -23,9 +31,20 @@
 //    and retries the step on the shrunk communicator.
 //  * abort: a failure is fatal (exit 1).
 // Survivors may be a step apart after a failure: one may have finished the step the others
-// failed. So every all_reduce carries two more elements, 1 and the step index: its result says how
-// many members took part and the sum of their steps, the same for all of them, and when the
-// steps differ everybody goes back to the earliest one. The run ends with an all_reduce of
+// failed. So every all_reduce carries more elements after the data, among them 1 and the step
+// index: its result says how many members took part and the sum of their steps, the same for
+// all of them, and when the steps differ everybody goes back to the earliest one.
+// Joiners (elastic jobs: nexar-run --elastic or --max-restarts, nexar-seed --elastic): each
+// all_reduce also counts the members whose Communicator::pending_joiners() is at least
+// --min-joiners; when that is every member, every member calls grow() at the start of the
+// next step (manual policy: agree() first, so
+// that it pairs with the agree() of a member recovering meanwhile). A joiner (its communicator
+// is joined_by_grow()) does not know the step or the failure count: it contributes neither,
+// the result shows that one member did not, and everybody takes the step (the earliest, as
+// above) and the count from that result, which counts for nothing else. A grow right after a
+// recovery works the same; a grow that meets a member's shrink (it did not see the joiners
+// because its all_reduce failed) admits nobody, and the joiners wait for the next one.
+// The run ends with an all_reduce of
 // the `wrong` counts, then (manual) an agree() that every live member leaves with the same
 // answer: if a member was still recovering, everybody recovers and ends again together.
 // Under automatic there is no such closing agreement (the runtime's own would interleave
@@ -36,6 +55,8 @@
 //   --steps N          steps to run (default 100)
 //   --count ELEMENTS   float64 elements per all_reduce (default 1024)
 //   --step-ms MS       minimum wall time of a step: sleep the remainder (default 0)
+//   --min-joiners N    grow once every member sees at least N joiners waiting (default 1;
+//                      bench/elastic.sh waits for all of a batch to grow once)
 //   --policy P         manual | automatic (default: NEXAR_ON_FAILURE, else automatic)
 //   --report FILE      per failure event and survivor, one line (appended with one write, so
 //                      several ranks can share FILE; "-" is stderr):
@@ -50,8 +71,17 @@
 //                      and shrink inside the runtime); first_ms: from the end of the recovery
 //                      to the end of the first all_reduce of the loop's data that checked
 //                      correct. size_before/size_after: members before and after; failed: how
-//                      many failed, as far as this rank learned.
-//   --pid-dir DIR      write this process's pid to DIR/rank<N>.pid (N: world rank) once joined
+//                      many failed, as far as this rank learned. Also, per grow and member:
+//                        resilient_loop_grow world_rank=W policy=P step=S size_before=B
+//                        size_after=A joined=J agree_ms=X grow_ms=Y end_ns=T
+//                      (agree_ms: the agree() before grow() under manual, else -1; end_ns:
+//                      CLOCK_REALTIME when grow() returned), and per joiner, once it caught up:
+//                        resilient_loop_joined world_rank=W rank=R size=N step=S failures=F
+//                        first_ms=X first_ns=T
+//                      (first_ms: from the start of main to the end of its first all_reduce;
+//                      first_ns: CLOCK_REALTIME then).
+//   --pid-dir DIR      write this process's pid to DIR/rank<N>.pid (N: world rank, a new one
+//                      for a joiner of the running job) once joined
 //   --verbose          diagnostics on stderr (also when NEXAR_DEBUG is info or above)
 // Stdout carries only the summary line. Exit status: 0 when every check passed, 1 on a
 // wrong result or an error that is not a member's failure, 2 for bad usage.
@@ -75,6 +105,7 @@
 #include <exception>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -92,6 +123,7 @@ struct Options {
   std::int64_t steps = 100;
   std::int64_t count = 1024;
   std::int64_t step_ms = 0;
+  std::int64_t min_joiners = 1;
   std::optional<FailurePolicy> policy;
   std::string report;
   std::string pid_dir;
@@ -201,15 +233,18 @@ struct Event {
 
 class Loop {
  public:
-  Loop(Communicator comm, const Options& o, FailurePolicy policy, const Report& report)
+  Loop(Communicator comm, const Options& o, FailurePolicy policy, const Report& report,
+       Clock::time_point started)
       : comm_(std::move(comm)),
         o_(o),
         policy_(policy),
         report_(report),
-        world_rank_(comm_.rank()),
-        world_size_(comm_.size()),
-        size_(world_size_),
+        started_(started),
+        world_rank_(comm_.world_ranks()[static_cast<std::size_t>(comm_.rank())]),
+        size_(comm_.size()),
         id_(comm_.id()),
+        members_(comm_.world_ranks()),
+        know_(!comm_.joined_by_grow()),
         buf_(static_cast<std::size_t>(o.count) + kTail) {
     watch();
   }
@@ -231,24 +266,34 @@ class Loop {
     }
     const int final_size = comm_.size();
     if (comm_.rank() == lowest_live_) {
-      std::printf("resilient_loop: steps=%lld world=%d failures=%d wrong=%lld\n",
+      std::printf("resilient_loop: steps=%lld world=%d failures=%lld wrong=%lld\n",
                   static_cast<long long>(o_.steps), final_size - closing_failed_,
-                  world_size_ - final_size + closing_failed_, static_cast<long long>(total_wrong_));
+                  static_cast<long long>(failures_ + closing_failed_), static_cast<long long>(total_wrong_));
       std::fflush(stdout);
     }
-    debug("done: rank %d of %d; %lld all_reduces, %lld out of step, %lld wrong here; %d failure events",
+    debug("done: rank %d of %d; %lld all_reduces, %lld out of step, %lld wrong here; %d failure events, "
+          "%d grows",
           comm_.rank(), final_size, static_cast<long long>(runs_), static_cast<long long>(out_of_step_),
-          static_cast<long long>(wrong_), events_);
+          static_cast<long long>(wrong_), events_, grows_);
     comm_.close();
     return total_wrong_ == 0 ? 0 : 1;
   }
 
  private:
-  // Every all_reduce carries two more elements, 1 and the step index, so its result says
-  // how many members took part and the sum of their steps: a survivor that finished a step
-  // the others failed (the failure reached it a moment later) is one step ahead, and
-  // everybody sees it in the same result and goes back to the earliest step together.
-  static constexpr std::size_t kTail = 2;
+  // Every all_reduce carries more elements after the data (the tail), so that its result,
+  // the same on every member, tells every member the same things:
+  //  * 1 from everybody: how many took part;
+  //  * 1 from each member that knows the run's state (every one but a joiner not yet caught
+  //    up), and from those the step index, the failure count and its square: a survivor
+  //    that finished a step the others failed (the failure reached it a moment later) is
+  //    one step ahead, everybody sees it in the same result and goes back to the earliest
+  //    step together; a joiner learns the step and the count (all knowers agree on the
+  //    count exactly when (sum F)^2 == knowers * sum F^2);
+  //  * 1 from each member that sees at least --min-joiners joiners waiting
+  //    (pending_joiners()): when every member does, everybody grows at the start of the next
+  //    step (grow() admits the joiners every member is connected to).
+  static constexpr std::size_t kTail = 6;
+  enum Tail : std::size_t { kOne = 0, kKnows, kStep, kFailures, kFailuresSquared, kWaiting };
   static constexpr std::uint64_t kDone = 1;
   // Errors without a single all_reduce in between: past this, give up rather than spin.
   static constexpr int kMaxFailuresInARow = 100;
@@ -257,28 +302,60 @@ class Loop {
   /// counts). True when the run is over.
   bool op() {
     const auto t0 = Clock::now();
-    const std::int64_t s = next_;
-    const std::size_t n = buf_.size() - kTail;
-    if (s < o_.steps) {
-      for (std::size_t i = 0; i < n; ++i) buf_[i] = value(s, world_rank_, i);
-    } else {
-      std::fill(buf_.begin(), buf_.end(), 0.0);
-      buf_[0] = static_cast<double>(wrong_);
-    }
-    buf_[n] = 1;
-    buf_[n + 1] = static_cast<double>(s);
     // Under the automatic policy any call on a revoked communicator first rebuilds it in
     // place (a collective among the survivors): id() does it here, visibly.
     const auto before_id = Clock::now();
     if (comm_.id() != id_) recover(nullptr, nullptr, before_id);
+    if (grow_next_) admit();
+    const std::int64_t s = next_;
+    const std::size_t n = buf_.size() - kTail;
+    std::fill(buf_.begin(), buf_.end(), 0.0);
+    if (know_ && s < o_.steps) {
+      for (std::size_t i = 0; i < n; ++i) buf_[i] = value(s, world_rank_, i);
+    } else if (know_) {
+      buf_[0] = static_cast<double>(wrong_);
+    }
+    double* tail = buf_.data() + n;
+    tail[kOne] = 1;
+    if (know_) {
+      tail[kKnows] = 1;
+      tail[kStep] = static_cast<double>(s);
+      tail[kFailures] = static_cast<double>(failures_);
+      tail[kFailuresSquared] = static_cast<double>(failures_ * failures_);
+    }
+    tail[kWaiting] = comm_.pending_joiners() >= o_.min_joiners ? 1 : 0;
     rank_ = comm_.rank();
     std::vector<int> members = comm_.world_ranks();
     comm_.all_reduce(buf_, ReduceOp::sum);
     ++runs_;
     failures_in_a_row_ = 0;
-    const auto taking_part = static_cast<std::int64_t>(buf_[n]);
-    const auto step_sum = static_cast<std::int64_t>(buf_[n + 1]);
-    if (step_sum != taking_part * s || taking_part < 1) {
+    const auto participants = static_cast<std::int64_t>(tail[kOne]);
+    const auto taking_part = static_cast<std::int64_t>(tail[kKnows]);
+    const auto step_sum = static_cast<std::int64_t>(tail[kStep]);
+    const auto failure_sum = static_cast<std::int64_t>(tail[kFailures]);
+    if (taking_part < 1) throw std::runtime_error("no member of the communicator knows the run's state");
+    if (failure_sum * failure_sum != taking_part * static_cast<std::int64_t>(tail[kFailuresSquared])) {
+      // A member has not counted a failure the others have (it had not looked at the rebuilt
+      // communicator yet): once it has, the counts agree.
+      ++out_of_step_;
+      debug("step %lld: the members' failure counts differ: step redone", static_cast<long long>(s));
+      return false;
+    }
+    if (taking_part < participants) {
+      // A joiner took part: everybody goes (back) to the earliest step, and the joiner learns
+      // it and the failure count. This all_reduce's data counts for nothing.
+      next_ = step_sum / taking_part;
+      failures_ = failure_sum / taking_part;
+      if (!know_) {
+        know_ = true;
+        report_joined();
+      }
+      debug("step %lld: %lld joiner(s) caught up: all at step %lld, %lld failure(s) so far",
+            static_cast<long long>(s), static_cast<long long>(participants - taking_part),
+            static_cast<long long>(next_), static_cast<long long>(failures_));
+      return false;
+    }
+    if (step_sum != taking_part * s) {
       // Out of step: redo the earliest step (they differ by one at most: floor is the min).
       ++out_of_step_;
       next_ = taking_part > 0 ? step_sum / taking_part : next_;
@@ -287,16 +364,18 @@ class Loop {
             static_cast<long long>(next_));
       return false;
     }
-    if (static_cast<std::size_t>(taking_part) != members.size()) {
+    if (static_cast<std::size_t>(participants) != members.size()) {
       members = comm_.world_ranks();  // rebuilt during the call: it ran on the new members
-      if (static_cast<std::size_t>(taking_part) != members.size()) {
+      if (static_cast<std::size_t>(participants) != members.size()) {
         ++out_of_step_;
         debug("step %lld: %lld members took part, the communicator has %zu: step redone",
-              static_cast<long long>(s), static_cast<long long>(taking_part), members.size());
+              static_cast<long long>(s), static_cast<long long>(participants), members.size());
         return false;
       }
     }
     size_ = static_cast<int>(members.size());
+    // Every member sees joiners waiting: everybody saw it in this result, everybody grows next.
+    grow_next_ = static_cast<std::int64_t>(tail[kWaiting]) == participants;
     if (s == o_.steps) return finish(static_cast<std::int64_t>(buf_[0]));
 
     bool ok = true;
@@ -326,6 +405,7 @@ class Loop {
   /// recovers and the loop goes on. True when the run is over.
   bool finish(std::int64_t total_wrong) {
     total_wrong_ = total_wrong;
+    grow_next_ = false;  // joiners that arrive now are too late: the run is over
     if (policy_ != FailurePolicy::manual) return true;
     const Communicator::Agreement a = comm_.agree(kDone);
     if ((a.value & kDone) == 0) {
@@ -353,6 +433,9 @@ class Loop {
     ev.failed = e != nullptr ? std::max<std::size_t>(1, e->failed_ranks().size())
                 : agreed != nullptr ? agreed->failed.size() : 0;
     ++events_;
+    // A grow decided on the last all_reduce is off: members whose all_reduce failed did not
+    // decide it. The next all_reduce after the recovery decides again, for everybody.
+    grow_next_ = false;
     if (e != nullptr)
       debug("step %lld: %s (failed: %s)", static_cast<long long>(next_), e->what(), join_ints(e->failed_ranks()).c_str());
     if (policy_ == FailurePolicy::manual) {
@@ -374,6 +457,7 @@ class Loop {
       ev.shrink_ms = ms_since(since);
     }
     id_ = comm_.id();
+    adopt_members();
     if (ev.failed == 0) ev.failed = static_cast<std::size_t>(std::max(0, size_ - comm_.size()));
     ev.recovered = Clock::now();
     debug("recovered: now rank %d of %d, members %s (agree %.3f ms, %s %.3f ms)", comm_.rank(), comm_.size(),
@@ -390,6 +474,58 @@ class Loop {
     if (ev.agree_ms >= 0) p.agree_ms = std::max(0.0, p.agree_ms) + ev.agree_ms;
     if (ev.shrink_ms >= 0) p.shrink_ms = std::max(0.0, p.shrink_ms) + ev.shrink_ms;
     p.recovered = ev.recovered;
+  }
+
+  /// Admits the waiting joiners: grow() on every member, at the start of the same step.
+  /// Under the manual policy an agree() comes first: a member whose last all_reduce failed
+  /// (so it did not decide to grow) recovers with agree() and shrink() meanwhile, and the
+  /// two calls must pair up; a shrink() meeting a grow() admits nobody and gives both the
+  /// same communicator (Communicator::grow). Under automatic the runtime's rebuild is a
+  /// shrink() alone, which meets the grow() alike. The joiners catch up in the next
+  /// all_reduce (see kTail).
+  void admit() {
+    grow_next_ = false;
+    const int before = comm_.size();
+    const std::int64_t step = next_;
+    const auto t0 = Clock::now();
+    if (policy_ == FailurePolicy::manual) comm_.agree(0);
+    const auto t1 = Clock::now();
+    Communicator next = comm_.grow();
+    const auto t2 = Clock::now();
+    comm_ = std::move(next);
+    watch();
+    id_ = comm_.id();
+    const int joined = adopt_members();
+    ++grows_;
+    const double agree_ms = policy_ == FailurePolicy::manual ? ms_since(t0, t1) : -1.0;
+    const double grow_ms = ms_since(t1, t2);
+    debug("step %lld: grew from %d to %d members %s (%d joined; agree %.3f ms, grow %.3f ms)",
+          static_cast<long long>(step), before, comm_.size(), join_ints(members_).c_str(), joined, agree_ms,
+          grow_ms);
+    report_.line("resilient_loop_grow world_rank=" + std::to_string(world_rank_) + " policy=" +
+                 nexar::to_string(policy_) + " step=" + std::to_string(step) + " size_before=" +
+                 std::to_string(before) + " size_after=" + std::to_string(comm_.size()) + " joined=" +
+                 std::to_string(joined) + " agree_ms=" + fmt_ms(agree_ms) + " grow_ms=" + fmt_ms(grow_ms) +
+                 " end_ns=" + std::to_string(realtime_ns()));
+  }
+
+  /// After the communicator changed: members gone count as failures (nobody leaves in an
+  /// orderly way here); returns how many members are new.
+  int adopt_members() {
+    std::vector<int> now = comm_.world_ranks();
+    int added = 0;
+    for (int w : now) added += std::find(members_.begin(), members_.end(), w) == members_.end() ? 1 : 0;
+    for (int w : members_) failures_ += std::find(now.begin(), now.end(), w) == now.end() ? 1 : 0;
+    members_ = std::move(now);
+    return added;
+  }
+
+  /// A joiner's first all_reduce completed: it knows the run's state now.
+  void report_joined() const {
+    report_.line("resilient_loop_joined world_rank=" + std::to_string(world_rank_) + " rank=" +
+                 std::to_string(comm_.rank()) + " size=" + std::to_string(comm_.size()) + " step=" +
+                 std::to_string(next_) + " failures=" + std::to_string(failures_) + " first_ms=" +
+                 fmt_ms(ms_since(started_)) + " first_ns=" + std::to_string(realtime_ns()));
   }
 
   void report_event(const Event& ev) const {
@@ -422,12 +558,19 @@ class Loop {
   const Options& o_;
   const FailurePolicy policy_;
   const Report& report_;
+  const Clock::time_point started_;  // when the process started (main)
   const int world_rank_;
-  const int world_size_;
   int size_;                 // members at the last step that ran
   int rank_ = -1;            // this rank's number in the communicator of the last step
   int failures_in_a_row_ = 0;
   std::uint64_t id_;         // the communicator's id as this loop last knew it
+  std::vector<int> members_;  // its world ranks then
+  // Whether this rank knows the run's state (step, failures): a joiner learns it in its
+  // first all_reduce.
+  bool know_;
+  bool grow_next_ = false;   // the last all_reduce said joiners wait: grow before the next
+  std::int64_t failures_ = 0;  // members lost over the whole run
+  int grows_ = 0;
   std::vector<double> buf_;  // count values, then the tail (kTail)
   std::int64_t next_ = 0;    // the step to run next; == steps: the ending
   std::optional<Event> pending_;
@@ -445,12 +588,13 @@ class Loop {
 void usage(std::FILE* f) {
   std::fprintf(f,
                "usage: resilient_loop [--steps N] [--count ELEMENTS] [--step-ms MS]\n"
-               "                      [--policy manual|automatic] [--report FILE] [--pid-dir DIR]\n"
-               "                      [--verbose]\n"
+               "                      [--min-joiners N] [--policy manual|automatic] [--report FILE]\n"
+               "                      [--pid-dir DIR] [--verbose]\n"
                "Run under a launcher, e.g.\n"
                "  nexar-run -n 4 --on-failure continue resilient_loop --steps 300 --step-ms 20\n"
-               "and kill -9 one rank while it runs. The header of examples/resilient_loop.cpp\n"
-               "describes every option and the --report format.\n");
+               "and kill -9 one rank while it runs (with --max-restarts 3 instead of --on-failure\n"
+               "continue, nexar-run starts it again and the loop admits it). The header of\n"
+               "examples/resilient_loop.cpp describes every option and the --report format.\n");
 }
 
 std::int64_t number(std::string_view opt, std::string_view s, std::int64_t min) {
@@ -476,6 +620,8 @@ Options parse(int argc, char** argv) {
       o.count = number(a, arg(), 1);
     } else if (a == "--step-ms") {
       o.step_ms = number(a, arg(), 0);
+    } else if (a == "--min-joiners") {
+      o.min_joiners = number(a, arg(), 1);
     } else if (a == "--policy") {
       const std::string_view p = arg();
       if (p == "manual") o.policy = FailurePolicy::manual;
@@ -500,6 +646,7 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = Clock::now();
   Options o;
   try {
     o = parse(argc, argv);
@@ -518,13 +665,15 @@ int main(int argc, char** argv) {
     else if (std::getenv("NEXAR_ON_FAILURE") == nullptr) cfg.on_failure = FailurePolicy::automatic;
     g_verbose = o.verbose || cfg.log_level >= nexar::LogLevel::info;
     const Report report(o.report);
+    // A process joining a running (elastic) job waits here until the members grow.
     Communicator comm = nexar::join_from_env(cfg);
-    g_world_rank = comm.rank();
-    if (!o.pid_dir.empty()) write_pid_file(o.pid_dir, comm.rank());
-    debug("joined: rank %d of %d, policy %s, %lld steps of %lld elements, %lld ms each", comm.rank(),
-          comm.size(), nexar::to_string(cfg.on_failure), static_cast<long long>(o.steps),
-          static_cast<long long>(o.count), static_cast<long long>(o.step_ms));
-    Loop loop(std::move(comm), o, cfg.on_failure, report);
+    g_world_rank = comm.world_ranks()[static_cast<std::size_t>(comm.rank())];
+    if (!o.pid_dir.empty()) write_pid_file(o.pid_dir, g_world_rank);
+    debug("%s: rank %d of %d, policy %s, %lld steps of %lld elements, %lld ms each",
+          comm.joined_by_grow() ? "joined the running job" : "joined", comm.rank(), comm.size(),
+          nexar::to_string(cfg.on_failure), static_cast<long long>(o.steps), static_cast<long long>(o.count),
+          static_cast<long long>(o.step_ms));
+    Loop loop(std::move(comm), o, cfg.on_failure, report, started);
     return loop.run();
   } catch (const UsageError& e) {
     std::fprintf(stderr, "resilient_loop: %s\n", e.what.c_str());

@@ -2,7 +2,8 @@
 // can die by SIGKILL exactly as a crashed job would (its port then answers with ICMP
 // unreachable). Covers detection, the spread of the news to every member, the errors of a
 // revoked communicator, agree (with ranks dying during it), shrink (repeatedly, and on split
-// communicators), revoke by the application, and the abort, manual and automatic policies.
+// communicators), a grow meeting a shrink, revoke by the application, and the abort, manual
+// and automatic policies.
 //
 // Each rank's checks run in its own process: a failed check prints why and exits non-zero,
 // and the parent test asserts on the exit statuses. Shared memory carries timestamps.
@@ -46,6 +47,7 @@ struct Shared {
   std::atomic<std::int64_t> killed_at{0};         // when the victim killed itself
   std::atomic<std::int64_t> error_at[16]{};       // when each survivor's operation failed
   std::atomic<int> step[16]{};                    // progress of each rank
+  std::atomic<std::uint64_t> id[16]{};            // a communicator id each rank got
 };
 
 Shared* shared() {
@@ -407,6 +409,27 @@ TEST(Failure, AutomaticPolicyRebuildsInPlace) {
       RANK_CHECK(rank, all_reduce_step(pair, 5, 100), "pair all_reduce wrong");
     }
     c.on_failure({});
+  });
+  expect_all(status, {0, 0, 0, 128 + SIGKILL});
+}
+
+// A grow that admits nobody meets a shrink at the same agreement number: under the
+// automatic policy one member's in-place rebuild shrinks while another, which finished the
+// last collective before it saw the failure, grows. Both must get the same communicator.
+TEST(Failure, GrowMeetingShrinkBuildsTheSameCommunicator) {
+  auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    c.barrier();
+    if (rank == 3) die();
+    Communicator next = rank < 2 ? c.grow() : c.shrink();
+    RANK_CHECK(rank, next.size() == 3 && next.rank() == rank, std::to_string(next.size()));
+    RANK_CHECK(rank, next.world_ranks() == (std::vector<int>{0, 1, 2}), join(next.world_ranks()));
+    shared()->id[rank].store(next.id());
+    for (int r = 0; r < 3; ++r) {
+      for (int i = 0; i < 2000 && shared()->id[r].load() == 0; ++i) std::this_thread::sleep_for(5ms);
+      RANK_CHECK(rank, shared()->id[r].load() == next.id(),
+                 "rank " + std::to_string(r) + " got another communicator id");
+    }
+    RANK_CHECK(rank, all_reduce_step(next, 3, 500), "wrong sum");
   });
   expect_all(status, {0, 0, 0, 128 + SIGKILL});
 }

@@ -317,8 +317,12 @@ class Communicator {
   /// on it, for example a broadcast from rank 0. A joiner that fails during grow is dropped
   /// or, if it fails just after the decision, makes the new communicator revoked like any
   /// failed member, so shrink() removes it. grow(), leave(), agree() and shrink() are
-  /// numbered alike: every member calls them in the same order. Works in a job that is not
-  /// elastic too (then nobody joins; leavers still leave). This communicator stays usable.
+  /// numbered alike: every member calls them in the same order. One mix is allowed: a
+  /// member may call grow() where another calls shrink() (for instance when the automatic
+  /// policy's in-place rebuild on one member meets a grow the others decided before they saw
+  /// the failure); the shrinking member contributes no joiners, so nobody is admitted and
+  /// both get the communicator shrink() returns. Works in a job that is not elastic too (then
+  /// nobody joins; leavers still leave). This communicator stays usable.
   /// Errors: rank_failed when this rank was declared failed by the others; timeout
   /// (Config::op_timeout) when a live member never calls grow() or leave(); closed.
   Communicator grow() const;

@@ -150,19 +150,33 @@ Launcher::~Launcher() {
 }
 
 void Launcher::spawn(int rank, const std::vector<std::string>& argv,
-                     const std::vector<std::string>& env, int cpu) {
+                     const std::vector<std::string>& env, int cpu,
+                     const std::vector<std::string>& restart_env) {
   if (argv.empty()) throw std::runtime_error("no program to start");
+  Slot slot;
+  slot.rank = rank;
+  slot.argv = argv;
+  slot.restart_env = restart_env.empty() ? env : restart_env;
+  slot.cpu = cpu;
+  slots_.push_back(std::move(slot));
+  start(slots_.size() - 1, env);
+}
+
+void Launcher::start(std::size_t slot_index, const std::vector<std::string>& env) {
+  const Slot& slot = slots_[slot_index];
+  const int incarnation = slot.incarnations - 1;
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : slot.argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   std::vector<char*> envp;
   for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  const int cpu = slot.cpu;
 
   // Rank 0 reads the launcher's stdin when that is not a terminal (a terminal would stop it
   // with SIGTTIN: the ranks are not in the foreground process group); the others get
-  // /dev/null.
-  const int stdin_fd = rank == 0 && ::isatty(0) == 0 ? 0 : null_fd_;
+  // /dev/null, and so does a restart (what its predecessor read is gone).
+  const int stdin_fd = slot.rank == 0 && incarnation == 0 && ::isatty(0) == 0 ? 0 : null_fd_;
 
   int out[2];
   int err[2];
@@ -214,7 +228,9 @@ void Launcher::spawn(int rank, const std::vector<std::string>& argv,
   // harmlessly (EACCES) when the child already called exec.
   ::setpgid(pid, pid);
   Child c;
-  c.rank = rank;
+  c.rank = slot.rank;
+  c.slot = slot_index;
+  c.incarnation = incarnation;
   c.pid = pid;
   c.out.fd = out[0];
   c.out.out = 1;
@@ -223,6 +239,12 @@ void Launcher::spawn(int rank, const std::vector<std::string>& argv,
   children_.push_back(std::move(c));
   set_nonblocking(out[0]);
   set_nonblocking(err[0]);
+}
+
+void Launcher::cluster_formed() {
+  formed_.store(true, std::memory_order_release);
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
 }
 
 void Launcher::report_failure(const std::string& message) {
@@ -343,7 +365,13 @@ void Launcher::on_exit(Child& child, int status) {
   std::string what;
   if (WIFEXITED(status)) {
     code = WEXITSTATUS(status);
-    if (code == 0) return;
+    if (code == 0) {
+      if (restarts()) {
+        slots_[child.slot].outcome = 0;
+        if (!child.straggler) ending_ = true;
+      }
+      return;
+    }
     what = "exited with status " + std::to_string(code);
   } else if (WIFSIGNALED(status)) {
     const int sig = WTERMSIG(status);
@@ -359,6 +387,10 @@ void Launcher::on_exit(Child& child, int status) {
     fail(code);
     return;
   }
+  if (restarts()) {
+    on_restartable_exit(child, code, what);
+    return;
+  }
   // The others run on; only a rank that exited non-zero by itself sets the status.
   if (killed) {
     if (killed_++ == 0) first_killed_ = code;
@@ -370,6 +402,114 @@ void Launcher::on_exit(Child& child, int status) {
   say(rank + " (pid " + std::to_string(child.pid) + ") " + what +
       (left > 0 ? "; continuing with " + std::to_string(left) + " rank(s) (--on-failure continue)"
                 : "; no rank left"));
+}
+
+// Under restarts, a rank that failed while the others run on.
+void Launcher::on_restartable_exit(Child& child, int code, const std::string& what) {
+  Slot& slot = slots_[child.slot];
+  std::string who = "rank ";
+  who.append(std::to_string(child.rank)).append(" (pid ").append(std::to_string(child.pid)).append(")");
+  if (child.straggler) {
+    // Stopped by stop_stragglers(): not a failure of the job.
+    slot.outcome = 0;
+    say(who + " " + what + " (stopped: restarted, it was never admitted into the job)");
+    return;
+  }
+  std::string why;
+  if (restarts_ >= options_.max_restarts)
+    why = "no restarts left (" + std::to_string(options_.max_restarts) + " used)";
+  else if (ending_)
+    why = "not restarted: a rank already finished, the job is ending";
+  else if (running_count() == 0)
+    why = "not restarted: no rank is left to admit it";
+  if (!why.empty()) {
+    not_restarted(slot, code, who + " " + what + "; " + why);
+    return;
+  }
+  slot.restart_due = ++restarts_;
+  slot.due_code = code;
+  slot.due_what = who + " " + what;
+  if (!formed_.load(std::memory_order_acquire))
+    say(slot.due_what + "; it restarts as a joiner once the cluster has formed (restart " +
+        std::to_string(slot.restart_due) + " of " + std::to_string(options_.max_restarts) + ")");
+}
+
+// The failure stands: it sets the status (the first such one) and the others run on.
+void Launcher::not_restarted(Slot& slot, int code, const std::string& why) {
+  slot.outcome = code;
+  if (!failed_) {
+    failed_ = true;
+    first_failure_ = code;
+  }
+  const int left = running_count();
+  say(why + (left > 0 ? "; continuing with " + std::to_string(left) + " rank(s)"
+                      : std::string("; no rank left")));
+}
+
+void Launcher::start_restarts() {
+  if (!formed_.load(std::memory_order_acquire)) return;
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    if (slot.restart_due == 0) continue;
+    const int nth = slot.restart_due;
+    slot.restart_due = 0;
+    // Decided earlier (before the cluster formed, or in the same round as other exits):
+    // things may have changed since.
+    if (!keep_going() || ending_ || running_count() == 0) {
+      --restarts_;
+      not_restarted(slot, slot.due_code,
+                    slot.due_what + "; not restarted: " +
+                        (!keep_going() ? std::string("the ranks are being stopped")
+                         : ending_     ? std::string("a rank already finished, the job is ending")
+                                       : std::string("no rank is left to admit it")));
+      continue;
+    }
+    ++slot.incarnations;
+    try {
+      start(i, slot.restart_env);
+    } catch (const std::exception& e) {
+      --slot.incarnations;
+      not_restarted(slot, slot.due_code, slot.due_what + "; cannot restart it: " + e.what());
+      continue;
+    }
+    say(slot.due_what + "; restarting it as a joiner (restart " + std::to_string(nth) + " of " +
+        std::to_string(options_.max_restarts) + "): pid " + std::to_string(children_.back().pid));
+  }
+}
+
+// A restarted rank waits, as a joiner, for the members to admit it. Once every other rank
+// ended and the job ended well (a rank exited 0), nobody will: it would wait for its join
+// timeout. A restarted rank that was admitted has finished by then, or soon after.
+void Launcher::stop_stragglers(Clock::time_point now) {
+  bool alone = running_count() > 0 && keep_going();
+  bool ended_well = false;
+  for (const auto& c : children_)
+    if (c.running && (c.incarnation == 0 || c.straggler)) alone = false;
+  for (const auto& slot : slots_) {
+    if (slot.restart_due != 0) alone = false;
+    if (slot.outcome == 0) ended_well = true;
+  }
+  if (!alone || !ended_well) {
+    stragglers_at_.reset();
+    return;
+  }
+  if (!stragglers_at_) {
+    stragglers_at_ = now + options_.grace;
+    return;
+  }
+  if (now < *stragglers_at_) return;
+  stragglers_at_.reset();
+  for (auto& c : children_) {
+    if (!c.running) continue;
+    c.straggler = true;
+    std::string line = "rank ";
+    line.append(std::to_string(c.rank)).append(" (pid ").append(std::to_string(c.pid));
+    line.append("), restarted, still runs ").append(std::to_string(options_.grace.count()));
+    line.append(" ms after every other rank ended: a joiner the job ended without admitting; ");
+    say(line.append("sending it SIGTERM"));
+    ::kill(-c.pid, SIGTERM);
+  }
+  if (!kill_at_) kill_at_ = now + options_.kill_after;
 }
 
 void Launcher::reap() {
@@ -419,9 +559,11 @@ void Launcher::handle_reports() {
 int Launcher::run() {
   for (;;) {
     reap();
+    if (restarts()) start_restarts();
     if (running_count() == 0) break;
 
     const auto now = Clock::now();
+    if (restarts()) stop_stragglers(now);
     if (term_at_ && now >= *term_at_) {
       say("sending SIGTERM to " + std::to_string(running_count()) + " remaining rank(s)");
       signal_all(SIGTERM);
@@ -434,7 +576,7 @@ int Launcher::run() {
       kill_at_.reset();
     }
     int timeout = -1;
-    for (const auto& at : {term_at_, kill_at_}) {
+    for (const auto& at : {term_at_, kill_at_, stragglers_at_}) {
       if (!at) continue;
       const auto ms = std::chrono::ceil<std::chrono::milliseconds>(*at - now).count();
       const int t = static_cast<int>(std::clamp<std::int64_t>(ms, 0, INT_MAX));
@@ -477,10 +619,20 @@ int Launcher::run() {
         }
         close_stream(c, *s);
       }
+  // A restart still due never started (the cluster never formed): its failure stands.
+  for (auto& slot : slots_)
+    if (slot.restart_due != 0) {
+      slot.restart_due = 0;
+      slot.outcome = slot.due_code;
+      if (!failed_) {
+        failed_ = true;
+        first_failure_ = slot.due_code;
+      }
+    }
   if (failed_) return first_failure_;
   if (interrupted_by_ != 0) return 128 + interrupted_by_;
   // Under keep-going a killed rank sets no status, but losing every rank is no success.
-  if (killed_ > 0 && killed_ == children_.size()) return first_killed_;
+  if (!restarts() && killed_ > 0 && killed_ == children_.size()) return first_killed_;
   return 0;
 }
 

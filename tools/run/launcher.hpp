@@ -1,11 +1,13 @@
 // nexar-run's process side: starts the ranks, forwards their output line by line, forwards
 // signals to them, and reaps them, terminating the rest when one fails (or, with
-// OnFailure::keep_going, reporting the failure and letting the rest run on).
+// OnFailure::keep_going, reporting the failure and letting the rest run on, and with
+// max_restarts starting a failed rank again as a joiner of the running job).
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <mutex>
@@ -32,6 +34,10 @@ struct LauncherOptions {
   /// SIGTERM; SIGKILL follows `kill_after` later.
   std::chrono::milliseconds grace{3000};
   std::chrono::milliseconds kill_after{5000};
+  /// Under keep_going, restarts: a rank that fails once the cluster formed (cluster_formed())
+  /// is started again with the same command, as a joiner of the running job (the seed must be
+  /// elastic), up to this many times over the run, all ranks together. Negative: never.
+  int max_restarts = -1;
 };
 
 class Launcher {
@@ -53,9 +59,14 @@ class Launcher {
   /// own process group, stdout and stderr piped to the launcher, confined to CPU `cpu`
   /// when it is not negative. Throws std::runtime_error when the process cannot be
   /// created; a program that cannot be executed is a child that exits 127 after writing
-  /// why to its stderr.
+  /// why to its stderr. A restart of this rank (max_restarts) runs the same command on the
+  /// same CPU with `restart_env` (empty: `env`), its output under the same prefix.
   void spawn(int rank, const std::vector<std::string>& argv, const std::vector<std::string>& env,
-             int cpu = -1);
+             int cpu = -1, const std::vector<std::string>& restart_env = {});
+
+  /// From any thread: the cluster formed, so a failed rank may be restarted as a joiner of
+  /// the running job. A rank that fails before this waits for it to be restarted.
+  void cluster_formed();
 
   /// From any thread: a failure outside the children (the embedded seed); `message` is
   /// printed as "nexar-run: <message>", and it counts as a failure with status 1. It stops
@@ -72,6 +83,15 @@ class Launcher {
   /// interrupted, else 128+signal of the first rank killed when every rank was killed by a
   /// signal, else 0. Once the launcher is interrupted (SIGINT, SIGTERM, SIGHUP) or a failure
   /// was reported, it handles failures as under fail_fast, killed ranks included.
+  /// With restarts (max_restarts >= 0): 0 when the latest incarnation of every rank exited 0,
+  /// else the status of the first failure that was not restarted (128+signal for a rank
+  /// killed by a signal, killed or not; 1 for a reported failure), else 128+signal if the
+  /// launcher was interrupted. A failure is restarted while restarts are left, unless a rank
+  /// already exited 0 (the job is ending) or no other rank runs (nobody could admit the
+  /// joiner). A restarted rank still running `grace` after every rank that is not a restart
+  /// ended, one of them with status 0, is presumably a joiner the job ended without
+  /// admitting (it would wait for its join timeout): it is stopped (SIGTERM, then SIGKILL
+  /// after `kill_after`), which sets no status.
   int run();
 
   /// Failures reported after run() returned, printed now; whether there were any.
@@ -85,16 +105,41 @@ class Launcher {
   };
   struct Child {
     int rank = 0;
+    std::size_t slot = 0;  // index in slots_
+    int incarnation = 0;   // 0: the first start, n: the rank's n-th restart
     pid_t pid = -1;
     bool running = true;
+    bool straggler = false;  // stopped as a joiner the job ended without admitting
     Stream out;
     Stream err;
+  };
+  // One rank as the user sees it: its command and its successive incarnations (restarts).
+  struct Slot {
+    int rank = 0;
+    std::vector<std::string> argv;
+    std::vector<std::string> restart_env;
+    int cpu = -1;
+    int incarnations = 1;
+    // The latest incarnation's end: -1 while it runs (or a restart is due), else its exit
+    // status (128+signal when killed).
+    int outcome = -1;
+    // A restart decided but not started yet: which of the run's restarts it is, the status
+    // of the failure it replaces, and the failure in words.
+    int restart_due = 0;
+    int due_code = 0;
+    std::string due_what;
   };
 
   using Clock = std::chrono::steady_clock;
 
+  void start(std::size_t slot, const std::vector<std::string>& env);
   void reap();
   void on_exit(Child& child, int status);
+  bool restarts() const { return options_.max_restarts >= 0; }
+  void on_restartable_exit(Child& child, int code, const std::string& what);
+  void not_restarted(Slot& slot, int code, const std::string& why);
+  void start_restarts();
+  void stop_stragglers(Clock::time_point now);
   bool keep_going() const;
   void fail(int status);
   void handle_signals();
@@ -112,7 +157,8 @@ class Launcher {
   int signal_fd_ = -1;
   int event_fd_ = -1;
   int null_fd_ = -1;
-  std::vector<Child> children_;
+  std::vector<Child> children_;  // every incarnation of every rank, in start order
+  std::vector<Slot> slots_;
 
   std::mutex reports_mu_;
   std::vector<std::string> reports_;
@@ -129,6 +175,11 @@ class Launcher {
   std::optional<Clock::time_point> kill_at_;  // when they get SIGKILL
   bool stdout_broken_ = false;
   bool stderr_broken_ = false;
+  // Restarts.
+  std::atomic<bool> formed_{false};
+  int restarts_ = 0;               // decided so far, over the run
+  bool ending_ = false;            // a rank exited 0: no more restarts
+  std::optional<Clock::time_point> stragglers_at_;  // when restarted ranks left alone get SIGTERM
 };
 
 /// "SIGTERM", or "signal 42" for one without a name.

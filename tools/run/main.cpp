@@ -26,6 +26,24 @@
 //     losing everything never reads as success. A seed failure (exit 1) and the user's
 //     SIGINT/SIGTERM/SIGHUP still stop every rank as under fail-fast; from then on a killed
 //     rank counts again (the status is the first failure's, else 128+signal).
+//
+// --elastic makes the embedded seed elastic (nexar::SeedOptions::elastic): it keeps admitting
+// nodes into the running job until the run ends, and the members admit them with
+// Communicator::grow().
+// --max-restarts N (implies --elastic and --on-failure continue): once the cluster formed, a
+// rank that fails is started again with the same command, on the same CPU and with the same
+// NEXAR_LOCAL_RANK, as a joiner of the running job (without NEXAR_RANK and NEXAR_WORLD_SIZE:
+// a joiner gets a new rank, appended, when the members grow), up to N restarts over the run,
+// all ranks together ("nexar-run: rank 2 (pid 1234) killed by signal SIGKILL; restarting it
+// as a joiner (restart 1 of 3): pid 1240"); its output keeps the "[2] " prefix. A rank that
+// fails before the cluster formed is restarted once it has. No restart happens once a rank
+// exited 0 (the job is ending) or when no other rank runs (nobody could admit the joiner);
+// when the restarts are spent, a failure is handled as under continue. A restarted rank
+// still running NEXAR_RUN_GRACE_MS after every other rank ended, one with status 0, is a
+// joiner the job ended without admitting: it is stopped (SIGTERM, SIGKILL 5 s later), which
+// sets no status. Exit status: 0 when the latest incarnation of every rank exited 0; else that
+// of the first failure that was not restarted (128+signal for a rank killed by a signal,
+// which counts here), 1 for a seed failure, 128+signal when nexar-run was interrupted.
 #include <nexar/cluster.hpp>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
@@ -74,6 +92,8 @@ struct Options {
   std::vector<std::string> command;
   std::chrono::milliseconds grace{3000};
   std::string on_failure = "fail-fast";
+  bool elastic = false;
+  int max_restarts = -1;  // negative: no restarts
 };
 
 
@@ -116,6 +136,13 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                  "when a rank fails: fail-fast (default) stops the others; continue reports it "
                  "and lets the others run on (also NEXAR_RUN_ON_FAILURE; this option wins)")
       ->check(CLI::IsMember({"fail-fast", "continue"}));
+  app.add_flag("--elastic", o.elastic,
+               "the embedded seed keeps admitting nodes into the running job until the run "
+               "ends; the ranks admit them with Communicator::grow()");
+  app.add_option("--max-restarts", o.max_restarts,
+                 "restart a rank that fails after the cluster formed, as a joiner of the running "
+                 "job, up to N times over the run; implies --elastic and --on-failure continue")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--timeout-ms", o.timeout_ms,
                  "formation timeout of the embedded seed: how long the ranks get to join")
       ->capture_default_str();
@@ -130,7 +157,14 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       "for a rank killed by a signal), 1 for a launcher or seed failure, 2 for bad usage, 127 "
       "for a program that cannot be executed. With --on-failure continue a rank killed by a "
       "signal sets no status: the status is that of the first rank that exited non-zero by "
-      "itself, else 0, or 128+signal of the first rank killed when every rank was killed.");
+      "itself, else 0, or 128+signal of the first rank killed when every rank was killed.\n"
+      "With --max-restarts N a failed rank is restarted (same command, CPU and "
+      "NEXAR_LOCAL_RANK; no NEXAR_RANK or NEXAR_WORLD_SIZE) and joins the running job, while "
+      "restarts are left, no rank has exited 0 yet and another rank runs; then failures are "
+      "handled as under continue. A restart never admitted, still running "
+      "NEXAR_RUN_GRACE_MS after the others ended (one with 0), is stopped without setting a "
+      "status. Exit status: 0 when the latest incarnation of every rank exited 0, else the "
+      "first failure not restarted (128+signal for a killed rank), 1 for a seed failure.");
   // Everything from the program name on belongs to the program.
   app.prefix_command();
   try {
@@ -150,11 +184,24 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                      " (put the program after -- if its name starts with '-')");
   if (o.timeout_ms < 1) throw UsageError("--timeout-ms must be positive");
   if (*app.get_option("--seed") && o.seed.empty()) throw UsageError("--seed is empty");
+  const bool restarts = app.get_option("--max-restarts")->count() > 0;
+  if (!o.seed.empty() && (o.elastic || restarts))
+    throw UsageError(std::string(restarts ? "--max-restarts" : "--elastic") +
+                     " needs the embedded seed (no --seed): an external seed is made elastic "
+                     "with nexar-seed --elastic");
+  if (restarts && *app.get_option("--on-failure") && o.on_failure != "continue")
+    throw UsageError("--max-restarts implies --on-failure continue, not " + o.on_failure);
 
   if (const std::string f = env_or_empty("NEXAR_RUN_ON_FAILURE"); !f.empty()) {
     if (f != "fail-fast" && f != "continue")
       throw UsageError("NEXAR_RUN_ON_FAILURE must be fail-fast or continue, not '" + f + "'");
     if (!*app.get_option("--on-failure")) o.on_failure = f;
+  }
+  if (restarts) {
+    o.elastic = true;
+    o.on_failure = "continue";  // the command line wins over NEXAR_RUN_ON_FAILURE
+  } else {
+    o.max_restarts = -1;
   }
   if (const std::string g = env_or_empty("NEXAR_RUN_GRACE_MS"); !g.empty()) {
     std::size_t used = 0;
@@ -223,6 +270,7 @@ class SeedWatch {
   void run() {
     try {
       seed_.wait();
+      launcher_.cluster_formed();
       std::lock_guard lock(mu_);
       state_ = State::formed;
     } catch (const std::exception& e) {
@@ -279,6 +327,7 @@ int launch(const Options& o) {
     so.world = o.nprocs;
     so.formation_timeout = std::chrono::milliseconds(o.timeout_ms);
     so.token = token;
+    so.elastic = o.elastic;
     seed = std::make_unique<nexar::Seed>(so, nexar::Config::from_env());
     // Pins inherited from another cluster would reject this seed.
     drop.push_back("NEXAR_SEED_FINGERPRINT");
@@ -296,6 +345,7 @@ int launch(const Options& o) {
   lo.grace = o.grace;
   lo.on_failure = o.on_failure == "continue" ? nexar_run::OnFailure::keep_going
                                              : nexar_run::OnFailure::fail_fast;
+  lo.max_restarts = o.max_restarts;
   nexar_run::Launcher launcher(lo, child_mask);
   std::optional<SeedWatch> watch;
   if (seed) watch.emplace(*seed, launcher);
@@ -309,9 +359,17 @@ int launch(const Options& o) {
   for (int i = 0; i < o.nprocs; ++i) {
     std::vector<std::string> extra = common;
     extra.push_back("NEXAR_LOCAL_RANK=" + std::to_string(i));
+    // A restart joins the running job and gets a new rank there: the formation's rank and
+    // world size would only mislead it (join ignores them for a joiner anyway). It keeps its
+    // local rank: it takes the place, and the CPU, of the process it replaces.
+    std::vector<std::string> restart_extra;
+    for (const auto& e : extra)
+      if (e.rfind("NEXAR_WORLD_SIZE=", 0) != 0) restart_extra.push_back(e);
     if (seed) extra.push_back("NEXAR_RANK=" + std::to_string(i));
     const int cpu = bind && !cpus.empty() ? cpus[static_cast<std::size_t>(i) % cpus.size()] : -1;
-    launcher.spawn(i, o.command, child_environment(drop, extra), cpu);
+    std::vector<std::string> restart_env;
+    if (o.max_restarts >= 0) restart_env = child_environment(drop, restart_extra);
+    launcher.spawn(i, o.command, child_environment(drop, extra), cpu, restart_env);
   }
 
   int rc = launcher.run();
