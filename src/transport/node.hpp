@@ -323,7 +323,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     });
   }
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
-                           const std::shared_ptr<OpState>& done);
+                           const std::shared_ptr<OpState>& done, bool said_goodbye = false);
   /// Arms the periodic liveness check (engine thread, once the mesh is up).
   void start_liveness();
   void liveness_tick();
