@@ -263,6 +263,13 @@ void Node::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, st
 }
 
 void Node::on_peer_closed(Peer& p) {
+  {
+    // A joiner that went away before a grow took it in never will be (one that comes back
+    // joins anew, as another world rank): it waits no more, so grows stop waiting for it to
+    // get ready.
+    std::lock_guard lk(fail_mu_);
+    std::erase(waiting_, p.rank());
+  }
   // Receives naming this peer can never complete now. Any-source receives stay posted.
   for (auto& q : match_) {
     auto& posted = q.posted();

@@ -175,7 +175,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Joiners waiting for admission that this node is connected to and that are not
   /// failed, ascending. Any thread.
   std::vector<int> ready_joiners();
-  /// Joiners waiting for admission: announced, not admitted, not failed. Any thread.
+  /// Joiners waiting for admission: announced, not admitted, not failed, not gone away.
+  /// Any thread.
   std::vector<int> waiting_joiners() const;
   /// `ids` were admitted by a grow (or are members of the communicator we were welcomed
   /// into): they wait no more. Any thread.
