@@ -682,6 +682,48 @@ TEST(Elastic, WrongTokenIsRejectedAndTheJobRunsOn) {
   expect_all(job.finish(), {0, 0, 0, 0, 0});
 }
 
+// A joiner that no grow takes in gives up at its join timeout (timeout, saying why); the
+// members see it go, and their next grow neither admits it nor waits for it.
+TEST(Elastic, JoinerThatNoGrowTakesInGivesUp) {
+  Job job(4);
+  ASSERT_TRUE(job.start());
+  job.members([](int who, Communicator& c) {
+    S->ready.fetch_add(1);
+    wait_pending(c, 1, who);
+    S->done.fetch_add(1);
+    wait_for(S->go, 1, who);
+    const auto until = Clock::now() + 10s;
+    while (c.pending_joiners() > 0) {
+      RANK_CHECK(who, Clock::now() < until, "a joiner that gave up still counts as pending after 10 s");
+      std::this_thread::sleep_for(1ms);
+    }
+    const auto t0 = Clock::now();
+    Communicator g = c.grow();
+    const auto took = Clock::now() - t0;
+    RANK_CHECK(who, g.size() == 4 && g.rank() == who, std::to_string(g.size()));
+    RANK_CHECK(who, took < 1s, "grow took " + std::to_string(std::chrono::duration<double>(took).count()) +
+                                   " s: it waited for a joiner that is gone");
+    check_collectives(g, who, 2);
+  });
+  ASSERT_TRUE(job.wait_until([] { return S->ready.load() == 4; }, 30s));
+  const int patient = job.spawn("patient joiner", [] {
+    const auto t0 = Clock::now();
+    try {
+      Communicator c = nexar::join(join_options(2s), config());
+      RANK_CHECK(9, false, "joined as rank " + std::to_string(c.rank()) + " although nobody grew");
+    } catch (const Error& e) {
+      const auto took = Clock::now() - t0;
+      RANK_CHECK(9, e.code() == Errc::timeout, e.what());
+      RANK_CHECK(9, std::string(e.what()).find("no grow") != std::string::npos, e.what());
+      RANK_CHECK(9, took >= 1900ms && took < 5s, std::to_string(std::chrono::duration<double>(took).count()) + " s: " + e.what());
+    }
+  });
+  ASSERT_TRUE(job.wait_until([] { return S->done.load() == 4; }, 30s));
+  EXPECT_EQ(job.wait_exit(patient, 20s), 0);
+  S->go.store(1);
+  expect_all(job.finish(), {0, 0, 0, 0, 0});
+}
+
 // 200 joins with a wrong token from 40 threads in 4 processes, and 20000 junk datagrams at
 // the seed's port: the running job keeps completing all_reduces with bounded latency, the
 // seed's memory stays bounded, and an honest joiner is still admitted afterwards.
