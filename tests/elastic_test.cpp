@@ -364,7 +364,8 @@ class Job {
     return status_[k];
   }
 
-  void kill(int i) { ::kill(pids_[static_cast<std::size_t>(i)], SIGKILL); }
+  void kill(int i) { signal(i, SIGKILL); }
+  void signal(int i, int sig) { ::kill(pids_[static_cast<std::size_t>(i)], sig); }
 
   pid_t seed_pid() const { return seed_; }
 
@@ -920,6 +921,61 @@ TEST(Elastic, MemberDiesDuringGrow) {
     check_collectives(g, who, 5);
     check_p2p(g, 3, 0, who, 6);
   });
+  expect_all(job.finish(), {0, 0, 0, 128 + SIGKILL, 0});
+}
+
+// A member dies just after the grow decided (with it and a joiner in), before the joiner,
+// held up meanwhile (SIGSTOP, as a descheduled process would be), took its welcome: the new
+// communicator is revoked like any with a failed member, on the joiner too, and one shrink
+// of everyone, the joiner included, gives the four that work.
+TEST(Elastic, MemberDiesJustAfterGrowBeforeTheJoinerIsWelcomed) {
+  Job job(4);
+  ASSERT_TRUE(job.start());
+  job.members([](int who, Communicator& c) {
+    S->ready.fetch_add(1);
+    wait_pending(c, 1, who);
+    S->done.fetch_add(1);
+    wait_for(S->go, 1, who);
+    Communicator g = c.grow();
+    RANK_CHECK(who, g.size() == 5 && g.rank() == who, std::to_string(g.size()));
+    if (who == 3) die();
+    S->ready2.fetch_add(1);
+    const auto t0 = Clock::now();
+    try {
+      all_reduce_step(g, 1, 333);
+      RANK_CHECK(who, false, "an all_reduce with a dead member succeeded");
+    } catch (const Error& e) {
+      RANK_CHECK(who, e.code() == Errc::rank_failed && e.failed_ranks() == std::vector<int>{3}, e.what());
+    }
+    Communicator last = g.shrink();
+    const auto took = Clock::now() - t0;
+    RANK_CHECK(who, took < 8s, "recovery took " + std::to_string(std::chrono::duration<double>(took).count()) + " s");
+    RANK_CHECK(who, last.size() == 4 && last.rank() == who, std::to_string(last.size()));
+    RANK_CHECK(who, last.world_ranks() == (std::vector<int>{0, 1, 2, 4}), ranks_text(last.world_ranks()));
+    check_collectives(last, who, 3);
+  });
+  ASSERT_TRUE(job.wait_until([] { return S->ready.load() == 4; }, 30s));
+  const int j = job.joiner([](int who, Communicator& g) {
+    RANK_CHECK(who, g.size() == 5 && g.rank() == 4, std::to_string(g.size()));
+    try {
+      all_reduce_step(g, 1, 333);
+      RANK_CHECK(who, false, "an all_reduce with a dead member succeeded");
+    } catch (const Error& e) {
+      RANK_CHECK(who, e.code() == Errc::rank_failed && e.failed_ranks() == std::vector<int>{3}, e.what());
+    }
+    Communicator last = g.shrink();
+    RANK_CHECK(who, last.size() == 4 && last.rank() == 3, std::to_string(last.size()));
+    RANK_CHECK(who, last.world_ranks() == (std::vector<int>{0, 1, 2, 4}), ranks_text(last.world_ranks()));
+    check_collectives(last, who, 3);
+  });
+  ASSERT_TRUE(job.wait_until([] { return S->done.load() == 4; }, 30s));
+  job.signal(j, SIGSTOP);
+  S->go.store(1);
+  // The survivors grew and then hear of the death (ICMP from the dead port, within a few
+  // heartbeats); well within the failure timeout, so nobody gives up on the stopped joiner.
+  ASSERT_TRUE(job.wait_until([] { return S->ready2.load() == 3; }, 30s));
+  std::this_thread::sleep_for(400ms);
+  job.signal(j, SIGCONT);
   expect_all(job.finish(), {0, 0, 0, 128 + SIGKILL, 0});
 }
 
