@@ -6,14 +6,13 @@
 // and automatic policies.
 //
 // Each rank's checks run in its own process: a failed check prints why and exits non-zero,
-// and the parent test asserts on the exit statuses. Shared memory carries timestamps.
+// and the parent test asserts on the exit statuses (tests/process_support.hpp). Shared
+// memory carries timestamps.
 #include <nexar/communicator.hpp>
 #include <nexar/error.hpp>
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,10 +26,13 @@
 #include <vector>
 
 #include "cluster/local.hpp"
+#include "process_support.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
+using nexar::testing::all_reduce_step;
+using nexar::testing::ranks_text;
 using nexar::Communicator;
 using nexar::Errc;
 using nexar::Error;
@@ -50,13 +52,8 @@ struct Shared {
   std::atomic<std::uint64_t> id[16]{};            // a communicator id each rank got
 };
 
-Shared* shared() {
-  static Shared* s = [] {
-    void* p = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    return new (p) Shared();
-  }();
-  return s;
-}
+Shared* shared_state = nullptr;
+Shared* shared() { return shared_state; }
 
 nexar::Config config(FailurePolicy policy) {
   nexar::Config c;
@@ -69,66 +66,27 @@ nexar::Config config(FailurePolicy policy) {
   return c;
 }
 
-// A check inside a rank's process: prints and exits with status 1 when false.
-#define RANK_CHECK(rank, cond, msg)                                                        \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
-      std::fprintf(stderr, "rank %d: check failed: %s: %s\n", (rank), #cond, std::string(msg).c_str()); \
-      std::fflush(stderr);                                                                 \
-      _exit(1);                                                                            \
-    }                                                                                      \
-  } while (0)
-
 // Runs `body(rank, comm)` in one forked process per rank and returns each one's exit
 // status (0 = passed, 1 = a check failed, 2 = an exception escaped, 128+n = signal n).
 // `meanwhile(pids)`, if given, runs in the test process on a thread of its own.
 std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<void(int, Communicator&)>& body,
                            std::chrono::seconds limit = 90s,
                            const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
-  new (shared()) Shared();
+  shared_state = &nexar::testing::fresh_shared<Shared>();
   auto plans = nexar::cluster::plan_local(n, cfg);
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
+    pids.push_back(nexar::testing::fork_child("rank " + std::to_string(r), [&, r] {
       nexar::cluster::discard(plans, r);
-      try {
-        Communicator c = nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg);
-        body(r, c);
-        c.close();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: uncaught: %s\n", r, e.what());
-        std::fflush(stderr);
-        _exit(2);
-      }
-      std::fflush(stdout);
-      _exit(0);
-    }
-    pids.push_back(pid);
+      Communicator c = nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg);
+      body(r, c);
+      c.close();
+    }));
   }
   nexar::cluster::discard(plans, -1);
   std::thread helper;
   if (meanwhile) helper = std::thread([&] { meanwhile(pids); });
-  std::vector<int> status(static_cast<std::size_t>(n), -1);
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  int left = n;
-  while (left > 0) {
-    for (int r = 0; r < n; ++r) {
-      if (status[static_cast<std::size_t>(r)] != -1) continue;
-      int st = 0;
-      if (waitpid(pids[static_cast<std::size_t>(r)], &st, WNOHANG) > 0) {
-        status[static_cast<std::size_t>(r)] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        --left;
-      }
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      for (int r = 0; r < n; ++r)
-        if (status[static_cast<std::size_t>(r)] == -1) kill(pids[static_cast<std::size_t>(r)], SIGKILL);
-      ADD_FAILURE() << "ranks still running after " << limit.count() << " s: killed";
-      deadline = std::chrono::steady_clock::time_point::max();
-    }
-    std::this_thread::sleep_for(5ms);
-  }
+  std::vector<int> status = nexar::testing::reap_all(pids, limit);
   if (helper.joinable()) helper.join();
   return status;
 }
@@ -136,32 +94,6 @@ std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<
 void die() {
   shared()->killed_at.store(now_ns());
   kill(getpid(), SIGKILL);
-}
-
-// Every rank's element i holds a value derived from (step, world rank, i); returns whether
-// the sum matches the members present.
-bool all_reduce_step(Communicator& c, int step, std::size_t count) {
-  const std::vector<int> world = c.world_ranks();
-  std::vector<double> v(count);
-  const int me = world[static_cast<std::size_t>(c.rank())];
-  for (std::size_t i = 0; i < count; ++i) v[i] = static_cast<double>((step + 1) * (me + 1) + static_cast<int>(i % 7));
-  c.all_reduce(v, ReduceOp::sum);
-  for (std::size_t i = 0; i < count; ++i) {
-    double want = 0;
-    for (int w : world) want += static_cast<double>((step + 1) * (w + 1) + static_cast<int>(i % 7));
-    if (v[i] != want) return false;
-  }
-  return true;
-}
-
-std::string join(const std::vector<int>& v) {
-  std::string s = "{";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) s.push_back(',');
-    s.append(std::to_string(v[i]));
-  }
-  s.push_back('}');
-  return s;
 }
 
 void expect_all(const std::vector<int>& status, const std::vector<int>& want) {
@@ -180,9 +112,9 @@ TEST(Failure, KilledRankIsNamedBySurvivorsWithinASecond) {
       } catch (const Error& e) {
         shared()->error_at[rank].store(now_ns());
         RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
-        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{2}, join(e.failed_ranks()) + ": " + e.what());
+        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{2}, ranks_text(e.failed_ranks()) + ": " + e.what());
         RANK_CHECK(rank, std::string(e.what()).find("rank 2 failed") != std::string::npos, e.what());
-        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, join(c.failed_ranks()));
+        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, ranks_text(c.failed_ranks()));
         RANK_CHECK(rank, c.is_revoked(), "not revoked");
         break;
       }
@@ -224,7 +156,7 @@ TEST(Failure, SilentRankIsDeclaredAfterTheFailureTimeout) {
         RANK_CHECK(rank, false, "an expelled rank kept working");
       } catch (const Error& e) {
         RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
-        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, join(c.failed_ranks()) + ": " + e.what());
+        RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{2}, ranks_text(c.failed_ranks()) + ": " + e.what());
       }
       return;
     }
@@ -281,7 +213,7 @@ TEST(Failure, BystanderWaitingOnASurvivorFailsPromptly) {
     }
     if (rank == 1 || rank == 2) {
       while (!c.is_revoked()) std::this_thread::sleep_for(1ms);
-      RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{0}, join(c.failed_ranks()));
+      RANK_CHECK(rank, c.failed_ranks() == std::vector<int>{0}, ranks_text(c.failed_ranks()));
     }
   });
   expect_all(status, {128 + SIGKILL, 0, 0, 0});
@@ -302,7 +234,7 @@ TEST(Failure, RepeatedShrinksKeepResultsCorrect) {
         RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
         const int before = c.size();
         auto a = c.agree();
-        RANK_CHECK(rank, a.failed.size() == 1, join(a.failed));
+        RANK_CHECK(rank, a.failed.size() == 1, ranks_text(a.failed));
         Communicator next = c.shrink();
         RANK_CHECK(rank, next.size() == before - 1, std::to_string(next.size()));
         RANK_CHECK(rank, next.id() != c.id(), "shrink kept the id");
@@ -318,7 +250,7 @@ TEST(Failure, RepeatedShrinksKeepResultsCorrect) {
     RANK_CHECK(rank, lost == 3, "saw " + std::to_string(lost) + " failures");
     RANK_CHECK(rank, c.size() == 5, std::to_string(c.size()));
     const std::vector<int> want = {0, 1, 2, 4, 7};
-    RANK_CHECK(rank, c.world_ranks() == want, join(c.world_ranks()));
+    RANK_CHECK(rank, c.world_ranks() == want, ranks_text(c.world_ranks()));
     RANK_CHECK(rank, all_reduce_step(c, 999, 12345), "wrong sum after the last shrink");
   });
   expect_all(status, {0, 0, 0, 128 + SIGKILL, 0, 128 + SIGKILL, 128 + SIGKILL, 0});
@@ -342,7 +274,7 @@ TEST(Failure, AgreementSurvivesTheCoordinatorDying) {
     auto a = c.agree(mine);
     std::uint64_t want = ~std::uint64_t{0};
     for (int r : {1, 2, 3, 4, 6, 7}) want ^= std::uint64_t{1} << (r + 8);
-    RANK_CHECK(rank, a.failed == (std::vector<int>{0, 5}), join(a.failed));
+    RANK_CHECK(rank, a.failed == (std::vector<int>{0, 5}), ranks_text(a.failed));
     RANK_CHECK(rank, a.value == want, std::to_string(a.value));
     // And a shrink after it agrees again and works.
     Communicator s = c.shrink();
@@ -401,7 +333,7 @@ TEST(Failure, AutomaticPolicyRebuildsInPlace) {
     }
     RANK_CHECK(rank, failed, "no failure seen");
     RANK_CHECK(rank, c.size() == 3 && c.rank() == rank, std::to_string(c.size()));
-    RANK_CHECK(rank, c.world_ranks() == (std::vector<int>{0, 1, 2}), join(c.world_ranks()));
+    RANK_CHECK(rank, c.world_ranks() == (std::vector<int>{0, 1, 2}), ranks_text(c.world_ranks()));
     for (int i = 0; i < 200 && told.load() == 0; ++i) std::this_thread::sleep_for(5ms);
     RANK_CHECK(rank, told.load() >= 1, "failure callback did not run");
     if (rank < 2) {

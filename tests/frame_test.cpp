@@ -200,7 +200,7 @@ TEST(Header, DecodeFailureLeavesOutputUntouched) {
 // ---- validation ----------------------------------------------------------------------
 
 TEST(Validate, UnknownType) {
-  for (unsigned t : {0u, 9u, 0x63u, 0x80u, 0xffu}) {
+  for (unsigned t : {0u, 15u, 0x63u, 0x80u, 0xffu}) {
     auto b = encode(FrameHeader{});
     b[0] = std::byte(t);
     FrameHeader out;
@@ -324,6 +324,44 @@ TEST(Validate, FourGiBClaimRejected) {
             "frame length 4294967296 exceeds limit 2147483648");
   h.type = FrameType::rts;  // an announced size is held to the same limit
   EXPECT_TRUE(decode(h, Lane::bulk, std::uint64_t{1} << 31));
+}
+
+TEST(Validate, WelcomeOnControlLaneOnly) {
+  // A welcome (member -> admitted joiner) is membership traffic: control lane only, no
+  // flags, a payload (the member list) capped like a ballot's.
+  FrameHeader h;
+  h.type = FrameType::welcome;
+  h.src = 3;
+  h.comm = 0x1234567890abcdefull;
+  h.seq = 7;
+  h.length = 12;
+  for (Lane l : all_lanes) {
+    DecodeError e = decode(h, l);
+    if (l == Lane::control) {
+      EXPECT_FALSE(e) << e.error;
+    } else {
+      EXPECT_EQ(e.error, std::string("frame type welcome not allowed on lane ") + to_string(l));
+    }
+  }
+  FrameHeader out;
+  ASSERT_FALSE(decode(encode(h), Lane::control, 1 << 20, out));
+  EXPECT_TRUE(same_header(out, h)) << describe(out);
+  EXPECT_EQ(std::string(to_string(FrameType::welcome)), "welcome");
+  EXPECT_EQ(static_cast<int>(FrameType::welcome), 14);
+  EXPECT_TRUE(has_payload(h));
+  for (unsigned f = 1; f < 256; ++f) {
+    h.flags = static_cast<std::uint8_t>(f);
+    DecodeError e = decode(h, Lane::control);
+    EXPECT_TRUE(contains(e.error, "not allowed on frame type welcome")) << f << ": " << e.error;
+  }
+  h.flags = 0;
+  h.length = max_ballot_payload;
+  EXPECT_FALSE(decode(h, Lane::control, u64max));
+  h.length = max_ballot_payload + 1;
+  DecodeError e = decode(h, Lane::control, u64max);
+  EXPECT_TRUE(contains(e.error, "exceeds limit " + std::to_string(max_ballot_payload)) &&
+              contains(e.error, "welcome"))
+      << e.error;
 }
 
 TEST(Validate, HasPayload) {

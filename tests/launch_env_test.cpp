@@ -576,6 +576,70 @@ TEST(LaunchEnv, TokenPrecedenceAndDerivation) {
                 {"NEXAR_CLUSTER_TOKEN"});
 }
 
+TEST(LaunchEnv, ElasticNeedsARealToken) {
+  // Elastic with a token derived from a launcher's job id: refused, naming the reason and
+  // the variables that fix it, for every launcher that derives one.
+  const Vars derived[] = {
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"TORCHELASTIC_RUN_ID", "r1"}},
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},  // torchrun's id: none set
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"NEXAR_SEED_ADDR", "s:1"},
+       {"PMIX_NAMESPACE", "ns"}},
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"NEXAR_SEED_ADDR", "s:1"}, {"SLURM_JOB_ID", "7"}},
+  };
+  for (Vars v : derived) {
+    SCOPED_TRACE(v.begin()->first);
+    if (!v.count("TORCHELASTIC_RUN_ID") && v.count("RANK")) {
+      // Without a run id torchrun derives nothing: that is the "no cluster token" error,
+      // elastic or not.
+      v["NEXAR_ELASTIC"] = "1";
+      resolve_error(v, {"no cluster token"});
+      continue;
+    }
+    const LaunchEnv plain = resolve(v);
+    EXPECT_TRUE(plain.token_derived);  // not elastic: a derived token is fine
+    EXPECT_FALSE(plain.elastic);
+    v["NEXAR_ELASTIC"] = "1";
+    resolve_error(v, {"NEXAR_ELASTIC", "secret", "NEXAR_CLUSTER_TOKEN", "NEXAR_CLUSTER_TOKEN_FILE",
+                      "derived from the " + plain.source + " job id", "refused"});
+    // With an explicit token (either way of giving it) the same job may be elastic.
+    v["NEXAR_CLUSTER_TOKEN"] = "a-real-secret";
+    const LaunchEnv e = resolve(v);
+    EXPECT_TRUE(e.elastic);
+    EXPECT_FALSE(e.token_derived);
+    EXPECT_EQ(e.token, "a-real-secret");
+  }
+  const TempDir dir;
+  const std::string file = dir.write("token", "file-secret\n");
+  const LaunchEnv f = resolve({{"RANK", "0"},
+                               {"WORLD_SIZE", "2"},
+                               {"MASTER_ADDR", "h"},
+                               {"TORCHELASTIC_RUN_ID", "r1"},
+                               {"NEXAR_CLUSTER_TOKEN_FILE", file},
+                               {"NEXAR_ELASTIC", "true"}});
+  EXPECT_TRUE(f.elastic);
+  EXPECT_EQ(f.token, "file-secret");
+}
+
+TEST(LaunchEnv, ElasticValues) {
+  const Vars base = {{"NEXAR_SEED_ADDR", "s:1"}, {"NEXAR_CLUSTER_TOKEN", "t"}};
+  EXPECT_FALSE(resolve(base).elastic);  // default off
+  for (const char* on : {"1", "true", "on"}) {
+    Vars v = base;
+    v["NEXAR_ELASTIC"] = on;
+    EXPECT_TRUE(resolve(v).elastic) << on;
+  }
+  for (const char* off : {"0", "false", "off", ""}) {
+    Vars v = base;
+    v["NEXAR_ELASTIC"] = off;
+    EXPECT_FALSE(resolve(v).elastic) << off;
+  }
+  for (const char* bad : {"2", "yes", "TRUE", "1 ", "elastic", "-1"}) {
+    Vars v = base;
+    v["NEXAR_ELASTIC"] = bad;
+    resolve_error(v, {"NEXAR_ELASTIC", std::string("'") + bad + "'"});
+  }
+}
+
 TEST(LaunchEnv, EmptyValuesAreUnset) {
   const auto e = resolve({{"RANK", ""},
                           {"NEXAR_RANK", ""},

@@ -1,5 +1,6 @@
 // Tests of the seed protocol codec (src/wire/seed_message.*): golden bytes, round trips,
-// truncated, oversized and malformed messages, and the incremental SeedMessageReader.
+// truncated, oversized and malformed messages, the elastic additions (accept and member
+// flags, announcements), and the incremental SeedMessageReader.
 #include "wire/seed_message.hpp"
 
 #include <gtest/gtest.h>
@@ -52,12 +53,21 @@ JoinRequest sample_request() {
 JoinAccept sample_accept(std::size_t members = 5) {
   JoinAccept m;
   m.rank = static_cast<std::int32_t>(members - 1);
+  m.flags = accept_elastic | accept_late;
   m.ca_pem = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
   m.cert_pem = std::string("cert\0with\0nuls", 14);
   for (std::size_t i = 0; i < members; ++i)
     m.members.push_back({"node-" + std::to_string(i),
                          i % 2 ? "[fd00::" + std::to_string(i) + "]:29400"
-                               : "10.0.0." + std::to_string(i) + ":" + std::to_string(1000 + i)});
+                               : "10.0.0." + std::to_string(i) + ":" + std::to_string(1000 + i),
+                         i % 3 == 2});  // some joined late
+  return m;
+}
+
+Announce sample_announce() {
+  Announce m;
+  m.rank = 0x01020304;
+  m.member = {"joiner-\xc3\xa9-7", "[fd00::7]:65535", true};
   return m;
 }
 
@@ -82,15 +92,22 @@ void expect_same(const JoinRequest& a, const JoinRequest& b) {
   EXPECT_EQ(a.host, b.host);
   EXPECT_EQ(a.csr_pem, b.csr_pem);
 }
+void expect_same(const Member& a, const Member& b, std::size_t i = 0) {
+  EXPECT_EQ(a.node, b.node) << "member " << i;
+  EXPECT_EQ(a.addr, b.addr) << "member " << i;
+  EXPECT_EQ(a.late, b.late) << "member " << i;
+}
 void expect_same(const JoinAccept& a, const JoinAccept& b) {
   EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.flags, b.flags);
   EXPECT_EQ(a.ca_pem, b.ca_pem);
   EXPECT_EQ(a.cert_pem, b.cert_pem);
   ASSERT_EQ(a.members.size(), b.members.size());
-  for (std::size_t i = 0; i < a.members.size(); ++i) {
-    EXPECT_EQ(a.members[i].node, b.members[i].node) << "member " << i;
-    EXPECT_EQ(a.members[i].addr, b.members[i].addr) << "member " << i;
-  }
+  for (std::size_t i = 0; i < a.members.size(); ++i) expect_same(a.members[i], b.members[i], i);
+}
+void expect_same(const Announce& a, const Announce& b) {
+  EXPECT_EQ(a.rank, b.rank);
+  expect_same(a.member, b.member);
 }
 void expect_same(const JoinReject& a, const JoinReject& b) {
   EXPECT_EQ(a.code, b.code);
@@ -127,6 +144,10 @@ void append_u32(SeedBytes& b, std::uint32_t v) {
   b.resize(b.size() + 4);
   put_u32(b, b.size() - 4, v);
 }
+void append_u16(SeedBytes& b, std::uint16_t v) {
+  b.push_back(static_cast<std::uint8_t>(v));
+  b.push_back(static_cast<std::uint8_t>(v >> 8));
+}
 void append_str(SeedBytes& b, const std::string& s) {
   append_u32(b, static_cast<std::uint32_t>(s.size()));
   b.insert(b.end(), s.begin(), s.end());
@@ -157,7 +178,7 @@ bool feed_in_pieces(SeedMessageReader& r, const SeedBytes& stream, Next next_pie
 
 std::vector<SeedBytes> all_samples() {
   return {encode(sample_hello()), encode(sample_request()), encode(sample_accept()),
-          encode(sample_reject())};
+          encode(sample_reject()), encode(sample_announce())};
 }
 
 TEST(SeedMessage, RoundTripEveryType) {
@@ -165,6 +186,7 @@ TEST(SeedMessage, RoundTripEveryType) {
   expect_decodes_to(encode(sample_request()), sample_request(), max_join_request);
   expect_decodes_to(encode(sample_accept()), sample_accept());
   expect_decodes_to(encode(sample_reject()), sample_reject());
+  expect_decodes_to(encode(sample_announce()), sample_announce());
 
   // Empty strings, a requested rank, and extreme integers.
   SeedHello h;
@@ -176,8 +198,11 @@ TEST(SeedMessage, RoundTripEveryType) {
   JoinAccept one = sample_accept(1);
   one.ca_pem.clear();
   one.cert_pem.clear();
-  one.members[0] = {"", ""};
+  one.flags = 0;
+  one.members[0] = {"", "", false};
   expect_decodes_to(encode(one), one);
+  Announce an;
+  expect_decodes_to(encode(an), an);
   JoinReject z;
   expect_decodes_to(encode(z), z);
 
@@ -199,6 +224,7 @@ TEST(SeedMessage, RoundTripEveryType) {
   EXPECT_EQ(encode(sample_request())[5], static_cast<std::uint8_t>(SeedMsgType::join));
   EXPECT_EQ(encode(sample_accept())[5], static_cast<std::uint8_t>(SeedMsgType::accept));
   EXPECT_EQ(encode(sample_reject())[5], static_cast<std::uint8_t>(SeedMsgType::reject));
+  EXPECT_EQ(encode(sample_announce())[5], static_cast<std::uint8_t>(SeedMsgType::announce));
 }
 
 TEST(SeedMessage, GoldenBytes) {
@@ -214,20 +240,35 @@ TEST(SeedMessage, GoldenBytes) {
 
   JoinAccept acc;
   acc.rank = 1;
+  acc.flags = accept_elastic | accept_late;
   acc.ca_pem = "C";
   acc.cert_pem = "";
-  acc.members = {{"a", "1.2.3.4:5"}, {"b", "[::1]:6"}};
+  acc.members = {{"a", "1.2.3.4:5", false}, {"b", "[::1]:6", true}};
   const SeedBytes want_accept = {
-      'N', 'X', 'S', 'D', 1,   3,   0,   0,   51,  0,   0,   0,         // header, body 51 bytes
+      'N', 'X', 'S', 'D', 1,   3,   0,   0,   57,  0,   0,   0,         // header, body 57 bytes
       1,   0,   0,   0,                                                 // rank 1
+      3,   0,                                                           // flags elastic|late
       1,   0,   0,   0,   'C',                                          // ca
       0,   0,   0,   0,                                                 // cert (empty)
       2,   0,   0,   0,                                                 // 2 members
       1,   0,   0,   0,   'a',                                          // member 0 node
       9,   0,   0,   0,   '1', '.', '2', '.', '3', '.', '4', ':', '5',  // member 0 address
+      0,   0,                                                           // member 0 flags
       1,   0,   0,   0,   'b',                                          // member 1 node
-      7,   0,   0,   0,   '[', ':', ':', '1', ']', ':', '6'};           // member 1 address
+      7,   0,   0,   0,   '[', ':', ':', '1', ']', ':', '6',            // member 1 address
+      1,   0};                                                          // member 1: late
   EXPECT_EQ(encode(acc), want_accept);
+
+  Announce ann;
+  ann.rank = 0x0105;
+  ann.member = {"j", "[::1]:7", true};
+  const SeedBytes want_announce = {
+      'N', 'X', 'S', 'D', 1,   5,   0,   0,   22,  0,   0,   0,  // header, body 22 bytes
+      5,   1,   0,   0,                                          // rank 261
+      1,   0,   0,   0,   'j',                                   // node
+      7,   0,   0,   0,   '[', ':', ':', '1', ']', ':', '7',     // address
+      1,   0};                                                   // flags: late
+  EXPECT_EQ(encode(ann), want_announce);
 
   JoinRequest req;
   req.proof = counting_proof(0);
@@ -251,6 +292,7 @@ TEST(SeedMessage, GoldenBytes) {
   expect_decodes_to(want_reject, rej);
   expect_decodes_to(want_accept, acc);
   expect_decodes_to(want_req, req);
+  expect_decodes_to(want_announce, ann);
 }
 
 TEST(SeedMessage, EveryTruncationFailsCleanly) {
@@ -304,7 +346,7 @@ TEST(SeedMessage, BadHeaders) {
     EXPECT_TRUE(contains(e, "version " + std::to_string(v))) << e;
   }
   // Type.
-  for (std::uint8_t t : {0, 5, 6, 255}) {
+  for (std::uint8_t t : {0, 6, 7, 255}) {
     const std::string e = seed_decode_error(with(5, t));
     EXPECT_TRUE(contains(e, "type " + std::to_string(t))) << e;
   }
@@ -384,9 +426,11 @@ TEST(SeedMessage, TrailingBytes) {
 }
 
 TEST(SeedMessage, AcceptValidation) {
-  auto accept_body = [](std::int32_t rank, std::uint32_t count, std::size_t members_present) {
+  auto accept_body = [](std::int32_t rank, std::uint32_t count, std::size_t members_present,
+                        std::uint16_t flags = 0, std::uint16_t member_flags = 0) {
     SeedBytes body;
     append_u32(body, static_cast<std::uint32_t>(rank));
+    append_u16(body, flags);
     append_str(body, "ca");
     append_str(body, "cert");
     append_u32(body, count);
@@ -394,6 +438,7 @@ TEST(SeedMessage, AcceptValidation) {
       const std::string index = std::to_string(i);  // "n" + temporary: GCC 12 -O3 -Wrestrict
       append_str(body, "n" + index);
       append_str(body, "10.0.0.1:" + std::to_string(i + 1));
+      append_u16(body, i == members_present - 1 ? member_flags : 0);
     }
     return seed_frame(SeedMsgType::accept, body);
   };
@@ -426,6 +471,76 @@ TEST(SeedMessage, AcceptValidation) {
   bad.members.clear();
   bad.rank = 0;
   seed_decode_error(encode(bad));
+
+  // Flags: the two known accept flags in every combination, each member's "late" bit;
+  // any other bit is refused, so a newer seed cannot be misread by this joiner.
+  for (std::uint16_t f : {0, 1, 2, 3}) {
+    for (std::uint16_t mf : {0, 1}) {
+      const SeedBytes b = accept_body(1, 3, 3, f, mf);
+      std::string err;
+      const auto m = decode_seed_message(b.data(), b.size(), max_seed_reply, err);
+      ASSERT_TRUE(m) << err;
+      const auto& a = std::get<JoinAccept>(*m);
+      EXPECT_EQ(a.flags, f);
+      EXPECT_FALSE(a.members[0].late);
+      EXPECT_EQ(a.members[2].late, mf == 1);
+    }
+  }
+  for (std::uint16_t f : {4, 8, 0x100, 0x8000, 0xffff, 0x8003}) {
+    const std::string e = seed_decode_error(accept_body(0, 3, 3, f));
+    EXPECT_TRUE(contains(e, "unknown flags")) << f << ": " << e;
+  }
+  for (std::uint16_t mf : {2, 3, 0x80, 0x8000, 0xffff}) {
+    const std::string e = seed_decode_error(accept_body(0, 3, 3, 0, mf));
+    EXPECT_TRUE(contains(e, "unknown flags") && contains(e, "member")) << mf << ": " << e;
+  }
+  // The encoder writes what it is given; the decoder still refuses unknown bits.
+  JoinAccept odd = sample_accept(2);
+  odd.flags = 0x10;
+  EXPECT_TRUE(contains(seed_decode_error(encode(odd)), "unknown flags"));
+}
+
+TEST(SeedMessage, AnnounceValidation) {
+  auto announce_body = [](std::int32_t rank, std::uint16_t flags) {
+    SeedBytes body;
+    append_u32(body, static_cast<std::uint32_t>(rank));
+    append_str(body, "joiner");
+    append_str(body, "10.0.0.9:9");
+    append_u16(body, flags);
+    return seed_frame(SeedMsgType::announce, body);
+  };
+  // Every non-negative rank and both values of the late bit.
+  for (std::int32_t rank : {0, 1, 65535, 65536, 2147483647}) {
+    for (std::uint16_t flags : {0, 1}) {
+      const SeedBytes b = announce_body(rank, flags);
+      std::string err;
+      const auto m = decode_seed_message(b.data(), b.size(), max_seed_reply, err);
+      ASSERT_TRUE(m) << err;
+      const auto& a = std::get<Announce>(*m);
+      EXPECT_EQ(a.rank, rank);
+      EXPECT_EQ(a.member.node, "joiner");
+      EXPECT_EQ(a.member.addr, "10.0.0.9:9");
+      EXPECT_EQ(a.member.late, flags == 1);
+    }
+  }
+  for (std::int32_t rank : {-1, -2, -2147483647 - 1}) {
+    const std::string e = seed_decode_error(announce_body(rank, 1));
+    EXPECT_TRUE(contains(e, "announcement") && contains(e, std::to_string(rank))) << e;
+  }
+  for (std::uint16_t flags : {2, 0x8001, 0xffff}) {
+    const std::string e = seed_decode_error(announce_body(3, flags));
+    EXPECT_TRUE(contains(e, "unknown flags")) << e;
+  }
+  // A member without its flags (the layout before elastic membership) is truncated.
+  SeedBytes old;
+  append_u32(old, 3);
+  append_str(old, "joiner");
+  append_str(old, "10.0.0.9:9");
+  const std::string e = seed_decode_error(seed_frame(SeedMsgType::announce, old));
+  EXPECT_TRUE(contains(e, "truncated") && contains(e, "member flags")) << e;
+  // An announcement is as large as a join request at most: the seed's own limit applies.
+  const SeedBytes b = encode(sample_announce());
+  expect_decodes_to(b, sample_announce(), max_join_request);
 }
 
 TEST(SeedMessage, StringLengthsBeyondBody) {
@@ -452,9 +567,9 @@ TEST(SeedMessage, ReaderPiecewiseYieldsSameMessages) {
     for (const SeedBytes& b : all_samples()) stream.insert(stream.end(), b.begin(), b.end());
 
   auto check = [](const std::vector<SeedMessage>& out) {
-    ASSERT_EQ(out.size(), 8u);
+    ASSERT_EQ(out.size(), 10u);
     for (int round = 0; round < 2; ++round) {
-      const std::size_t o = static_cast<std::size_t>(round) * 4;
+      const std::size_t o = static_cast<std::size_t>(round) * 5;
       ASSERT_NE(std::get_if<SeedHello>(&out[o]), nullptr);
       expect_same(std::get<SeedHello>(out[o]), sample_hello());
       ASSERT_NE(std::get_if<JoinRequest>(&out[o + 1]), nullptr);
@@ -463,6 +578,8 @@ TEST(SeedMessage, ReaderPiecewiseYieldsSameMessages) {
       expect_same(std::get<JoinAccept>(out[o + 2]), sample_accept());
       ASSERT_NE(std::get_if<JoinReject>(&out[o + 3]), nullptr);
       expect_same(std::get<JoinReject>(out[o + 3]), sample_reject());
+      ASSERT_NE(std::get_if<Announce>(&out[o + 4]), nullptr);
+      expect_same(std::get<Announce>(out[o + 4]), sample_announce());
     }
   };
   {  // one byte at a time
@@ -525,7 +642,7 @@ TEST(SeedMessage, GarbageNeverCrashes) {
     SeedBytes body(rng() % 200);
     for (auto& x : body) x = static_cast<std::uint8_t>(rng());
     if (round % 4 == 0 && body.size() >= 4) body[body.size() - 4] = 0;  // small lengths
-    const auto type = static_cast<std::uint8_t>(1 + round % 4);
+    const auto type = static_cast<std::uint8_t>(1 + round % 5);
     SeedBytes b = seed_frame(static_cast<SeedMsgType>(type), body);
     std::string err;
     std::optional<SeedMessage> m = decode_seed_message(b.data(), b.size(), max_seed_reply, err);

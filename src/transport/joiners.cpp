@@ -120,10 +120,15 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
       std::lock_guard lk(engine_.lock());
       for (int m : w.members) {
         if (m == rank_) continue;
+        // A member that failed since the decision is no reason to give up: the communicator
+        // is revoked as soon as it is made, like any with a failed member, and a shrink of
+        // everyone, this rank included, removes it. Leaving instead would hold the
+        // members' shrink up until their op_timeout, waiting for this rank.
+        if (is_failed(m)) continue;
         Peer* p = m < size() ? peer(m) : nullptr;
-        if (p && (p->gone() || is_failed(m))) {
+        if (p && p->gone()) {
           missing = m;
-          why = p->gone_why().empty() ? "failed" : p->gone_why();
+          why = p->gone_why().empty() ? "gone" : p->gone_why();
           break;
         }
         if (!p || !p->up() || !p->hello_seen()) {

@@ -37,6 +37,10 @@ quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic
 }  // namespace
 
 namespace {
+// How long a closing node waits for its peers to acknowledge its goodbye (a peer that went
+// silent without being declared failed must not hold the close up for long).
+constexpr auto kGoodbyeWait = std::chrono::seconds(1);
+
 // Handles a connection a peer opened until its certificate says who it is, then hands it
 // to that rank's Peer.
 class AcceptRouter final : public quic::ConnectionHandler {
@@ -176,22 +180,34 @@ void Node::dial(int r) {
 // ---- shutdown ----------------------------------------------------------------------------
 
 void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
-                                   const std::shared_ptr<OpState>& done) {
+                                   const std::shared_ptr<OpState>& done, bool said_goodbye) {
   if (membership_) membership_->on_close();
   std::uint64_t pending = 0;
   for (auto& p : peers_)
     if (p) pending += p->unacked();
-  if (pending > 0 && std::chrono::steady_clock::now() < until) {
-    // Bytes we promised (completed eager sends) are still unacknowledged: linger.
+  const auto now = std::chrono::steady_clock::now();
+  if (!said_goodbye && (pending == 0 || now >= until)) {
+    // Every byte we promised is acknowledged (or we gave up on it): say goodbye, and linger
+    // until each peer still up acknowledged that too, briefly. Meanwhile our own delayed
+    // ACKs of what the peers sent us go out (an ACK waits a fraction of a round trip), so a
+    // peer whose last send we received sees it complete, instead of failing when our
+    // connection close overtakes the acknowledgement.
+    for (auto& p : peers_)
+      if (p) p->say_goodbye();
+    said_goodbye = true;
+    until = std::min(until, now + kGoodbyeWait);
+    pending = 1;  // check again once the goodbyes are out
+  }
+  if (pending > 0 && now < until) {
+    // Bytes we promised (completed eager sends), or our goodbyes, are still
+    // unacknowledged: linger.
     auto t = std::make_shared<asio::steady_timer>(engine_.io(), std::chrono::milliseconds(1));
-    t->async_wait(engine_.guard([this, t, until, done](asio::error_code) {
-      drain_then_shutdown(until, done);
+    t->async_wait(engine_.guard([this, t, until, done, said_goodbye](asio::error_code) {
+      drain_then_shutdown(until, done, said_goodbye);
     }));
     return;
   }
   if (liveness_timer_) liveness_timer_->cancel();
-  for (auto& p : peers_)
-    if (p) p->say_goodbye();
   ep_->shutdown("communicator closed");
   // Receives that only a peer could have satisfied failed with it; fail the rest.
   for (auto& q : match_) {
@@ -247,6 +263,13 @@ void Node::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, st
 }
 
 void Node::on_peer_closed(Peer& p) {
+  {
+    // A joiner that went away before a grow took it in never will be (one that comes back
+    // joins anew, as another world rank): it waits no more, so grows stop waiting for it to
+    // get ready.
+    std::lock_guard lk(fail_mu_);
+    std::erase(waiting_, p.rank());
+  }
   // Receives naming this peer can never complete now. Any-source receives stay posted.
   for (auto& q : match_) {
     auto& posted = q.posted();

@@ -175,7 +175,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Joiners waiting for admission that this node is connected to and that are not
   /// failed, ascending. Any thread.
   std::vector<int> ready_joiners();
-  /// Joiners waiting for admission: announced, not admitted, not failed. Any thread.
+  /// Joiners waiting for admission: announced, not admitted, not failed, not gone away.
+  /// Any thread.
   std::vector<int> waiting_joiners() const;
   /// `ids` were admitted by a grow (or are members of the communicator we were welcomed
   /// into): they wait no more. Any thread.
@@ -323,7 +324,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     });
   }
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
-                           const std::shared_ptr<OpState>& done);
+                           const std::shared_ptr<OpState>& done, bool said_goodbye = false);
   /// Arms the periodic liveness check (engine thread, once the mesh is up).
   void start_liveness();
   void liveness_tick();

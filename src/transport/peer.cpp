@@ -26,6 +26,7 @@ Peer::Peer(Node& node, int rank, std::string name, quic::Address addr)
 
 void Peer::attach(quic::Connection& c) {
   conn_ = &c;
+  ++conn_gen_;
   c.set_handler(this);
   c.user = this;
 }
@@ -235,12 +236,23 @@ void Peer::protocol_error(const std::string& why) {
   if (gone()) return;
   log::warn("rank {}: protocol error from peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::protocol, "protocol error: " + why);
-  // We are inside ngtcp2's packet processing here, which must not be re-entered: close
-  // the connection once it returns. Connections are freed by posted work too, and posted
-  // work runs in order, so the pointer is still valid then.
-  if (quic::Connection* c = conn_) {
-    node_.engine().post([c, why] { c->close(quic::close_error, "protocol error: " + why); });
-  }
+  // We are inside ngtcp2's packet processing here, which must not be re-entered.
+  close_later(quic::close_error, "protocol error: " + why);
+}
+
+void Peer::close_later(std::uint64_t app_code, std::string why) {
+  quic::Connection* c = conn_;
+  if (!c) return;
+  // Posted work does not always run in the order it was posted: work a user thread posts
+  // while it makes progress inline can run before work the engine thread posted a moment
+  // earlier. So the connection may have closed by itself and been freed (its own posted
+  // work) by the time this runs: close it only if it is still ours. A closed connection
+  // is no longer ours (on_closed cleared conn_), and the generation tells a new
+  // connection at the same address from it.
+  const std::uint64_t gen = conn_gen_;
+  node_.engine().post([this, c, gen, app_code, why = std::move(why)] {
+    if (conn_ == c && conn_gen_ == gen) c->close(app_code, why);
+  });
 }
 
 void Peer::abort(const std::string& why) {
@@ -264,9 +276,7 @@ void Peer::cut_off(const std::string& why) {
   mark_gone(Errc::rank_failed, why);
   // Possibly inside packet processing (of this connection or another): close it afterwards,
   // telling the peer (should it still hear us) that it was declared failed.
-  if (quic::Connection* c = conn_) {
-    node_.engine().post([c, why] { c->close(quic::close_declared_failed, why); });
-  }
+  close_later(quic::close_declared_failed, why);
 }
 
 void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {

@@ -152,6 +152,9 @@ class Peer final : public quic::ConnectionHandler {
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);
   void protocol_error(const std::string& why);
+  /// Closes the connection with `app_code` once the current call chain unwinds (ngtcp2's
+  /// packet processing must not be re-entered), unless it closed by itself meanwhile.
+  void close_later(std::uint64_t app_code, std::string why);
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
 
@@ -161,6 +164,7 @@ class Peer final : public quic::ConnectionHandler {
   quic::Address addr_;
   std::string addr_text_;
   quic::Connection* conn_ = nullptr;
+  std::uint64_t conn_gen_ = 0;  // counts attach(): tells a new connection from a freed one
   std::atomic<State> state_{State::connecting};
   Errc gone_code_ = Errc::ok;
   std::string gone_why_;
