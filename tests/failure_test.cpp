@@ -354,7 +354,7 @@ TEST(Failure, GrowMeetingShrinkBuildsTheSameCommunicator) {
     if (rank == 3) die();
     Communicator next = rank < 2 ? c.grow() : c.shrink();
     RANK_CHECK(rank, next.size() == 3 && next.rank() == rank, std::to_string(next.size()));
-    RANK_CHECK(rank, next.world_ranks() == (std::vector<int>{0, 1, 2}), join(next.world_ranks()));
+    RANK_CHECK(rank, next.world_ranks() == (std::vector<int>{0, 1, 2}), ranks_text(next.world_ranks()));
     shared()->id[rank].store(next.id());
     for (int r = 0; r < 3; ++r) {
       for (int i = 0; i < 2000 && shared()->id[r].load() == 0; ++i) std::this_thread::sleep_for(5ms);

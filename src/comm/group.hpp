@@ -159,8 +159,10 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
 };
 
 /// Id of a group split from `parent` at its `seq`-th split with `color`: a 64-bit mix of
-/// the three, the same on every member, never 0. Shrinks use it too, with a color no split
-/// can pass (splits take colors >= 0).
+/// the three, the same on every member, never 0. Shrinks and grows use it too, with colors
+/// no split can pass (splits take colors >= 0).
+inline constexpr int shrink_color = -2;
+inline constexpr int grow_color = -3;
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept;
 
 }  // namespace nexar::detail

@@ -105,8 +105,7 @@ std::shared_ptr<Group> Group::shrink() {
     if (r == rank_) my_rank = static_cast<int>(members.size());
     members.push_back(world_of(r));
   }
-  // Colors of splits are >= 0: -2 keeps a shrink's id apart from any split's.
-  return make(node_, rpc_, agreement_, split_id(id_, seq, -2), std::move(members), my_rank);
+  return make(node_, rpc_, agreement_, split_id(id_, seq, shrink_color), std::move(members), my_rank);
 }
 
 Group& Group::current() {

@@ -12,9 +12,6 @@
 namespace nexar::detail {
 
 namespace {
-// Colors of splits are >= 0 and shrink uses -2: -3 keeps a grow's id apart from both.
-constexpr int kGrowColor = -3;
-constexpr int kShrinkColor = -2;  // Group::shrink's
 // How long a grow waits for joiners this rank already heard of to finish connecting: they
 // were announced a moment ago and their handshakes are under way. One that takes longer
 // waits for the next grow.
@@ -61,7 +58,7 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving) {
   // member sees the failure, which the others cannot know when they decide to grow. The
   // shrinking member contributes no joiners, so the intersection is empty, and both must end
   // in the same communicator.
-  const int color = r.joiners.empty() && r.leaving.empty() ? kShrinkColor : kGrowColor;
+  const int color = r.joiners.empty() && r.leaving.empty() ? shrink_color : grow_color;
   const std::uint64_t id = split_id(id_, seq, color);
   node_->admitted(r.joiners);
   // Every member that decided welcomes every joiner: one welcome suffices, so a member
