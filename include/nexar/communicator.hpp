@@ -321,8 +321,11 @@ class Communicator {
   /// member may call grow() where another calls shrink() (for instance when the automatic
   /// policy's in-place rebuild on one member meets a grow the others decided before they saw
   /// the failure); the shrinking member contributes no joiners, so nobody is admitted and
-  /// both get the communicator shrink() returns. Works in a job that is not elastic too (then
-  /// nobody joins; leavers still leave). This communicator stays usable.
+  /// both get the communicator shrink() returns (a leave() met by a shrink() is honoured
+  /// too). Grow one line of communicators at a time (the one holding the job's members): a
+  /// joiner enters one communicator, and two grows admitting it at once would disagree.
+  /// Works in a job that is not elastic too (then nobody joins; leavers still leave), and
+  /// under every failure policy. This communicator stays usable.
   /// Errors: rank_failed when this rank was declared failed by the others; timeout
   /// (Config::op_timeout) when a live member never calls grow() or leave(); closed.
   Communicator grow() const;

@@ -163,8 +163,9 @@ struct Seed::Impl final : quic::ConnectionHandler {
         // that has not proved the token yet makes room, so idle clients cannot lock real
         // joiners out.
         const std::size_t cap = std::max<std::size_t>(static_cast<std::size_t>(opts.world), nodes.size()) * 4 + 64;
-        if (ep->live_connections() >= cap && !evict_unproven()) return nullptr;
+        // The rate limit first: a client it turns away must not cost a real joiner its place.
         if (!nodes.empty() && !take_admit_token()) return nullptr;
+        if (ep->live_connections() >= cap && !evict_unproven()) return nullptr;
         return this;
       });
       arm_sweep();

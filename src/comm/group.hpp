@@ -118,8 +118,11 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   static void blocking_calls(int delta) noexcept;
 
  private:
-  /// grow() and leave(): one agreement on joiners, leavers and failures.
-  std::shared_ptr<Group> change_membership(const char* op, bool leaving);
+  /// grow(), leave() and shrink(): one agreement on joiners (when `admit`), leavers and
+  /// failures; nullptr for the leaving rank.
+  std::shared_ptr<Group> change_membership(const char* op, bool leaving, bool admit);
+  /// Throws invalid_argument naming `op` under FailurePolicy::abort (agree and shrink).
+  void check_recoverable(const char* op) const;
   /// A failure event of the group's communicator (Node::CommListener), engine lock held.
   void on_event(int failed_world, Errc code, const std::string& why);
   /// Throws the error that revoked the group, naming `op`.

@@ -66,13 +66,17 @@ void Group::revoke() {
   node_->revoke_comm(id_);
 }
 
-Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
+void Group::check_recoverable(const char* op) const {
   if (config().on_failure == FailurePolicy::abort) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::invalid_argument, ctx,
                      "the failure policy is abort (Config::on_failure, NEXAR_ON_FAILURE): set manual or "
                      "automatic to agree and shrink");
   }
+}
+
+Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
+  check_recoverable(op);
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -89,23 +93,11 @@ Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
 }
 
 std::shared_ptr<Group> Group::shrink() {
-  // The id must be the same on every member: it comes from the agreement's number, which
-  // every member draws in the same order.
-  const std::uint64_t seq = agreements_.load();
-  Communicator::Agreement a = agree("shrink", ~std::uint64_t{0});
-  if (std::binary_search(a.failed.begin(), a.failed.end(), rank_)) {
-    ErrorContext ctx{"shrink", rank_, -1, {}, {}};
-    throw Error(Errc::rank_failed, format_error(Errc::rank_failed, ctx, "this rank was declared failed by the others"),
-                a.failed);
-  }
-  std::vector<int> members;
-  int my_rank = -1;
-  for (int r = 0; r < size(); ++r) {
-    if (std::binary_search(a.failed.begin(), a.failed.end(), r)) continue;
-    if (r == rank_) my_rank = static_cast<int>(members.size());
-    members.push_back(world_of(r));
-  }
-  return make(node_, rpc_, agreement_, split_id(id_, seq, shrink_color), std::move(members), my_rank);
+  check_recoverable("shrink");
+  // One agreement with grow() and leave() (comm/group_membership.cpp): a member may shrink
+  // (the automatic policy's rebuild) at the number at which another grows or leaves, and
+  // both must build the same communicator. A shrink admits nobody.
+  return change_membership("shrink", false, false);
 }
 
 Group& Group::current() {

@@ -18,7 +18,7 @@ namespace {
 constexpr auto kReadyWait = std::chrono::seconds(2);
 }  // namespace
 
-std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving) {
+std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving, bool admit) {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -26,11 +26,12 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving) {
   node_->check_open(op, -1);
   // Joiners announced to us are dialled at once; give those still shaking hands a moment,
   // so that members that heard of them at about the same time all contribute them.
-  std::vector<int> ready = node_->ready_joiners();
-  const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
-                                                              config().connect_timeout, kReadyWait);
-  while (ready.size() < node_->waiting_joiners().size() && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::vector<int> ready;
+  if (admit) {
+    const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
+                                                                config().connect_timeout, kReadyWait);
+    while (node_->joiners_connecting() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ready = node_->ready_joiners();
   }
   const std::uint64_t seq = agreements_.fetch_add(1);
@@ -41,8 +42,13 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving) {
       agreement_->run(op, id_, members_, rank_, seq, ~std::uint64_t{0}, config().op_timeout, std::move(extra));
   auto contains = [](const std::vector<int>& v, int x) { return std::binary_search(v.begin(), v.end(), x); };
   if (contains(r.failed, world_of(rank_))) {
+    std::vector<int> failed;  // in this group's numbering
+    for (int w : r.failed)
+      if (int local = (*local_of_)[static_cast<std::size_t>(w)]; local >= 0) failed.push_back(local);
+    std::sort(failed.begin(), failed.end());
     ErrorContext ctx{op, rank_, -1, {}, {}};
-    throw make_error(Errc::rank_failed, ctx, "this rank was declared failed by the others");
+    throw Error(Errc::rank_failed, format_error(Errc::rank_failed, ctx, "this rank was declared failed by the others"),
+                failed);
   }
   std::vector<int> members;
   int my_rank = -1;
@@ -76,9 +82,9 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving) {
   return make(node_, rpc_, agreement_, id, std::move(members), my_rank);
 }
 
-std::shared_ptr<Group> Group::grow() { return change_membership("grow", false); }
+std::shared_ptr<Group> Group::grow() { return change_membership("grow", false, true); }
 
-void Group::leave() { change_membership("leave", true); }
+void Group::leave() { change_membership("leave", true, true); }
 
 int Group::pending_joiners() const { return static_cast<int>(node_->ready_joiners().size()); }
 

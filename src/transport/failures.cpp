@@ -265,6 +265,8 @@ void Node::on_revoke_notice(int from, std::uint64_t comm) {
 // ---- communicators ---------------------------------------------------------------------------
 
 void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
+  // A joiner in a communicator made here was admitted, whichever grow admitted it.
+  admitted(members);
   submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
     int dead = -1;
     {

@@ -6,6 +6,7 @@
 // the same everywhere. A joiner's own table starts with every rank the service had handed
 // out before it; the ranks announced after it are appended as they come.
 #include <algorithm>
+#include <thread>
 
 #include "core/error_format.hpp"
 #include "core/log.hpp"
@@ -53,15 +54,33 @@ std::vector<int> Node::waiting_joiners() const {
   return v;
 }
 
+Peer* Node::peer_locked(int r) noexcept {
+  // close() empties the table (engine lock held) but leaves size() as it was.
+  return r >= 0 && static_cast<std::size_t>(r) < peers_.size() ? peers_[static_cast<std::size_t>(r)].get() : nullptr;
+}
+
 std::vector<int> Node::ready_joiners() {
   std::vector<int> waiting = waiting_joiners();
   std::vector<int> ready;
   std::lock_guard lk(engine_.lock());
   for (int j : waiting) {
-    Peer* p = j < size() ? peer(j) : nullptr;
-    if (p && p->up() && p->hello_seen() && !is_failed(j)) ready.push_back(j);
+    Peer* p = peer_locked(j);
+    if (p && p->up() && p->hello_seen()) ready.push_back(j);
   }
   return ready;
+}
+
+int Node::joiners_connecting() {
+  std::vector<int> waiting = waiting_joiners();
+  int n = 0;
+  std::lock_guard lk(engine_.lock());
+  for (int j : waiting) {
+    // Only a handshake under way is worth waiting for: a joiner this node never dialled (an
+    // earlier joiner the table we joined with flags, long gone) never gets ready.
+    Peer* p = peer_locked(j);
+    if (p && p->connection() && !p->gone() && !(p->up() && p->hello_seen())) ++n;
+  }
+  return n;
 }
 
 void Node::admitted(const std::vector<int>& ids) {
@@ -86,8 +105,11 @@ void Node::send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::ve
 void Node::on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) {
   std::lock_guard lk(fail_mu_);
   if (!late_ || welcome_) return;  // every member of the grow sends one: the first counts
-  if (std::find(members.begin(), members.end(), static_cast<std::uint32_t>(rank_)) == members.end()) {
-    log::warn("rank {}: a welcome from rank {} does not name this rank: ignored", rank_, from);
+  auto names = [&](int r) {
+    return std::find(members.begin(), members.end(), static_cast<std::uint32_t>(r)) != members.end();
+  };
+  if (!names(rank_) || !names(from)) {
+    log::warn("rank {}: a welcome from rank {} does not name this rank and its sender: ignored", rank_, from);
     return;
   }
   Welcome w;
@@ -116,8 +138,10 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
   for (;;) {
     int missing = -1;
     std::string why;
+    Errc code = Errc::peer_closed;
     {
       std::lock_guard lk(engine_.lock());
+      if (!is_open()) throw make_error(Errc::closed, ErrorContext{"join", rank_, -1, {}, {}}, "communicator closed");
       for (int m : w.members) {
         if (m == rank_) continue;
         // A member that failed since the decision is no reason to give up: the communicator
@@ -125,9 +149,10 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
         // everyone, this rank included, removes it. Leaving instead would hold the
         // members' shrink up until their op_timeout, waiting for this rank.
         if (is_failed(m)) continue;
-        Peer* p = m < size() ? peer(m) : nullptr;
+        Peer* p = peer_locked(m);
         if (p && p->gone()) {
           missing = m;
+          code = p->gone_code();
           why = p->gone_why().empty() ? "gone" : p->gone_why();
           break;
         }
@@ -139,9 +164,11 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
     }
     if (missing < 0) return w;
     ErrorContext ctx{"join", rank_, missing, {}, {}};
-    if (!why.empty()) throw make_error(Errc::rank_failed, ctx, "a member of the communicator we were welcomed into: " + why);
+    if (!why.empty()) throw make_error(code, ctx, "a member of the communicator we were welcomed into: " + why);
     if (std::chrono::steady_clock::now() > until)
-      throw make_error(Errc::timeout, ctx, "welcomed, but this member never connected");
+      throw make_error(Errc::timeout, ctx,
+                       missing < size() ? "welcomed, but this member never connected"
+                                        : "welcomed, but the membership service never announced this member here");
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

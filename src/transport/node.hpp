@@ -13,12 +13,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <condition_variable>
 #include <string>
 #include <unordered_map>
 #include <type_traits>
@@ -178,6 +178,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Joiners waiting for admission: announced, not admitted, not failed, not gone away.
   /// Any thread.
   std::vector<int> waiting_joiners() const;
+  /// Waiting joiners whose connection to this node is still being set up. Any thread.
+  int joiners_connecting();
   /// `ids` were admitted by a grow (or are members of the communicator we were welcomed
   /// into): they wait no more. Any thread.
   void admitted(const std::vector<int>& ids);
@@ -353,6 +355,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   static thread_local bool t_scope_asleep_;
   /// Dials world rank `r` (engine thread).
   void dial(int r);
+  /// The peer of world rank `r`, or null (out of the table, or the node closed). Engine
+  /// lock held.
+  Peer* peer_locked(int r) noexcept;
 
   Config cfg_;
   int rank_;

@@ -53,7 +53,8 @@ enum class FrameType : std::uint8_t {
 /// membership service stops admitting beyond it.
 inline constexpr std::uint32_t max_node_ids = 1u << 16;
 
-/// Largest payload of an agree or decided frame: a ballot naming 2^18 failed ranks.
+/// Largest payload of an agree, decided or welcome frame: a ballot whose lists name 2^18
+/// ranks in all (a member list needs less).
 inline constexpr std::uint64_t max_ballot_payload = 20 + 4 * (std::uint64_t{1} << 18);
 
 /// flags of an rdata frame.

@@ -188,7 +188,8 @@ SeedMessage decode_body(SeedMsgType type, Reader& r) {
       const std::uint32_t n = r.u32("members");
       if (n == 0 || n > kMaxMembers)
         throw Malformed("seed accept names " + std::to_string(n) + " members");
-      // Each member needs at least its two length fields: bound the reservation by the body.
+      // Each member needs at least its two length fields and its flags (10 bytes): bound the
+      // reservation by the body.
       r.need(std::size_t{n} * 10, "members");
       m.members.resize(n);
       for (auto& mem : m.members) mem = member(r);

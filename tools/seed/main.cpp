@@ -11,7 +11,8 @@
 //   NEXAR_SEED_FINGERPRINT=sha256:...
 //
 // With --elastic it keeps running after formation and admits joiners into the running job
-// (they wait until the members grow) until SIGINT or SIGTERM.
+// (they wait until the members grow) until SIGINT or SIGTERM; its normal end is then
+// 128+signal.
 //
 // Exit status: 0 when the cluster formed, 1 when it did not (formation timeout, bind
 // failure...), 2 on bad options (a bad --listen address included), 128+signal when stopped
