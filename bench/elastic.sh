@@ -33,21 +33,9 @@
 # machine with at least 2W CPUs for figures worth comparing.
 set -uo pipefail
 
-repeats=1
-sizes="4"
-usage() { echo "usage: bench/elastic.sh [-r REPEATS] [-n \"SIZES\"] [BUILD_DIR]"; }
-while getopts "r:n:h" opt; do
-  case "$opt" in
-    r) repeats=$OPTARG ;;
-    n) sizes=$OPTARG ;;
-    h) usage; exit 0 ;;
-    *) usage >&2; exit 2 ;;
-  esac
-done
-shift $((OPTIND - 1))
-[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "elastic: -r wants a positive count" >&2; exit 2; }
 # shellcheck source=tests/script_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" build
+script_bench_opts elastic "4" "$@"
 
 steps=${STEPS:-600}
 step_ms=${STEP_MS:-10}
@@ -55,9 +43,7 @@ count=${COUNT:-1024}
 warm=${WARM:-1}
 limit=${TIMEOUT:-60}
 
-for exe in nexar-run nexar-seed resilient_loop; do
-  [ -x "$bin/$exe" ] || { echo "elastic: $bin/$exe not found (build it first)" >&2; exit 1; }
-done
+script_need elastic nexar-run nexar-seed resilient_loop
 script_tmp "elastic" nexar-elastic-bench
 out=${OUT:-$(mktemp -d /tmp/nexar-elastic.XXXXXX)}
 mkdir -p "$out"
@@ -79,20 +65,9 @@ median() {
 }
 maximum() { sort -g | awk 'END { if (NR == 0) printf "-"; else printf "%.1f", $1 }'; }
 
-# wait_files DIR N PID: until DIR holds N pid files (false when PID ended or TIMEOUT passed).
-wait_files() {
-  local t
-  for ((t = 0; t < limit * 20; t++)); do
-    [ "$(find "$1" -name 'rank*.pid' | grep -c '')" -ge "$2" ] && return 0
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
-
 # grow_run W REP: appends "join_first join_max grow grow_max" to $out/wW.grow.
 grow_run() {
-  local w=$1 rep=$2 dir seed members joiners rc_m rc_j report row t
+  local w=$1 rep=$2 dir seed members joiners rc_m rc_j report row
   dir="$out/w$w-grow-$rep"
   mkdir -p "$dir/pids"
   report="$dir/report"
@@ -101,11 +76,7 @@ grow_run() {
     --env-file "$dir/seed.env" >"$dir/seed.log" 2>&1 &
   seed=$!
   pids+=("$seed")
-  for ((t = 0; t < 100; t++)); do
-    [ -s "$dir/seed.env" ] && break
-    sleep 0.05
-  done
-  if [ ! -s "$dir/seed.env" ]; then
+  if ! script_wait 10 "$seed" script_seed_env "$dir/seed.env"; then
     echo "# w$w grow $rep: nexar-seed did not start; see $dir/seed.log" >&2
     kill "$seed" 2>/dev/null
     return 1
@@ -121,7 +92,7 @@ grow_run() {
   members=$!
   pids+=("$members")
   joiners=""
-  if wait_files "$dir/pids" "$w" "$members"; then
+  if script_wait "$limit" "$members" script_pid_files_at_least "$dir/pids" "$w"; then
     sleep "$warm"
     (
       set -a
@@ -171,7 +142,7 @@ restore_run() {
   run=$!
   pids+=("$run")
   kill_at=""
-  if wait_files "$dir/pids" "$w" "$run"; then
+  if script_wait "$limit" "$run" script_pid_files_at_least "$dir/pids" "$w"; then
     sleep "$warm"
     if pid=$(cat "$dir/pids/rank$victim.pid" 2>/dev/null); then
       kill_at=$EPOCHREALTIME

@@ -38,21 +38,9 @@
 # otherwise idle machine.
 set -uo pipefail
 
-repeats=1
-sizes="4 8"
-usage() { echo "usage: bench/failure_recovery.sh [-r REPEATS] [-n \"SIZES\"] [BUILD_DIR]"; }
-while getopts "r:n:h" opt; do
-  case "$opt" in
-    r) repeats=$OPTARG ;;
-    n) sizes=$OPTARG ;;
-    h) usage; exit 0 ;;
-    *) usage >&2; exit 2 ;;
-  esac
-done
-shift $((OPTIND - 1))
-[[ "$repeats" =~ ^[1-9][0-9]*$ ]] || { echo "failure_recovery: -r wants a positive count" >&2; exit 2; }
 # shellcheck source=tests/script_lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" build
+script_bench_opts failure_recovery "4 8" "$@"
 
 steps=${STEPS:-400}
 step_ms=${STEP_MS:-10}

@@ -23,12 +23,7 @@ members=4
 joiners=2
 world=$((members + joiners))
 
-for exe in nexar-seed nexar-cluster-check; do
-  if [ ! -x "$bin/$exe" ]; then
-    echo "elastic grow test: FAIL: $bin/$exe not found (build it first)"
-    exit 1
-  fi
-done
+script_need "elastic grow test" nexar-seed nexar-cluster-check
 
 script_tmp "elastic grow test" nexar-elastic-test
 
@@ -56,12 +51,7 @@ timeout -k 5 "$limit" "$bin/nexar-seed" --elastic --listen 127.0.0.1:0 -n "$memb
 seed=$!
 pids+=("$seed")
 
-for ((t = 0; t < 100; t++)); do
-  grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" && break
-  kill -0 "$seed" 2>/dev/null || break
-  sleep 0.1
-done
-if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
+if ! script_wait 10 "$seed" script_seed_env "$envf"; then
   echo "   nexar-seed wrote no env file within 10 s; its output:"
   show_log "$seed_log"
   fail "no seed"
@@ -82,11 +72,7 @@ t0=$(date +%s%N)
 for ((i = 0; i < members; i++)); do start "member$i"; done
 
 # The joiners come once the members formed: they join the running job, not its formation.
-for ((t = 0; t < limit * 10; t++)); do
-  grep -q 'cluster formed with' "$seed_log" && break
-  kill -0 "$seed" 2>/dev/null || break
-  sleep 0.1
-done
+script_wait "$limit" "$seed" grep -q 'cluster formed with' "$seed_log"
 if ! grep -q "cluster formed with $members ranks" "$seed_log"; then
   echo "   the seed did not report formation with $members ranks; its output:"
   show_log "$seed_log"

@@ -23,16 +23,8 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 limit=${ER_TIMEOUT:-60}
 
-for exe in nexar-run resilient_loop; do
-  if [ ! -x "$bin/$exe" ]; then
-    echo "elastic_run test: FAIL: $bin/$exe not found (build it first)"
-    exit 1
-  fi
-done
-if ! "$bin/nexar-run" --help 2>&1 | grep -q -- '--max-restarts'; then
-  echo "elastic_run test: FAIL: $bin/nexar-run has no --max-restarts option"
-  exit 1
-fi
+script_need "elastic_run test" nexar-run resilient_loop
+script_need_option "elastic_run test" nexar-run --max-restarts
 
 script_tmp "elastic_run test" nexar-elastic-run-test
 
@@ -48,15 +40,7 @@ pid_files() { find "$1" -name 'rank*.pid' -printf '%f\n' | sort; }
 
 # wait_files DIR N LAUNCHER_PID: until DIR holds N pid files; fails when the launcher ended or
 # the limit passed.
-wait_files() {
-  local t
-  for ((t = 0; t < limit * 20; t++)); do
-    [ "$(pid_files "$1" | grep -c '')" -ge "$2" ] && return 0
-    kill -0 "$3" 2>/dev/null || return 1
-    sleep 0.05
-  done
-  return 1
-}
+wait_files() { script_wait "$limit" "$3" script_pid_files_at_least "$1" "$2"; }
 
 # part KEY MAX_RESTARTS STEPS WANT_RC WANT_LINE VICTIMS [resilient_loop args...]
 # VICTIMS: world ranks to kill in turn, comma-separated; "new" is the replacement that joined

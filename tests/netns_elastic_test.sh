@@ -106,7 +106,7 @@ part_a() {
 
 # ---- (b) a fifth host joins the running job ---------------------------------------------------
 part_b() {
-  local r t rc line ok=0 wp=() t0
+  local r rc line ok=0 wp=() t0
   echo "== (b) hosts 0..$((members - 1)): torchrun ranks (MASTER_ADDR=$master MASTER_PORT=$port WORLD_SIZE=$members" \
     "NEXAR_ELASTIC=1 NEXAR_CLUSTER_TOKEN=...) of nexar-cluster-check ${check_args[*]} --grow 1;" \
     "host $joiner_host: NEXAR_SEED_ADDR=$master:$port, the same program"
@@ -122,11 +122,7 @@ part_b() {
     bg_pids+=("${wp[r]}")
   done
   # The joiner comes once rank 0's seed has formed the job: it joins the running job.
-  for ((t = 0; t < limit * 10; t++)); do
-    grep -q 'seed: cluster .* formed with' "$tmp/host0.log" && break
-    kill -0 "${wp[0]}" 2>/dev/null || break
-    sleep 0.1
-  done
+  script_wait "$limit" "${wp[0]}" grep -q 'seed: cluster .* formed with' "$tmp/host0.log"
   if ! grep -q "seed: cluster .* formed with $members ranks" "$tmp/host0.log"; then
     echo "   rank 0's embedded seed did not report formation with $members ranks"
     for ((r = 0; r < members; r++)); do echo "   host $r:"; show_log "$tmp/host$r.log" 20; done

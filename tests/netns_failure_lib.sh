@@ -2,9 +2,8 @@
 # shellcheck disable=SC2154  # $tmp and $bin come from the caller
 # netns_failure_lib.sh — runs of examples/resilient_loop across network-namespace "hosts",
 # with a fault injected into one of them, for tests/netns_failure_test.sh and
-# bench/failure_recovery.sh. Source it after tests/netns_lib.sh, once netns_setup and
-# netns_guard ran ($tmp and bg_pids exist); set $bin to the directory of nexar-seed and
-# resilient_loop first.
+# bench/failure_recovery.sh. Source it after tests/script_lib.sh (which sets $bin) and
+# tests/netns_lib.sh, once netns_setup and netns_guard ran ($tmp and bg_pids exist).
 #
 # Layout of a run (as tests/netns_test.sh): host 0 runs nexar-seed, hosts 1..W one rank each
 # (NEXAR_RANK = host - 1, NEXAR_WORLD_SIZE = W, the seed's environment file), so rank r lives
@@ -55,12 +54,7 @@ nf_start() {
     --formation-timeout-ms $((NF_LIMIT * 1000 / 2)) >"$NF_DIR/seed.log" 2>&1 </dev/null &
   NF_SEED=$!
   bg_pids+=("$NF_SEED")
-  for ((t = 0; t < 100; t++)); do
-    grep -q '^NEXAR_SEED_ADDR=' "$NF_DIR/env" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$NF_DIR/env" && break
-    kill -0 "$NF_SEED" 2>/dev/null || break
-    sleep 0.1
-  done
-  if ! grep -q '^NEXAR_SEED_ADDR=' "$NF_DIR/env" 2>/dev/null; then
+  if ! script_wait 10 "$NF_SEED" script_seed_env "$NF_DIR/env"; then
     echo "$label: nexar-seed wrote no env file within 10 s; its output:" >&2
     sed 's/^/  seed: /' "$NF_DIR/seed.log" >&2
     return 1
@@ -74,7 +68,7 @@ nf_start() {
     bg_pids+=("${NF_PIDS[r]}")
   done
   for ((t = 0; t < NF_LIMIT * 10; t++)); do
-    [ "$(find "$NF_DIR/pids" -name 'rank*.pid' | wc -l)" = "$world" ] && return 0
+    script_pid_files_at_least "$NF_DIR/pids" "$world" && return 0
     for ((r = 0; r < world; r++)); do
       if ! kill -0 "${NF_PIDS[r]}" 2>/dev/null; then
         echo "$label: rank $r exited before every rank joined; its output:" >&2

@@ -21,16 +21,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh" "${1:-build}"
 limit=${RL_TIMEOUT:-60}
 kill_rank=${RL_KILL_RANK:-2}
 
-for exe in nexar-run resilient_loop; do
-  if [ ! -x "$bin/$exe" ]; then
-    echo "resilient_loop test: FAIL: $bin/$exe not found (build it first)"
-    exit 1
-  fi
-done
-if ! "$bin/nexar-run" --help 2>&1 | grep -q -- '--on-failure'; then
-  echo "resilient_loop test: FAIL: $bin/nexar-run has no --on-failure option"
-  exit 1
-fi
+script_need "resilient_loop test" nexar-run resilient_loop
+script_need_option "resilient_loop test" nexar-run --on-failure
 
 script_tmp "resilient_loop test" nexar-rl-test
 
@@ -79,7 +71,7 @@ part_a() {
 # ---- (b), (c) one rank killed ------------------------------------------------------------------
 # part_kill KEY [resilient_loop args...]
 part_kill() {
-  local key=$1 name="($1)" piddir="$tmp/$1.pids" p rc t victim start=$SECONDS
+  local key=$1 name="($1)" piddir="$tmp/$1.pids" p rc victim start=$SECONDS
   shift
   mkdir -p "$piddir"
   echo "== $name nexar-run -n 4 --on-failure continue resilient_loop --steps 300 --step-ms 20 $*;" \
@@ -88,11 +80,7 @@ part_kill() {
     --steps 300 --step-ms 20 --pid-dir "$piddir" "$@" >"$tmp/$key.out" 2>"$tmp/$key.err" &
   p=$!
   pids+=("$p")
-  for ((t = 0; t < limit * 10; t++)); do
-    [ "$(find "$piddir" -name 'rank*.pid' | wc -l)" = 4 ] && break
-    kill -0 "$p" 2>/dev/null || break
-    sleep 0.1
-  done
+  script_wait "$limit" "$p" script_pid_files_at_least "$piddir" 4
   if [ ! -s "$piddir/rank$kill_rank.pid" ]; then
     wait "$p"
     echo "   the ranks did not all start (no $piddir/rank$kill_rank.pid); nexar-run exited $?; stderr:"
