@@ -173,15 +173,4 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
   }
 }
 
-void Node::on_close(std::function<void()> fn) {
-  {
-    std::lock_guard lk(fail_mu_);
-    if (!closed_.load(std::memory_order_acquire)) {
-      closers_.push_back(std::move(fn));
-      return;
-    }
-  }
-  fn();
-}
-
 }  // namespace nexar::detail

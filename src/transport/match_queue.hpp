@@ -47,10 +47,12 @@ struct RecvOp {
   }
   /// The Status the application sees: the source as a rank of its communicator.
   Status status(int world_src, Tag t, std::size_t bytes) const noexcept {
-    // A rank added to an elastic world after the communicator was made is none of its members.
-    int src = !local_of ? world_src
-              : static_cast<std::size_t>(world_src) < local_of->size() ? (*local_of)[static_cast<std::size_t>(world_src)]
-                                                                        : -1;
+    int src = world_src;
+    if (local_of) {
+      // A rank added to an elastic world after the communicator was made is none of its members.
+      const auto w = static_cast<std::size_t>(world_src);
+      src = w < local_of->size() ? (*local_of)[w] : -1;
+    }
     return Status{src, t <= max_tag ? static_cast<int>(t) : -1, bytes};
   }
 };

@@ -247,6 +247,17 @@ void Node::close() {
   }
 }
 
+void Node::on_close(std::function<void()> fn) {
+  {
+    std::lock_guard lk(fail_mu_);
+    if (!closed_.load(std::memory_order_acquire)) {
+      closers_.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 // ---- errors ------------------------------------------------------------------------------
 
 std::string Node::format(Errc code, const OpState& op, int peer_rank, std::string_view why) const {

@@ -86,6 +86,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Starts the engine and connects the mesh; returns when every peer is up.
   void start();
   void close();
+  /// Runs `fn` (any thread, once) when the node closes: what lives beside it (the link to
+  /// the membership service) goes with it.
+  void on_close(std::function<void()> fn);
 
   int rank() const noexcept { return rank_; }
   /// World ranks known here: the formed world, plus the nodes announced since (elastic).
@@ -197,9 +200,6 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   Welcome wait_welcome(std::chrono::steady_clock::time_point until);
   /// A welcome frame arrived from `from`. Engine lock held.
   void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members);
-  /// Runs `fn` (any thread, once) when the node closes: what lives beside it (the link to
-  /// the membership service) goes with it.
-  void on_close(std::function<void()> fn);
 
   /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
