@@ -124,7 +124,12 @@ void Node::start() {
   started.get_future().wait();
   if (late_) {
     // Joined a running job: the members dial us as they learn of us; nobody is awaited.
-    engine_.post([this] { start_liveness(); });
+    std::promise<void> judging;
+    engine_.post([this, &judging] {
+      start_liveness();
+      judging.set_value();
+    });
+    judging.get_future().wait();
     log::info("rank {}: joined a running job on {}, waiting for admission", rank_, ep_->local().to_string());
     return;
   }
@@ -147,6 +152,10 @@ void Node::start() {
           return;
         }
       }
+      // Every peer is up: failures are judged from here on. Started in this same step, not
+      // posted for later, so a peer that misbehaves the moment start() returns is already
+      // declared failed (posted work can run after packets a user thread processes inline).
+      start_liveness();
       probe.set_value({-1, {}});
     });
     auto [missing, why] = probe.get_future().get();
@@ -166,7 +175,6 @@ void Node::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  engine_.post([this] { start_liveness(); });
   log::info("rank {}: connected to {} peers on {}", rank_, world - 1, ep_->local().to_string());
 }
 
