@@ -11,8 +11,8 @@
 #      and a joiner gets a new one). Expects "resilient_loop: steps=600 world=4 failures=3
 #      wrong=0" as the only line on stdout, three "restarting it as a joiner (restart K of
 #      3)" reports, three replacements that joined, and exit 0.
-#  (b) as (a) with --policy manual, 300 steps and one kill: world=4 failures=1.
-#  (c) --max-restarts 1, 300 steps, two kills (rank 2, then its replacement): the second is
+#  (b) as (a) with --policy manual, 500 steps and one kill: world=4 failures=1.
+#  (c) --max-restarts 1, 500 steps, two kills (rank 2, then its replacement): the second is
 #      not restarted ("no restarts left"), the others finish (world=3 failures=2) and the
 #      exit status is 137 (the latest incarnation of rank 2 was killed by SIGKILL).
 # Every nexar-run runs under `timeout` (ER_TIMEOUT seconds, default 60) and everything still
@@ -114,7 +114,7 @@ part() {
 
 status=0
 part a 3 600 0 "resilient_loop: steps=600 world=4 failures=3 wrong=0" 2,new,0 || status=1
-part b 3 300 0 "resilient_loop: steps=300 world=4 failures=1 wrong=0" 2 --policy manual || status=1
-part c 1 300 137 "resilient_loop: steps=300 world=3 failures=2 wrong=0" 2,new || status=1
+part b 3 500 0 "resilient_loop: steps=500 world=4 failures=1 wrong=0" 2 --policy manual || status=1
+part c 1 500 137 "resilient_loop: steps=500 world=3 failures=2 wrong=0" 2,new || status=1
 if [ "$status" = 0 ]; then echo "elastic_run test: PASS"; else echo "elastic_run test: FAIL"; fi
 exit $status

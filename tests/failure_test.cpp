@@ -50,6 +50,7 @@ struct Shared {
   std::atomic<std::int64_t> error_at[16]{};       // when each survivor's operation failed
   std::atomic<int> step[16]{};                    // progress of each rank
   std::atomic<std::uint64_t> id[16]{};            // a communicator id each rank got
+  std::atomic<int> past_barrier{0};               // ranks whose first barrier completed
 };
 
 Shared* shared_state = nullptr;
@@ -89,6 +90,15 @@ std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<
   std::vector<int> status = nexar::testing::reap_all(pids, limit);
   if (helper.joinable()) helper.join();
   return status;
+}
+
+// A barrier that has completed on every rank when it returns. A rank's barrier can
+// complete before its last message to another rank has left the process, so a rank that
+// died right after its own barrier could still fail another rank's.
+void everyone_past_barrier(Communicator& c) {
+  c.barrier();
+  shared()->past_barrier.fetch_add(1);
+  while (shared()->past_barrier.load() < c.size()) std::this_thread::sleep_for(1ms);
 }
 
 void die() {
@@ -144,7 +154,7 @@ TEST(Failure, SilentRankIsDeclaredAfterTheFailureTimeout) {
   nexar::Config cfg = config(FailurePolicy::manual);
   cfg.failure_timeout = 1s;
   auto status = run_ranks(3, cfg, [](int rank, Communicator& c) {
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 2) {
       shared()->killed_at.store(now_ns());
       kill(getpid(), SIGSTOP);  // the test resumes it once both survivors reported
@@ -194,7 +204,7 @@ TEST(Failure, SilentRankIsDeclaredAfterTheFailureTimeout) {
 // op_timeout): rank 3 waits for a message from rank 1, which stays alive; rank 0 dies.
 TEST(Failure, BystanderWaitingOnASurvivorFailsPromptly) {
   auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 0) {
       std::this_thread::sleep_for(100ms);
       die();
@@ -260,7 +270,7 @@ TEST(Failure, RepeatedShrinksKeepResultsCorrect) {
 // dies during it. Every survivor decides the same value and the same failed set.
 TEST(Failure, AgreementSurvivesTheCoordinatorDying) {
   auto status = run_ranks(8, config(FailurePolicy::manual), [](int rank, Communicator& c) {
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 5) die();
     // Everyone learns of rank 5 before agreeing (not required, but makes the second death
     // fall inside the agreement).
@@ -288,7 +298,7 @@ TEST(Failure, AgreementSurvivesTheCoordinatorDying) {
 // policy.
 TEST(Failure, AbortPolicyFailsAndRefusesRecovery) {
   auto status = run_ranks(3, config(FailurePolicy::abort), [](int rank, Communicator& c) {
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 1) die();
     try {
       for (int step = 0;; ++step) all_reduce_step(c, step, 64);
@@ -317,7 +327,7 @@ TEST(Failure, AutomaticPolicyRebuildsInPlace) {
     });
     // {0, 1} never contains the dead rank 3.
     Communicator pair = c.split(rank < 2 ? 0 : 1, rank);
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 3) die();
     int step = 0;
     bool failed = false;
@@ -350,7 +360,7 @@ TEST(Failure, AutomaticPolicyRebuildsInPlace) {
 // last collective before it saw the failure, grows. Both must get the same communicator.
 TEST(Failure, GrowMeetingShrinkBuildsTheSameCommunicator) {
   auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
-    c.barrier();
+    everyone_past_barrier(c);
     if (rank == 3) die();
     Communicator next = rank < 2 ? c.grow() : c.shrink();
     RANK_CHECK(rank, next.size() == 3 && next.rank() == rank, std::to_string(next.size()));

@@ -256,7 +256,10 @@ class Communicator {
   /// is newly found failed, and with an empty list when the communicator is revoked by
   /// revoke(). It runs on a nexar thread of its own, never inside the failing operation,
   /// and may call any function of this communicator. Replaces the previous callback;
-  /// an empty function removes it.
+  /// an empty function removes it. Once this returns, the previous callback never starts
+  /// again, and a call of it that was running has returned (unless this is called from
+  /// that callback itself), so the callback may refer to objects that die after its
+  /// removal. Under FailurePolicy::automatic the rebuilt communicator keeps the callback.
   void on_failure(std::function<void(const std::vector<int>& failed)> fn);
 
   /// Revokes the communicator on every member, without waiting for them: their pending and

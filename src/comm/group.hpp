@@ -154,7 +154,16 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   Errc revoke_code_ = Errc::ok;
   int revoke_peer_ = -1;        // the failed rank that revoked it, in group ranks
   std::string revoke_detail_;   // what the errors say after the code
-  std::function<void(const std::vector<int>&)> on_failure_;
+  // The application's failure callback. Shared with the group an automatic rebuild makes
+  // (so replacing it on the rebuilt group replaces it here too) and with every run posted
+  // to the notifier, which calls it under `mu`: a run queued before the callback was
+  // replaced sees the replacement, and replacing waits for a running call to return.
+  struct FailureCallback {
+    std::recursive_mutex mu;  // the callback may replace itself
+    std::function<void(const std::vector<int>&)> fn;
+    std::atomic<bool> set{false};  // fn is not empty (read without mu by the engine)
+  };
+  std::shared_ptr<FailureCallback> on_failure_ = std::make_shared<FailureCallback>();
   Notifier notifier_;
   std::atomic<std::uint64_t> agreements_{0};
   std::mutex rebuild_mu_;

@@ -12,7 +12,7 @@ namespace nexar::detail {
 
 void Group::on_event(int failed_world, Errc code, const std::string& why) {
   std::vector<int> failed;
-  std::function<void(const std::vector<int>&)> fn;
+  std::shared_ptr<FailureCallback> cb;
   {
     std::lock_guard lk(fail_mu_);
     const int local = failed_world >= 0 ? (*local_of_)[static_cast<std::size_t>(failed_world)] : -1;
@@ -25,9 +25,15 @@ void Group::on_event(int failed_world, Errc code, const std::string& why) {
       revoked_.store(true, std::memory_order_release);
     }
     failed = failed_;
-    fn = on_failure_;
+    cb = on_failure_;
   }
-  if (fn) notifier_.post([fn = std::move(fn), failed = std::move(failed)] { fn(failed); });
+  // No thread is started for a group nobody watches.
+  if (!cb->set.load(std::memory_order_acquire)) return;
+  notifier_.post([cb = std::move(cb), failed = std::move(failed)] {
+    std::lock_guard lk(cb->mu);
+    // A copy: the callback may replace itself while it runs.
+    if (auto fn = cb->fn) fn(failed);
+  });
 }
 
 Request Group::watch_for_failure(Request r) {
@@ -54,8 +60,16 @@ std::vector<int> Group::failed_ranks() const {
 }
 
 void Group::on_failure(std::function<void(const std::vector<int>&)> fn) {
-  std::lock_guard lk(fail_mu_);
-  on_failure_ = std::move(fn);
+  std::shared_ptr<FailureCallback> cb;
+  {
+    std::lock_guard lk(fail_mu_);
+    cb = on_failure_;
+  }
+  // Waits for a call in progress on the notifier thread (unless made from it): once this
+  // returns, the previous callback never runs again.
+  std::lock_guard lk(cb->mu);
+  cb->fn = std::move(fn);
+  cb->set.store(static_cast<bool>(cb->fn), std::memory_order_release);
 }
 
 void Group::revoke() {
@@ -113,8 +127,11 @@ Group& Group::current() {
         // Every survivor gets here: its operations on the revoked group fail, and its next
         // call rebuilds. Other threads of this rank wait for the one rebuilding.
         std::shared_ptr<Group> s = g->shrink();
-        std::lock_guard fl(g->fail_mu_);
-        s->on_failure(g->on_failure_);
+        {
+          // One callback for both: replacing it on the rebuilt group silences the old one.
+          std::scoped_lock fl(g->fail_mu_, s->fail_mu_);
+          s->on_failure_ = g->on_failure_;
+        }
         g->successor_ = std::move(s);
       }
       next = g->successor_;
