@@ -224,8 +224,9 @@ struct SeedLink {
 
   tls::TlsContext tls;
   detail::Engine engine{std::chrono::microseconds(0)};
+  // Declared before the endpoint, so destroyed after it: its connections point at them.
+  std::vector<std::unique_ptr<Attempt>> attempts;
   std::unique_ptr<quic::Endpoint> ep;
-  std::vector<std::unique_ptr<Attempt>> attempts;  // alive until the endpoint is gone
 
   // Link engine thread: to the node, or kept until it exists.
   void announce(wire::Announce a) {
@@ -434,7 +435,9 @@ Communicator join(const JoinOptions& o, const Config& config) {
     return Error(code, "join: seed " + o.seed + ", after " + std::to_string(waited).substr(0, 6) +
                            " s: " + to_string(code) + ": " + why);
   };
-  if (!last.done) {
+  // An attempt that failed in a way worth retrying, with no time left to retry, is a timeout
+  // (the documented result), saying what the last attempt met.
+  if (!last.done || last.retry) {
     if (last.admitted)
       throw failure(Errc::timeout, "admitted, but the cluster did not form within " +
                                        std::to_string(o.join_timeout.count()) + " ms");
