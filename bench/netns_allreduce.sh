@@ -45,6 +45,8 @@ export NETNS_IPV6=0
 
 # shellcheck source=tests/netns_lib.sh
 source "$repo/tests/netns_lib.sh"
+# shellcheck source=bench/netns_bench_lib.sh
+source "$repo/bench/netns_bench_lib.sh"
 
 if ! why=$(netns_check); then
   echo "netns_allreduce: skipped: needs root and ip netns ($why)"
@@ -66,47 +68,6 @@ echo "# netns_allreduce: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETN
   "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs; logs in $out"
 # shellcheck disable=SC2119  # the default port
 netns_probe || { echo "netns_allreduce: the namespaces cannot reach each other"; exit 1; }
-
-# run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log.
-run_nexar() {
-  local label=$1 envf="$tmp/$1.env" seed t i rc status=0 vars=() pids=()
-  shift
-  rm -f "$envf"
-  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" \
-    --listen "${NETNS_ADDR4[0]}:$port" -n "$workers" --env-file "$envf" \
-    --formation-timeout-ms 60000 >"$out/$label.seed.log" 2>&1 &
-  seed=$!
-  bg_pids+=("$seed")
-  for ((t = 0; t < 100; t++)); do
-    grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" && break
-    kill -0 "$seed" 2>/dev/null || break
-    sleep 0.1
-  done
-  if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
-    echo "# $label: nexar-seed wrote no env file; see $out/$label.seed.log" >&2
-    return 1
-  fi
-  sleep 0.1
-  mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
-  echo "\$ nexar-bench all_reduce ${bench_args[*]}  (1 rank per host; $*)" >"$out/$label.log"
-  for ((i = 1; i <= workers; i++)); do
-    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" NEXAR_RANK=$((i - 1)) NEXAR_WORLD_SIZE="$workers" \
-      timeout -k 5 "$limit" "$bin/nexar-bench" all_reduce "${bench_args[@]}" \
-      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
-    pids[i]=$!
-    bg_pids+=("${pids[i]}")
-  done
-  for ((i = 1; i <= workers; i++)); do
-    wait "${pids[i]}"
-    rc=$?
-    if [ "$rc" != 0 ]; then
-      echo "# $label: rank $((i - 1)) exited $rc" >&2
-      status=1
-    fi
-  done
-  wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
-  return $status
-}
 
 # run_mpi LABEL: Open MPI's all_reduce over the same hosts. mpirun runs in host 0 and starts
 # its daemons in hosts 1..4 through an rsh agent that enters the namespace of the address.
@@ -138,13 +99,6 @@ run_mpi() {
   local p=$!
   bg_pids+=("$p")
   wait "$p"
-}
-
-# Data rows of an nccl-tests table as "size busbw wrong", busbw recomputed from the time
-# column (us) with more digits than the table's 2 decimals: size / time x 2(n-1)/n.
-rows() {
-  awk -v n="$workers" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 + 0 > 0 {
-      printf "%s %.4f %s\n", $1, $1 / ($6 * 1e3) * 2 * (n - 1) / n, $9 }' "$1" 2>/dev/null
 }
 
 labels=()
@@ -187,7 +141,7 @@ echo "## all_reduce busbw over $workers hosts, links $rate ($link_gbs GB/s) each
 declare -A bw=() wrong=()
 sizes=()
 for label in "${labels[@]}"; do
-  while read -r size b w; do
+  while read -r size b w _; do
     bw["$label,$size"]=$b
     wrong["$label,$size"]=$w
     case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac

@@ -81,6 +81,12 @@ struct Config {
   static constexpr std::uint32_t network_udp_payload = 1500 - 48;
   /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
   bool udp_gso = true;
+  /// For tests and benchmarks only: faults injected where datagrams arrive, to study the
+  /// transport under loss, delay and reordering on one machine (NEXAR_IMPAIR). A list of
+  /// key=value: drop=P and reorder=P (probabilities per datagram), delay_ms, jitter_ms,
+  /// reorder_ms (how long a reordered datagram is held, default 1) and seed (of the random
+  /// choices). Example: "drop=0.01,seed=7". Empty (the default): none.
+  std::string impair;
   /// How long a waiting thread (user or engine) spins before sleeping, while transfers
   /// are active (NEXAR_SPIN_US). Waking a sleeping thread costs 50-100 us on small hosts.
   std::chrono::microseconds spin{std::chrono::microseconds(100)};

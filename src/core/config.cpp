@@ -13,6 +13,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/impair_spec.hpp"
 #include "core/log.hpp"
 
 namespace nexar {
@@ -211,6 +212,7 @@ Config Config::from_env() {
     }
     c.udp_payload = static_cast<std::uint32_t>(v);
   }
+  if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
   if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
   if (auto s = env("NEXAR_SPIN_US")) {
@@ -280,6 +282,11 @@ void Config::validate() const {
     out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
                  fmt::format("0 .. {} us", kMaxSpin.count()));
   }
+  try {
+    (void)detail::ImpairSpec::parse(impair);
+  } catch (const Error& e) {
+    throw Error(Errc::invalid_argument, fmt::format("impair (NEXAR_IMPAIR) = '{}': {}", impair, e.what()));
+  }
   const int lvl = static_cast<int>(log_level);
   if (lvl < static_cast<int>(LogLevel::off) || lvl > static_cast<int>(LogLevel::trace)) {
     out_of_range("log_level", "NEXAR_DEBUG", fmt::format("{}", lvl),
@@ -313,6 +320,7 @@ std::string Config::describe() const {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
+  if (!impair.empty()) fmt::format_to(it, "impair = {}\n", impair);
   fmt::format_to(it, "spin = {} us\n", spin.count());
   fmt::format_to(it, "yield_when_idle = {}\n", yield_when_idle ? "on" : "off");
   fmt::format_to(it, "log_level = {}", log::to_string(log_level));

@@ -19,6 +19,7 @@
 
 #include <nexar/error.hpp>
 
+#include "core/impair_spec.hpp"
 #include "quic/address.hpp"
 #include "quic/completion.hpp"
 
@@ -72,6 +73,8 @@ struct ConnectionSettings {
   /// The one ALPN protocol id offered and accepted: peers of another protocol (a worker
   /// dialling a seed port with the mesh protocol, say) fail the handshake.
   std::string alpn = "nexar/1";
+  /// Faults injected on arrival (Config::impair); inactive by default.
+  detail::ImpairSpec impair;
 };
 
 class Connection {

@@ -39,7 +39,9 @@ std::uint64_t Endpoint::now() noexcept {
 
 Endpoint::Endpoint(detail::EventLoop& loop, int fd, const tls::TlsContext& tls,
                    ConnectionSettings settings, bool try_gso)
-    : loop_(loop), tls_(tls), settings_(settings), sock_(fd, try_gso), rxbuf_(65536), txbuf_(65536) {}
+    : loop_(loop), tls_(tls), settings_(settings), sock_(fd, try_gso), rxbuf_(65536), txbuf_(65536) {
+  if (settings_.impair.active()) impair_ = std::make_unique<Impairment>(settings_.impair);
+}
 
 Endpoint::~Endpoint() {
   // Before the socket and the timer close.
@@ -84,8 +86,16 @@ void Endpoint::on_readable() {
     if (seg == 0) seg = len;
     for (std::size_t off = 0; off < len; off += seg) {
       ++stats_.datagrams_in;
-      dispatch(from, rxbuf_.data() + off, std::min(seg, len - off), ts);
+      const std::size_t n1 = std::min(seg, len - off);
+      if (impair_ && !impair_->admit(from, rxbuf_.data() + off, n1, ts)) continue;
+      dispatch(from, rxbuf_.data() + off, n1, ts);
     }
+  }
+  if (impair_) {
+    impair_->release(now(), [&](const Address& a, std::uint8_t* pkt, std::size_t n1) {
+      got = true;
+      dispatch(a, pkt, n1, now());
+    });
   }
   if (check_errors) sock_.drain_errors([this](const Address& gone) {
     for (auto& c : conns_) {
@@ -253,6 +263,8 @@ void Endpoint::rearm_timer() {
     if (next > now()) break;
     service_due(now());
   }
+  // Held datagrams of the impairment are due then too (the timer's firing reads them out).
+  if (impair_) next = std::min(next, impair_->next_release());
   if (next == UINT64_MAX || stopped_) return;  // a pending timer just finds nothing due
   // ngtcp2's expiry moves on every packet: only pull the timer in, and only by more than
   // the slack, to spare a syscall per packet (timerfd_settime reprograms the CPU's timer,
@@ -291,6 +303,7 @@ void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, st
     return;  // QUIC treats it as loss and retransmits.
   }
   ++stats_.batches_out;
+  stats_.bytes_out += len;
   stats_.packets_out += (len + segment - 1) / segment;
 }
 

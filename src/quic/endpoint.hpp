@@ -15,6 +15,7 @@
 
 #include "core/event_loop.hpp"
 #include "quic/connection.hpp"
+#include "quic/impairment.hpp"
 #include "quic/udp_socket.hpp"
 #include "quic/wake_timer.hpp"
 
@@ -75,9 +76,11 @@ class Endpoint {
 
   /// Counters, for tests and logs.
   struct Stats {
-    std::uint64_t datagrams_in = 0, datagrams_dropped = 0, packets_out = 0, batches_out = 0;
+    std::uint64_t datagrams_in = 0, datagrams_dropped = 0, packets_out = 0, batches_out = 0, bytes_out = 0;
   };
   const Stats& stats() const noexcept { return stats_; }
+  /// What the impairment did (ConnectionSettings::impair); nullptr when there is none.
+  const Impairment* impairment() const noexcept { return impair_.get(); }
 
  private:
   friend class Connection;
@@ -116,6 +119,7 @@ class Endpoint {
   bool stopped_ = false;
   std::vector<std::uint8_t> rxbuf_;
   std::vector<std::uint8_t> txbuf_;
+  std::unique_ptr<Impairment> impair_;  // only when settings_.impair is active
   std::uint64_t next_id_ = 1;
   Stats stats_;
 };

@@ -32,6 +32,7 @@ quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic
                                                      .count());
   s.handshake_timeout_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
+  s.impair = detail::ImpairSpec::parse(cfg.impair);
   return s;
 }
 }  // namespace

@@ -248,6 +248,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
 
   // ---- engine-thread internals used by Peer and the RPC module ------------------------
   Engine& engine() noexcept { return engine_; }
+  /// The endpoint, for its counters (engine thread or the loop's lock); null before start().
+  const quic::Endpoint* endpoint() const noexcept { return ep_.get(); }
   BufferPool& pool() noexcept { return pool_; }
   MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
   const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }

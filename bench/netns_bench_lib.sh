@@ -1,0 +1,57 @@
+# shellcheck shell=bash
+# netns_bench_lib.sh — what the network-namespace benchmarks share (after tests/netns_lib.sh,
+# netns_setup and netns_guard): one nexar-bench sweep with a seed in host 0 and one rank in
+# each of hosts 1..workers, and the rows of an nccl-tests table.
+#
+# The caller sets: workers, port (the seed's), limit (seconds per run), out (log directory),
+# bench_args (an array: nexar-bench's arguments after the collective), and coll (the
+# collective, default all_reduce).
+
+# run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log.
+run_nexar() {
+  local label=$1 envf="$tmp/$1.env" seed t i rc status=0 vars=() pids=()
+  shift
+  rm -f "$envf"
+  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" \
+    --listen "${NETNS_ADDR4[0]}:$port" -n "$workers" --env-file "$envf" \
+    --formation-timeout-ms 60000 >"$out/$label.seed.log" 2>&1 &
+  seed=$!
+  bg_pids+=("$seed")
+  for ((t = 0; t < 100; t++)); do
+    grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" && break
+    kill -0 "$seed" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! grep -q '^NEXAR_SEED_ADDR=' "$envf" 2>/dev/null; then
+    echo "# $label: nexar-seed wrote no env file; see $out/$label.seed.log" >&2
+    return 1
+  fi
+  sleep 0.1
+  mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
+  echo "\$ nexar-bench ${coll:-all_reduce} ${bench_args[*]}  (1 rank per host; $*)" >"$out/$label.log"
+  for ((i = 1; i <= workers; i++)); do
+    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" NEXAR_RANK=$((i - 1)) NEXAR_WORLD_SIZE="$workers" \
+      timeout -k 5 "$limit" "$bin/nexar-bench" "${coll:-all_reduce}" "${bench_args[@]}" \
+      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
+    pids[i]=$!
+    bg_pids+=("${pids[i]}")
+  done
+  for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i]}"
+    rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "# $label: rank $((i - 1)) exited $rc" >&2
+      status=1
+    fi
+  done
+  wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
+  return $status
+}
+
+# Data rows of an nccl-tests table as "size busbw wrong time", busbw recomputed from the time
+# column (us) with more digits than the table's 2 decimals: size / time x 2(n-1)/n.
+rows() {
+  awk -v n="$workers" '$1 ~ /^[0-9]+$/ && NF >= 9 && $6 + 0 > 0 {
+      printf "%s %.4f %s %s\n", $1, $1 / ($6 * 1e3) * 2 * (n - 1) / n, $9, $6 }' "$1" 2>/dev/null
+}
+

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# netns_loss.sh — nexar and Gloo all_reduce across 4 "hosts" whose links drop packets.
+#
+#   bench/netns_loss.sh [-r REPEATS] [BUILD_DIR]        (default: build, 1 repeat)
+#
+# Builds (tests/netns_lib.sh) a switch namespace with a bridge and 5 host namespaces, every
+# link shaped with tbf at RATE both ways. For each loss rate P of LOSSES, every rank's host
+# drops that fraction of its incoming packets, whatever they carry
+# (iptables -A INPUT -m statistic --mode random --probability P -j DROP), and then, in turn:
+#   nexar  host 0 runs nexar-seed, hosts 1..4 one rank each of nexar-bench all_reduce;
+#   gloo   hosts 1..4 one rank each of gloo_bench all_reduce (ring, TCP, FileStore
+#          rendezvous in a directory all namespaces see), when build/bin/gloo_bench exists.
+# Both run BENCH_ARGS. Prints a table per loss rate: size, and for nexar and Gloo the time
+# (us, median over iterations of the slowest rank) and busbw (GB/s), then nexar / Gloo and
+# nexar / link. With -r REPEATS every cell is the median of the repeats (each repeat runs
+# every loss rate for both libraries in turn), and the spread (min-max) of nexar / Gloo is
+# shown. Exit status 1 if a run failed or reported a wrong result ('!').
+#
+# Environment: LOSSES (default "0 0.001 0.01 0.05"), RATE (default 1gbit), MTU (default 1500),
+# BENCH_ARGS (default "-b 8 -e 64M -f 8 -n 5 -w 1 -c 1"), NEXAR_ENV (extra VAR=VALUE words
+# for every nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
+# port, default 29400), OUT (directory for the raw logs, default a new /tmp directory, kept).
+#
+# Needs root and network namespaces; exits 77 when they are missing. Run it on an otherwise
+# idle machine.
+set -uo pipefail
+
+# shellcheck source=tests/script_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" build
+script_bench_opts netns_loss "" "$@"
+
+rate=${RATE:-1gbit}
+losses=${LOSSES:-"0 0.001 0.01 0.05"}
+want_gloo=${GLOO:-1}
+read -r -a bench_args <<<"${BENCH_ARGS:--b 8 -e 64M -f 8 -n 5 -w 1 -c 1}"
+read -r -a nexar_env <<<"${NEXAR_ENV:-}"
+limit=${TIMEOUT:-600}
+port=${PORT:-29400}
+workers=4
+export NETNS_MTU=${MTU:-1500}
+export NETNS_IPV6=0
+
+# shellcheck source=tests/netns_lib.sh
+source "$repo/tests/netns_lib.sh"
+# shellcheck source=bench/netns_bench_lib.sh
+source "$repo/bench/netns_bench_lib.sh"
+
+if ! why=$(netns_check); then
+  echo "netns_loss: skipped: needs root and ip netns ($why)"
+  exit 77
+fi
+command -v iptables >/dev/null 2>&1 || { echo "netns_loss: skipped: no iptables"; exit 77; }
+rate_bits=$(netns_rate_bits "$rate") || exit 2
+link_gbs=$(awk -v b="$rate_bits" 'BEGIN { printf "%.4g", b / 8 / 1e9 }')
+script_need netns_loss nexar-seed nexar-bench
+gloo_bin=""
+[ "$want_gloo" = 1 ] && [ -x "$bin/gloo_bench" ] && gloo_bin="$bin/gloo_bench"
+[ "$want_gloo" = 1 ] && [ -z "$gloo_bin" ] && echo "# Gloo baseline skipped: $bin/gloo_bench missing" >&2
+
+out=${OUT:-$(mktemp -d /tmp/nexar-netns-loss.XXXXXX)}
+mkdir -p "$out"
+netns_guard "netns_loss" nexar-netns-loss
+
+netns_cleanup_stale
+netns_setup $((workers + 1)) "$rate" || { echo "netns_loss: could not build the namespaces"; exit 1; }
+echo "# netns_loss: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
+  "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs, losses: $losses; repeats $repeats;" \
+  "all_reduce ${bench_args[*]}; logs in $out"
+# shellcheck disable=SC2119  # the default port
+netns_probe || { echo "netns_loss: the namespaces cannot reach each other"; exit 1; }
+
+# set_loss P: every rank's host drops the fraction P of what arrives (none for 0).
+set_loss() {
+  local i
+  for ((i = 1; i <= workers; i++)); do
+    netns_exec "$i" iptables -F INPUT
+    [ "$1" = 0 ] && continue
+    netns_exec "$i" iptables -A INPUT -m statistic --mode random --probability "$1" -j DROP || return 1
+  done
+}
+
+# run_gloo LABEL: one gloo_bench sweep, rank r in host r+1; rank 0's output in $out/LABEL.log.
+run_gloo() {
+  local label=$1 store="$tmp/$1.store" i rc status=0 pids=()
+  rm -rf "$store"
+  mkdir -p "$store"
+  echo "\$ gloo_bench all_reduce ${bench_args[*]}  (1 rank per host)" >"$out/$label.log"
+  for ((i = 1; i <= workers; i++)); do
+    netns_exec "$i" timeout -k 5 "$limit" "$gloo_bin" --rank $((i - 1)) --size "$workers" \
+      --store-dir "$store" --host "${NETNS_ADDR4[i]}" all_reduce "${bench_args[@]}" \
+      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
+    pids[i]=$!
+    bg_pids+=("${pids[i]}")
+  done
+  for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i]}"
+    rc=$?
+    [ "$rc" = 0 ] || { echo "# $label: rank $((i - 1)) exited $rc" >&2; status=1; }
+  done
+  return $status
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+status=0
+declare -A cell=()  # "lib,loss,size,time|bw|ratio" -> values, one per repeat, space-separated
+sizes=()
+for ((rep = 1; rep <= repeats; rep++)); do
+  for loss in $losses; do
+    set_loss "$loss" || { echo "netns_loss: cannot set loss $loss"; exit 1; }
+    libs=(nexar)
+    run_nexar "nexar-$loss-$rep" "${nexar_env[@]}" || status=1
+    if [ -n "$gloo_bin" ]; then
+      libs+=(gloo)
+      run_gloo "gloo-$loss-$rep" || status=1
+    fi
+    for lib in "${libs[@]}"; do
+      while read -r size b w t; do
+        [ -n "$w" ] && [ "$w" != 0 ] && [ "$w" != N/A ] && { b="$b!"; status=1; }
+        cell["$lib,$loss,$size,bw"]+="$b "
+        cell["$lib,$loss,$size,time"]+="$t "
+        case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
+      done < <(rows "$out/$lib-$loss-$rep.log")
+    done
+    for size in "${sizes[@]}"; do
+      n=$(echo "${cell["nexar,$loss,$size,bw"]:-}" | awk '{ print $NF }')
+      g=$(echo "${cell["gloo,$loss,$size,bw"]:-}" | awk '{ print $NF }')
+      [ -n "$n" ] && [ -n "$g" ] && cell["ratio,$loss,$size"]+="$(awk -v n="${n%!}" -v g="${g%!}" \
+        'BEGIN { if (g > 0) printf "%.3f", n / g; else print "-" }') "
+    done
+  done
+  set_loss 0
+done
+
+# med KEY: the median of a cell's values ('!' kept when any had it); spread KEY: min-max.
+med() {
+  local v=${cell["$1"]:-} m
+  [ -z "$v" ] && { echo -; return; }
+  m=$(echo "$v" | tr ' ' '\n' | sed 's/!$//' | grep -v '^$' | median)
+  case "$v" in *'!'*) m="$m!" ;; esac
+  echo "$m"
+}
+spread() {
+  local v=${cell["$1"]:-}
+  [ -z "$v" ] && { echo -; return; }
+  echo "$v" | tr ' ' '\n' | grep -v '^$' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo "-" hi }'
+}
+
+for loss in $losses; do
+  echo
+  echo "## all_reduce, $workers hosts, links $rate ($link_gbs GB/s), loss $loss on every rank's input" \
+    "(medians of $repeats)"
+  printf "%12s  %12s  %10s  %12s  %10s  %10s  %13s  %11s\n" "size(B)" "nexar us" "nexar GB/s" "gloo us" \
+    "gloo GB/s" "nexar/gloo" "(spread)" "nexar/link"
+  for size in "${sizes[@]}"; do
+    nb=$(med "nexar,$loss,$size,bw")
+    printf "%12s  %12s  %10s  %12s  %10s  %10s  %13s  %11s\n" "$size" "$(med "nexar,$loss,$size,time")" "$nb" \
+      "$(med "gloo,$loss,$size,time")" "$(med "gloo,$loss,$size,bw")" "$(med "ratio,$loss,$size")" \
+      "$(spread "ratio,$loss,$size")" \
+      "$(awk -v b="${nb%!}" -v l="$link_gbs" 'BEGIN { if (b == "-") print "-"; else printf "%.3f", b / l }')"
+  done
+done
+echo "# time: median over iterations of the slowest rank (us); busbw = algbw x 2(n-1)/n;" \
+  "'!' marks #wrong > 0. Raw logs: $out"
+exit $status
