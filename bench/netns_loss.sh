@@ -10,14 +10,15 @@
 #   nexar  host 0 runs nexar-seed, hosts 1..4 one rank each of nexar-bench all_reduce;
 #   gloo   hosts 1..4 one rank each of gloo_bench all_reduce (ring, TCP, FileStore
 #          rendezvous in a directory all namespaces see), when build/bin/gloo_bench exists.
-# Both run BENCH_ARGS. Prints a table per loss rate: size, and for nexar and Gloo the time
+# Both run LAT_ARGS (8 B: control-traffic latency) and then BENCH_ARGS. Prints a table per loss rate: size, and for nexar and Gloo the time
 # (us, median over iterations of the slowest rank) and busbw (GB/s), then nexar / Gloo and
 # nexar / link. With -r REPEATS every cell is the median of the repeats (each repeat runs
 # every loss rate for both libraries in turn), and the spread (min-max) of nexar / Gloo is
 # shown. Exit status 1 if a run failed or reported a wrong result ('!').
 #
 # Environment: LOSSES (default "0 0.001 0.01 0.05"), RATE (default 1gbit), MTU (default 1500),
-# BENCH_ARGS (default "-b 8 -e 64M -f 8 -n 5 -w 1 -c 1"), NEXAR_ENV (extra VAR=VALUE words
+# BENCH_ARGS (default "-b 1M -e 64M -f 8 -n 5 -w 1 -c 1"), LAT_ARGS (default "-b 8 -e 8 -n 200 -w 20
+# -c 1"; empty for none), NEXAR_ENV (extra VAR=VALUE words
 # for every nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
 # port, default 29400), OUT (directory for the raw logs, default a new /tmp directory, kept).
 #
@@ -32,7 +33,10 @@ script_bench_opts netns_loss "" "$@"
 rate=${RATE:-1gbit}
 losses=${LOSSES:-"0 0.001 0.01 0.05"}
 want_gloo=${GLOO:-1}
-read -r -a bench_args <<<"${BENCH_ARGS:--b 8 -e 64M -f 8 -n 5 -w 1 -c 1}"
+read -r -a bw_args <<<"${BENCH_ARGS:--b 1M -e 64M -f 8 -n 5 -w 1 -c 1}"
+read -r -a lat_args <<<"${LAT_ARGS-"-b 8 -e 8 -n 200 -w 20 -c 1"}"
+passes=(bw)
+[ ${#lat_args[@]} -gt 0 ] && passes=(lat bw)
 read -r -a nexar_env <<<"${NEXAR_ENV:-}"
 limit=${TIMEOUT:-600}
 port=${PORT:-29400}
@@ -65,7 +69,7 @@ netns_cleanup_stale
 netns_setup $((workers + 1)) "$rate" || { echo "netns_loss: could not build the namespaces"; exit 1; }
 echo "# netns_loss: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
   "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs, losses: $losses; repeats $repeats;" \
-  "all_reduce ${bench_args[*]}; logs in $out"
+  "all_reduce ${lat_args[*]} and ${bw_args[*]}; logs in $out"
 # shellcheck disable=SC2119  # the default port
 netns_probe || { echo "netns_loss: the namespaces cannot reach each other"; exit 1; }
 
@@ -109,18 +113,19 @@ for ((rep = 1; rep <= repeats; rep++)); do
   for loss in $losses; do
     set_loss "$loss" || { echo "netns_loss: cannot set loss $loss"; exit 1; }
     libs=(nexar)
-    run_nexar "nexar-$loss-$rep" "${nexar_env[@]}" || status=1
-    if [ -n "$gloo_bin" ]; then
-      libs+=(gloo)
-      run_gloo "gloo-$loss-$rep" || status=1
-    fi
-    for lib in "${libs[@]}"; do
-      while read -r size b w t; do
-        [ -n "$w" ] && [ "$w" != 0 ] && [ "$w" != N/A ] && { b="$b!"; status=1; }
-        cell["$lib,$loss,$size,bw"]+="$b "
-        cell["$lib,$loss,$size,time"]+="$t "
-        case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
-      done < <(rows "$out/$lib-$loss-$rep.log")
+    [ -n "$gloo_bin" ] && libs+=(gloo)
+    for pass in "${passes[@]}"; do
+      if [ "$pass" = lat ]; then bench_args=("${lat_args[@]}"); else bench_args=("${bw_args[@]}"); fi
+      run_nexar "nexar-$loss-$rep-$pass" "${nexar_env[@]}" || status=1
+      [ -n "$gloo_bin" ] && { run_gloo "gloo-$loss-$rep-$pass" || status=1; }
+      for lib in "${libs[@]}"; do
+        while read -r size b w t; do
+          [ -n "$w" ] && [ "$w" != 0 ] && [ "$w" != N/A ] && { b="$b!"; status=1; }
+          cell["$lib,$loss,$size,bw"]+="$b "
+          cell["$lib,$loss,$size,time"]+="$t "
+          case " ${sizes[*]} " in *" $size "*) ;; *) sizes+=("$size") ;; esac
+        done < <(rows "$out/$lib-$loss-$rep-$pass.log")
+      done
     done
     for size in "${sizes[@]}"; do
       n=$(echo "${cell["nexar,$loss,$size,bw"]:-}" | awk '{ print $NF }')
