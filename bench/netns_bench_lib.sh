@@ -7,9 +7,25 @@
 # bench_args (an array: nexar-bench's arguments after the collective), and coll (the
 # collective, default all_reduce).
 
+# rank_log LABEL I: where host I's rank writes: rank 0 (host 1) in $out/LABEL.log, rank r in
+# $out/LABEL.rankR.log.
+rank_log() { if [ "$2" = 1 ]; then echo "$out/$1.log"; else echo "$out/$1.rank$(($2 - 1)).log"; fi; }
+
+# wait_ranks LABEL: waits for the processes ${pids[1..workers]} (the caller's array, one rank
+# per host) and says which exited non-zero; returns 1 if any did.
+wait_ranks() {
+  local i rc status=0
+  for ((i = 1; i <= workers; i++)); do
+    wait "${pids[i]}"
+    rc=$?
+    [ "$rc" = 0 ] || { echo "# $1: rank $((i - 1)) exited $rc" >&2; status=1; }
+  done
+  return $status
+}
+
 # run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log.
 run_nexar() {
-  local label=$1 envf="$tmp/$1.env" seed t i rc status=0 vars=() pids=()
+  local label=$1 envf="$tmp/$1.env" seed t i status=0 vars=() pids=()
   shift
   rm -f "$envf"
   ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" \
@@ -32,18 +48,11 @@ run_nexar() {
   for ((i = 1; i <= workers; i++)); do
     ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" NEXAR_RANK=$((i - 1)) NEXAR_WORLD_SIZE="$workers" \
       timeout -k 5 "$limit" "$bin/nexar-bench" "${coll:-all_reduce}" "${bench_args[@]}" \
-      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
+      >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
     pids[i]=$!
     bg_pids+=("${pids[i]}")
   done
-  for ((i = 1; i <= workers; i++)); do
-    wait "${pids[i]}"
-    rc=$?
-    if [ "$rc" != 0 ]; then
-      echo "# $label: rank $((i - 1)) exited $rc" >&2
-      status=1
-    fi
-  done
+  wait_ranks "$label" || status=1
   wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
   return $status
 }

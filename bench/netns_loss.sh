@@ -85,23 +85,18 @@ set_loss() {
 
 # run_gloo LABEL: one gloo_bench sweep, rank r in host r+1; rank 0's output in $out/LABEL.log.
 run_gloo() {
-  local label=$1 store="$tmp/$1.store" i rc status=0 pids=()
+  local label=$1 store="$tmp/$1.store" i pids=()
   rm -rf "$store"
   mkdir -p "$store"
   echo "\$ gloo_bench all_reduce ${bench_args[*]}  (1 rank per host)" >"$out/$label.log"
   for ((i = 1; i <= workers; i++)); do
     netns_exec "$i" timeout -k 5 "$limit" "$gloo_bin" --rank $((i - 1)) --size "$workers" \
       --store-dir "$store" --host "${NETNS_ADDR4[i]}" all_reduce "${bench_args[@]}" \
-      >>"$out/$label.$([ "$i" = 1 ] && echo log || echo "rank$((i - 1)).log")" 2>&1 </dev/null &
+      >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
     pids[i]=$!
     bg_pids+=("${pids[i]}")
   done
-  for ((i = 1; i <= workers; i++)); do
-    wait "${pids[i]}"
-    rc=$?
-    [ "$rc" = 0 ] || { echo "# $label: rank $((i - 1)) exited $rc" >&2; status=1; }
-  done
-  return $status
+  wait_ranks "$label"
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -355,6 +355,27 @@ TEST(Failure, AutomaticPolicyRebuildsInPlace) {
   expect_all(status, {0, 0, 0, 128 + SIGKILL});
 }
 
+// Removing the failure callback waits for a call of it that is running: afterwards the
+// callback may refer to nothing that has gone (here a flag on this frame).
+TEST(Failure, RemovingTheCallbackWaitsForARunningCall) {
+  auto status = run_ranks(3, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    std::atomic<int> started{0};
+    std::atomic<bool> finished{false};
+    c.on_failure([&](const std::vector<int>&) {
+      started.fetch_add(1);
+      std::this_thread::sleep_for(300ms);
+      finished.store(true);
+    });
+    everyone_past_barrier(c);
+    if (rank == 2) die();
+    for (int i = 0; i < 2000 && started.load() == 0; ++i) std::this_thread::sleep_for(5ms);
+    RANK_CHECK(rank, started.load() == 1, "the failure callback did not run");
+    c.on_failure({});
+    RANK_CHECK(rank, finished.load(), "on_failure({}) returned while the callback was still running");
+  });
+  expect_all(status, {0, 0, 128 + SIGKILL});
+}
+
 // A grow that admits nobody meets a shrink at the same agreement number: under the
 // automatic policy one member's in-place rebuild shrinks while another, which finished the
 // last collective before it saw the failure, grows. Both must get the same communicator.
