@@ -376,6 +376,29 @@ TEST(Failure, RemovingTheCallbackWaitsForARunningCall) {
   expect_all(status, {0, 0, 128 + SIGKILL});
 }
 
+// A member that closes its communicator (an orderly goodbye, not a failure) while the others
+// shrink, or before they start: the agreement leaves it out instead of waiting for it until
+// op_timeout (30 s here). Rank 0 starts its shrink before rank 3 closes, ranks 1 and 2 after.
+TEST(Failure, MemberThatClosesIsLeftOutOfTheAgreement) {
+  auto status = run_ranks(4, config(FailurePolicy::manual), [](int rank, Communicator& c) {
+    everyone_past_barrier(c);
+    if (rank == 3) {
+      std::this_thread::sleep_for(100ms);
+      c.close();
+      return;
+    }
+    if (rank != 0) std::this_thread::sleep_for(300ms);
+    const auto t0 = std::chrono::steady_clock::now();
+    Communicator s = c.shrink();
+    const auto took = std::chrono::steady_clock::now() - t0;
+    RANK_CHECK(rank, took < 5s, "shrink took " + std::to_string(std::chrono::duration<double>(took).count()) + " s");
+    RANK_CHECK(rank, s.size() == 3 && s.rank() == rank, std::to_string(s.size()));
+    RANK_CHECK(rank, s.world_ranks() == (std::vector<int>{0, 1, 2}), ranks_text(s.world_ranks()));
+    RANK_CHECK(rank, all_reduce_step(s, 2, 900), "wrong sum after the shrink");
+  });
+  expect_all(status, {0, 0, 0, 0});
+}
+
 // A grow that admits nobody meets a shrink at the same agreement number: under the
 // automatic policy one member's in-place rebuild shrinks while another, which finished the
 // last collective before it saw the failure, grows. Both must get the same communicator.

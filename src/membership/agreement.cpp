@@ -75,6 +75,12 @@ void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t 
     return;
   }
   c.coordinator = -1;
+  // A member whose connection already ended (it closed without failing) can contribute
+  // nothing: left out, as on_rank_left() does for one that goes while we wait.
+  const std::vector<int> members_now = c.members;
+  for (int m : members_now)
+    if (m != node_.rank() && node_.peer_left(m))
+      node_.declare_failed(m, "its connection had ended when an agreement began");
   send_state(id, c);
 }
 
@@ -203,6 +209,16 @@ void Agreement::on_rank_failed(int r) {
     if (c.members.empty() || std::find(c.members.begin(), c.members.end(), r) == c.members.end()) continue;
     send_state(id, c);  // a new coordinator hears from us
     if (c.pending) try_decide(id, c, c.seq);  // as coordinator, r's contribution is no longer awaited
+  }
+}
+
+void Agreement::on_rank_left(int r, const std::string& why) {
+  for (auto& [id, c] : comms_) {
+    if (!c.pending || std::find(c.members.begin(), c.members.end(), r) == c.members.end()) continue;
+    // It can contribute nothing now. Declared failed, it is left out the same way by every
+    // member (the declaration spreads, and decisions carry the failed set).
+    node_.declare_failed(r, "its connection ended while an agreement waited for it: " + why);
+    return;
   }
 }
 

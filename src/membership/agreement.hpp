@@ -61,6 +61,7 @@ class Agreement final : public MembershipLanes {
   // MembershipLanes (engine lock held)
   void on_ballot(int src, const wire::FrameHeader& h, wire::Ballot b) override;
   void on_rank_failed(int r) override;
+  void on_rank_left(int r, const std::string& why) override;
   void on_expelled(const std::string& why) override;
   void on_close() override;
 

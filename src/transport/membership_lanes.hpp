@@ -18,6 +18,9 @@ class MembershipLanes {
   virtual void on_ballot(int src, const wire::FrameHeader& h, wire::Ballot b) = 0;
   /// World rank `r` was declared failed (here or by a peer). Engine lock held.
   virtual void on_rank_failed(int r) = 0;
+  /// World rank `r`'s connection ended without it being declared failed (it closed, or said
+  /// goodbye): it will contribute to no agreement any more. Engine lock held.
+  virtual void on_rank_left(int r, const std::string& why) = 0;
   /// The other ranks declared this one failed. Engine lock held.
   virtual void on_expelled(const std::string& why) = 0;
   /// The node is closing: agreements still waiting fail with Errc::closed. Engine lock held.

@@ -282,6 +282,12 @@ void Node::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, st
   op->complete(code, format(code, *op, peer_rank, why));
 }
 
+bool Node::peer_left(int r) {
+  if (r < 0 || r >= size() || r == rank_) return false;
+  Peer* p = peer(r);
+  return p && p->gone() && !is_failed(r);
+}
+
 void Node::on_peer_closed(Peer& p) {
   {
     // A joiner that went away before a grow took it in never will be (one that comes back
@@ -303,6 +309,10 @@ void Node::on_peer_closed(Peer& p) {
     }
   }
   if (rpc_) rpc_->on_peer_gone(p.rank(), p.gone_code(), p.gone_why());
+  // A peer that went away in an orderly way is no failure, but an agreement waiting for it
+  // would wait until op_timeout: the membership module decides (last: it may declare it).
+  if (membership_ && judging_failures() && p.gone_code() != Errc::rank_failed && !is_failed(p.rank()))
+    membership_->on_rank_left(p.rank(), p.gone_why());
 }
 
 // ---- validation ----------------------------------------------------------------------------

@@ -148,6 +148,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void revoke_comm(std::uint64_t id);
   /// Whether world rank `r` was declared failed (known here). Any thread.
   bool is_failed(int r) const;
+  /// World rank r's connection ended without r being declared failed (engine thread).
+  bool peer_left(int r);
   /// Whether the other ranks declared this one failed. Any thread.
   bool expelled() const noexcept { return expelled_.load(std::memory_order_acquire); }
   /// Declares world rank `r` failed for `why` (idempotent). Engine lock held.
