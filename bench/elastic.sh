@@ -59,10 +59,7 @@ loop_args=(--steps "$steps" --step-ms "$step_ms" --count "$count")
 # field KEY: the value of KEY=... on each line of stdin.
 field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p"; }
 # median / max of the numbers on stdin ("-" when none).
-median() {
-  sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) { printf "-"; exit }
-    if (NR % 2) printf "%.1f", v[(NR + 1) / 2]; else printf "%.1f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
+median() { script_median %.1f; }
 maximum() { sort -g | awk 'END { if (NR == 0) printf "-"; else printf "%.1f", $1 }'; }
 
 # grow_run W REP: appends "join_first join_max grow grow_max" to $out/wW.grow.

@@ -48,26 +48,9 @@ source "$repo/tests/netns_lib.sh"
 # shellcheck source=bench/netns_bench_lib.sh
 source "$repo/bench/netns_bench_lib.sh"
 
-if ! why=$(netns_check); then
-  echo "netns_allreduce: skipped: needs root and ip netns ($why)"
-  exit 77
-fi
-rate_bits=$(netns_rate_bits "$rate") || exit 2
-link_gbs=$(awk -v b="$rate_bits" 'BEGIN { printf "%.4g", b / 8 / 1e9 }')
-for exe in nexar-seed nexar-bench; do
-  [ -x "$bin/$exe" ] || { echo "netns_allreduce: $bin/$exe not found (build it first)"; exit 2; }
-done
-
-out=${OUT:-$(mktemp -d /tmp/nexar-netns-allreduce.XXXXXX)}
-mkdir -p "$out"
-netns_guard "netns_allreduce" nexar-netns-bench
-
-netns_cleanup_stale
-netns_setup $((workers + 1)) "$rate" || { echo "netns_allreduce: could not build the namespaces"; exit 1; }
+bench_hosts netns_allreduce
 echo "# netns_allreduce: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
   "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs; logs in $out"
-# shellcheck disable=SC2119  # the default port
-netns_probe || { echo "netns_allreduce: the namespaces cannot reach each other"; exit 1; }
 
 # run_mpi LABEL: Open MPI's all_reduce over the same hosts. mpirun runs in host 0 and starts
 # its daemons in hosts 1..4 through an rsh agent that enters the namespace of the address.

@@ -3,9 +3,31 @@
 # netns_setup and netns_guard): one nexar-bench sweep with a seed in host 0 and one rank in
 # each of hosts 1..workers, and the rows of an nccl-tests table.
 #
-# The caller sets: workers, port (the seed's), limit (seconds per run), out (log directory),
+# The caller sets: rate (tbf's rate, e.g. 1gbit), workers, port (the seed's), limit (seconds per run), out (log directory),
 # bench_args (an array: nexar-bench's arguments after the collective), and coll (the
 # collective, default all_reduce).
+
+# bench_hosts NAME: the hosts of a benchmark called NAME: exits 77 (skipped) without root and
+# namespaces; sets link_gbs (the link rate RATE in GB/s) and out (OUT, or a new directory
+# /tmp/nexar-NAME.XXXXXX, kept); builds the switch and workers + 1 hosts with links shaped at
+# RATE (netns_guard removes them on exit) and checks that they reach each other.
+bench_hosts() {
+  local name=$1 why rate_bits
+  if ! why=$(netns_check); then
+    echo "$name: skipped: needs root and ip netns ($why)"
+    exit 77
+  fi
+  rate_bits=$(netns_rate_bits "$rate") || exit 2
+  link_gbs=$(awk -v b="$rate_bits" 'BEGIN { printf "%.4g", b / 8 / 1e9 }')
+  script_need "$name" nexar-seed nexar-bench
+  out=${OUT:-$(mktemp -d "/tmp/nexar-${name//_/-}.XXXXXX")}
+  mkdir -p "$out"
+  netns_guard "$name" "nexar-${name//_/-}-tmp"
+  netns_cleanup_stale
+  netns_setup $((workers + 1)) "$rate" || { echo "$name: could not build the namespaces"; exit 1; }
+  # shellcheck disable=SC2119  # the default port
+  netns_probe || { echo "$name: the namespaces cannot reach each other"; exit 1; }
+}
 
 # rank_log LABEL I: where host I's rank writes: rank 0 (host 1) in $out/LABEL.log, rank r in
 # $out/LABEL.rankR.log.

@@ -10,16 +10,17 @@
 #   nexar  host 0 runs nexar-seed, hosts 1..4 one rank each of nexar-bench all_reduce;
 #   gloo   hosts 1..4 one rank each of gloo_bench all_reduce (ring, TCP, FileStore
 #          rendezvous in a directory all namespaces see), when build/bin/gloo_bench exists.
-# Both run LAT_ARGS (8 B: control-traffic latency) and then BENCH_ARGS. Prints a table per loss rate: size, and for nexar and Gloo the time
-# (us, median over iterations of the slowest rank) and busbw (GB/s), then nexar / Gloo and
+# Both run LAT_ARGS (8 B: control-traffic latency), then BENCH_ARGS. Prints a table per loss
+# rate: size, and for nexar and Gloo the time (us, median over iterations of the slowest
+# rank) and busbw (GB/s), then nexar / Gloo and
 # nexar / link. With -r REPEATS every cell is the median of the repeats (each repeat runs
 # every loss rate for both libraries in turn), and the spread (min-max) of nexar / Gloo is
 # shown. Exit status 1 if a run failed or reported a wrong result ('!').
 #
 # Environment: LOSSES (default "0 0.001 0.01 0.05"), RATE (default 1gbit), MTU (default 1500),
-# BENCH_ARGS (default "-b 1M -e 64M -f 8 -n 5 -w 1 -c 1"), LAT_ARGS (default "-b 8 -e 8 -n 200 -w 20
-# -c 1"; empty for none), NEXAR_ENV (extra VAR=VALUE words
-# for every nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
+# BENCH_ARGS (default "-b 1M -e 64M -f 8 -n 5 -w 1 -c 1"), LAT_ARGS (default
+# "-b 8 -e 8 -n 200 -w 20 -c 1"; empty for none), NEXAR_ENV (extra VAR=VALUE words for every
+# nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
 # port, default 29400), OUT (directory for the raw logs, default a new /tmp directory, kept).
 #
 # Needs root and network namespaces; exits 77 when they are missing. Run it on an otherwise
@@ -49,29 +50,15 @@ source "$repo/tests/netns_lib.sh"
 # shellcheck source=bench/netns_bench_lib.sh
 source "$repo/bench/netns_bench_lib.sh"
 
-if ! why=$(netns_check); then
-  echo "netns_loss: skipped: needs root and ip netns ($why)"
-  exit 77
-fi
 command -v iptables >/dev/null 2>&1 || { echo "netns_loss: skipped: no iptables"; exit 77; }
-rate_bits=$(netns_rate_bits "$rate") || exit 2
-link_gbs=$(awk -v b="$rate_bits" 'BEGIN { printf "%.4g", b / 8 / 1e9 }')
-script_need netns_loss nexar-seed nexar-bench
 gloo_bin=""
 [ "$want_gloo" = 1 ] && [ -x "$bin/gloo_bench" ] && gloo_bin="$bin/gloo_bench"
 [ "$want_gloo" = 1 ] && [ -z "$gloo_bin" ] && echo "# Gloo baseline skipped: $bin/gloo_bench missing" >&2
 
-out=${OUT:-$(mktemp -d /tmp/nexar-netns-loss.XXXXXX)}
-mkdir -p "$out"
-netns_guard "netns_loss" nexar-netns-loss
-
-netns_cleanup_stale
-netns_setup $((workers + 1)) "$rate" || { echo "netns_loss: could not build the namespaces"; exit 1; }
+bench_hosts netns_loss
 echo "# netns_loss: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
   "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs, losses: $losses; repeats $repeats;" \
   "all_reduce ${lat_args[*]} and ${bw_args[*]}; logs in $out"
-# shellcheck disable=SC2119  # the default port
-netns_probe || { echo "netns_loss: the namespaces cannot reach each other"; exit 1; }
 
 # set_loss P: every rank's host drops the fraction P of what arrives (none for 0).
 set_loss() {
@@ -98,8 +85,6 @@ run_gloo() {
   done
   wait_ranks "$label"
 }
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 status=0
 declare -A cell=()  # "lib,loss,size,time|bw|ratio" -> values, one per repeat, space-separated
@@ -136,7 +121,7 @@ done
 med() {
   local v=${cell["$1"]:-} m
   [ -z "$v" ] && { echo -; return; }
-  m=$(echo "$v" | tr ' ' '\n' | sed 's/!$//' | grep -v '^$' | median)
+  m=$(echo "$v" | tr ' ' '\n' | sed 's/!$//' | grep -v '^-*$' | script_median)
   case "$v" in *'!'*) m="$m!" ;; esac
   echo "$m"
 }

@@ -77,6 +77,13 @@ script_wait() {
   return 1
 }
 
+# script_median [FORMAT]: the median of the numbers on stdin, printed with the awk printf
+# FORMAT (default %s, the value as it is); "-" when there are none.
+script_median() {
+  sort -g | awk -v f="${1:-%s}" '{ v[NR] = $1 } END { if (NR == 0) { printf "-"; exit }
+    printf f, (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
 script_pid_files_at_least() { [ "$(find "$1" -name 'rank*.pid' | grep -c '')" -ge "$2" ]; }
 
 script_seed_env() { grep -q '^NEXAR_SEED_ADDR=' "$1" 2>/dev/null && grep -q '^NEXAR_CLUSTER_TOKEN' "$1"; }

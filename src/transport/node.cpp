@@ -120,17 +120,13 @@ void Node::start() {
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
     for (int r = rank_ + 1; r < size(); ++r) dial(r);
+    // A joiner of a running job awaits nobody (the members dial it as they learn of it):
+    // failures are judged from now on.
+    if (late_) start_liveness();
     started.set_value();
   });
   started.get_future().wait();
   if (late_) {
-    // Joined a running job: the members dial us as they learn of us; nobody is awaited.
-    std::promise<void> judging;
-    engine_.post([this, &judging] {
-      start_liveness();
-      judging.set_value();
-    });
-    judging.get_future().wait();
     log::info("rank {}: joined a running job on {}, waiting for admission", rank_, ep_->local().to_string());
     return;
   }
