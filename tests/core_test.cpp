@@ -272,7 +272,7 @@ TEST_F(EnvTest, Describe) {
       "allreduce_doubling_bytes = 16 KiB\n"
       "broadcast_chain_bytes = 1 MiB\n"
       "collective_eager_bytes = 1 MiB\n"
-      "udp_payload = auto (65488 bytes on loopback, 1452 bytes elsewhere)\n"
+      "udp_payload = auto (the path MTU)\n"
       "udp_gso = on\n"
       "spin = 100 us\n"
       "yield_when_idle = off\n"

@@ -72,13 +72,12 @@ struct Config {
   std::uint64_t unexpected_limit = 64ull * 1024 * 1024;
   /// QUIC per-stream receive window (NEXAR_STREAM_WINDOW_BYTES).
   std::uint64_t stream_window = 16ull * 1024 * 1024;
-  /// Largest UDP payload sent; 0 picks loopback_udp_payload when every rank is on
-  /// loopback and network_udp_payload otherwise (NEXAR_UDP_PAYLOAD_BYTES). Range 1200..65527.
+  /// Largest UDP payload sent (NEXAR_UDP_PAYLOAD_BYTES), range 1200..65527, fixed for
+  /// every connection. 0 (the default): per connection, the MTU of the route to the peer
+  /// less the IP and UDP headers; on loopback from the first packet, elsewhere confirmed
+  /// by path MTU probes (starting from 1200 bytes), so a jumbo-frame network gets about
+  /// 8950-byte datagrams and a 1500-byte one 1450-1470.
   std::uint32_t udp_payload = 0;
-  /// Loopback's 64 KiB MTU minus the IPv6 and UDP headers.
-  static constexpr std::uint32_t loopback_udp_payload = 65536 - 48;
-  /// A 1500-byte Ethernet MTU minus the IPv6 and UDP headers.
-  static constexpr std::uint32_t network_udp_payload = 1500 - 48;
   /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
   bool udp_gso = true;
   /// For tests and benchmarks only: faults injected where datagrams arrive, to study the

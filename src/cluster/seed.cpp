@@ -148,7 +148,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
 
     quic::ConnectionSettings s;
     s.alpn = wire::seed_alpn;
-    s.udp_payload = cfg.udp_payload ? cfg.udp_payload : 1452u;
+    s.udp_payload = cfg.udp_payload;
     s.stream_window = 1u << 20;
     s.conn_window = 4u << 20;
     s.idle_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(cfg.idle_timeout).count());

@@ -314,8 +314,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
   fmt::format_to(it, "collective_eager_bytes = {}\n", format_bytes(collective_eager_bytes));
   if (udp_payload == 0) {
-    fmt::format_to(it, "udp_payload = auto ({} bytes on loopback, {} bytes elsewhere)\n", loopback_udp_payload,
-                   network_udp_payload);
+    fmt::format_to(it, "udp_payload = auto (the path MTU)\n");
   } else {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }

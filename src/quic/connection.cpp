@@ -395,7 +395,15 @@ void Connection::handle_expiry(std::uint64_t ts) {
 void Connection::flush(std::uint64_t ts) {
   if (closed_) return;
   std::uint8_t* buf = ep_.txbuf_.data();
+  // pkt_max: what the path is known to carry, the size of every full packet; tx_max: the
+  // room each write gets, larger while a path MTU probe may still come.
   const std::size_t pkt_max = ngtcp2_conn_get_path_max_tx_udp_payload_size(conn_);
+  const std::size_t tx_max = std::max(pkt_max, ngtcp2_conn_get_max_tx_udp_payload_size(conn_));
+  if (pkt_max > path_payload_) {
+    if (path_payload_ != 0)
+      log::info("quic: the path to {} carries {}-byte datagrams", remote_.to_string(), pkt_max);
+    path_payload_ = pkt_max;
+  }
   const std::size_t batch_max = std::min(ep_.txbuf_.size(), UdpSocket::max_batch_bytes);
   std::size_t max_pkts =
       std::max<std::size_t>(1, std::min<std::size_t>(ngtcp2_conn_get_send_quantum(conn_) / pkt_max, 512));
@@ -429,8 +437,8 @@ void Connection::flush(std::uint64_t ts) {
     }
     ngtcp2_ssize datalen = -1;
     ngtcp2_pkt_info pi{};
-    if (batch + pkt_max > batch_max) send_batch();
-    ngtcp2_ssize n = ngtcp2_conn_writev_stream(conn_, &path_.path, &pi, buf + batch, pkt_max,
+    if (batch + tx_max > batch_max) send_batch();
+    ngtcp2_ssize n = ngtcp2_conn_writev_stream(conn_, &path_.path, &pi, buf + batch, tx_max,
                                                &datalen, flags, sid, vec, nvec, ts);
     if (s && datalen > 0) {
       // Advance the unsent cursor over what ngtcp2 took.
@@ -463,6 +471,17 @@ void Connection::flush(std::uint64_t ts) {
     }
     if (n == 0) break;
     auto pkt = static_cast<std::size_t>(n);
+    if (pkt > pkt_max) {
+      // A path MTU probe: alone, and never fragmented (it must prove the size whole).
+      std::size_t prev = batch;
+      if (prev) ep_.send(*this, buf, prev, seg);
+      ep_.send(*this, buf + prev, pkt, pkt, true);
+      batch = 0;
+      npkts = 0;
+      ++total_pkts;
+      if (total_pkts >= max_pkts) break;
+      continue;
+    }
     if (npkts > 0 && pkt > seg) {
       // A GSO batch is same-size packets with at most a shorter last one: move the larger
       // packet to a batch of its own.

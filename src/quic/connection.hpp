@@ -65,7 +65,8 @@ inline constexpr std::uint64_t close_error = 1;
 inline constexpr std::uint64_t close_declared_failed = 2;
 
 struct ConnectionSettings {
-  std::size_t udp_payload = 1452;
+  /// Largest UDP payload sent; 0: the route's MTU, probed off loopback (Endpoint::defaults).
+  std::size_t udp_payload = 0;
   std::uint64_t stream_window = 16u << 20;
   std::uint64_t conn_window = 64u << 20;
   std::uint64_t idle_timeout_ns = 15'000'000'000ull;
@@ -180,6 +181,8 @@ class Connection {
   bool established_ = false;
   bool closed_ = false;
   bool flush_pending_ = false;
+  bool fragmenting_ = false;      // the path's MTU shrank below our packets (logged once)
+  std::size_t path_payload_ = 0;  // the path's datagram size last seen, to log its growth
   std::uint64_t timer_at_ = 0;
   std::uint64_t id_ = 0;
   std::uint64_t last_rx_ = 0;

@@ -2,6 +2,7 @@
 
 #include <gnutls/crypto.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -82,8 +83,9 @@ void Endpoint::on_readable() {
     Address from;
     std::size_t seg = 0;
     ssize_t n = sock_.recv(rxbuf_.data(), rxbuf_.size(), from, seg);
-    if (n == -ECONNREFUSED) {
-      // An ICMP error arrived; its details wait on the error queue.
+    if (n == -ECONNREFUSED || n == -EMSGSIZE || n == -EHOSTUNREACH || n == -ENETUNREACH) {
+      // An ICMP error arrived (a closed port; "fragmentation needed", which the kernel has
+      // already applied to the path MTU); its details wait on the error queue.
       check_errors = true;
       continue;
     }
@@ -107,6 +109,10 @@ void Endpoint::on_readable() {
       got = true;
       dispatch(a, pkt, n1, now());
     });
+  }
+  if (errors_queued_) {
+    check_errors = true;
+    errors_queued_ = false;
   }
   if (check_errors) sock_.drain_errors([this](const Address& gone) {
     for (auto& c : conns_) {
@@ -145,15 +151,48 @@ void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len,
   if (c->read(path, pkt, len, ts) == 0) schedule_flush(*c);
 }
 
-void Endpoint::defaults(std::uint64_t ts, ngtcp2_settings& st, ngtcp2_transport_params& params) const {
+namespace {
+// The largest payload of a UDP datagram (65535 less its 8-byte header), as ngtcp2 allows.
+constexpr std::size_t kMaxUdpPayload = 65527;
+// UDP payload under a path MTU: minus the IPv4 (20) or IPv6 (40) header and UDP's 8 bytes.
+std::size_t payload_under(std::size_t mtu, const Address& remote) {
+  const std::size_t headers = remote.family() == AF_INET6 ? 48 : 28;
+  return std::clamp<std::size_t>(mtu > headers ? mtu - headers : 0, NGTCP2_MAX_UDP_PAYLOAD_SIZE,
+                                 kMaxUdpPayload);
+}
+}  // namespace
+
+void Endpoint::defaults(std::uint64_t ts, const Address& remote, ngtcp2_settings& st,
+                        ngtcp2_transport_params& params, std::vector<std::uint16_t>& probes) const {
   ngtcp2_settings_default(&st);
   st.initial_ts = ts;
   st.cc_algo = NGTCP2_CC_ALGO_CUBIC;
-  st.max_tx_udp_payload_size = settings_.udp_payload;
-  // Fixed packet size: the path is known (loopback or a configured MTU), and PMTU probing
-  // would only add probe traffic to every connection.
-  st.no_tx_udp_payload_size_shaping = 1;
-  st.no_pmtud = 1;
+  if (settings_.udp_payload != 0 || remote.is_loopback()) {
+    // A size set by hand, or loopback (nothing between the ends but the 64 KiB MTU of lo):
+    // a fixed size from the first packet, no probing.
+    st.max_tx_udp_payload_size = settings_.udp_payload != 0
+                                     ? settings_.udp_payload
+                                     : payload_under(UdpSocket::route_mtu(remote), remote);
+    st.no_tx_udp_payload_size_shaping = 1;
+    st.no_pmtud = 1;
+  } else {
+    // Start at QUIC's safe 1200 bytes and probe up to the MTU of the route (9000 on a
+    // jumbo-frame network): the largest size acknowledged is what the path carries. The
+    // candidates go largest first, so a path that carries its interface's MTU gets it with
+    // one probe; the others are common MTUs below it (Ethernet, the IPv6 minimum).
+    const std::size_t route = UdpSocket::route_mtu(remote);
+    const std::size_t top = payload_under(route ? route : 1500, remote);
+    st.max_tx_udp_payload_size = top;
+    probes.clear();
+    for (std::size_t mtu : {std::size_t{0}, std::size_t{9000}, std::size_t{1500}, std::size_t{1280}}) {
+      const std::size_t p = mtu ? payload_under(mtu, remote) : top;
+      if (p > NGTCP2_MAX_UDP_PAYLOAD_SIZE && p <= top && (probes.empty() || p < probes.back()))
+        probes.push_back(static_cast<std::uint16_t>(p));
+    }
+    st.pmtud_probes = probes.data();
+    st.pmtud_probeslen = probes.size();
+    st.no_pmtud = probes.empty();
+  }
   st.handshake_timeout = settings_.handshake_timeout_ns;
   ngtcp2_transport_params_default(&params);
   params.initial_max_streams_uni = 16;
@@ -173,7 +212,8 @@ Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t
 
   ngtcp2_settings st;
   ngtcp2_transport_params params;
-  defaults(ts, st, params);
+  std::vector<std::uint16_t> probes;
+  defaults(ts, from, st, params, probes);
   params.original_dcid = hd.dcid;
   params.original_dcid_present = 1;
 
@@ -214,7 +254,8 @@ Connection& Endpoint::connect(const Address& to, const std::string& node, Connec
   c->set_handler(h);
   ngtcp2_settings st;
   ngtcp2_transport_params params;
-  defaults(now(), st, params);
+  std::vector<std::uint16_t> probes;
+  defaults(now(), to, st, params, probes);
   ngtcp2_cid dcid, scid;
   random_cid(dcid, 18);
   random_cid(scid, scid_len);
@@ -308,15 +349,27 @@ void Endpoint::service_timers() {
   if (service_due(now())) rearm_timer();
 }
 
-void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment) {
-  int rc = sock_.send(c.remote(), data, len, segment);
+void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment, bool probe) {
+  const std::uint64_t fragmented = sock_.fragmented();
+  int rc = sock_.send(c.remote(), data, len, segment, !probe);
+  if (sock_.fragmented() != fragmented) {
+    if (!c.fragmenting_) {
+      log::warn("quic: the path to {} no longer carries {}-byte datagrams; sending them as IP fragments",
+                c.remote().to_string(), segment);
+      c.fragmenting_ = true;
+    }
+    stats_.datagrams_fragmented += sock_.fragmented() - fragmented;
+    errors_queued_ = true;
+  }
   if (rc != 0) {
+    if (rc == -EMSGSIZE) errors_queued_ = true;
     log::debug("udp send to {}: {}", c.remote().to_string(), std::strerror(-rc));
     return;  // QUIC treats it as loss and retransmits.
   }
   ++stats_.batches_out;
   stats_.bytes_out += len;
   stats_.packets_out += (len + segment - 1) / segment;
+  stats_.largest_datagram_out = std::max<std::uint64_t>(stats_.largest_datagram_out, std::min(len, segment));
 }
 
 void Endpoint::retire(Connection& c) {

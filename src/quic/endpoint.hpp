@@ -77,6 +77,9 @@ class Endpoint {
   /// Counters, for tests and logs.
   struct Stats {
     std::uint64_t datagrams_in = 0, datagrams_dropped = 0, packets_out = 0, batches_out = 0, bytes_out = 0;
+    /// The largest datagram sent, and how many went out as IP fragments because the
+    /// path's MTU had shrunk below their size (UdpSocket::send).
+    std::uint64_t largest_datagram_out = 0, datagrams_fragmented = 0;
   };
   const Stats& stats() const noexcept { return stats_; }
   /// What the impairment did (ConnectionSettings::impair); nullptr when there is none.
@@ -84,8 +87,10 @@ class Endpoint {
 
  private:
   friend class Connection;
-  /// ngtcp2 settings and transport parameters shared by dialled and accepted connections.
-  void defaults(std::uint64_t ts, ngtcp2_settings& st, ngtcp2_transport_params& params) const;
+  /// ngtcp2 settings and transport parameters of a connection with `remote`; `probes`
+  /// receives the path MTU probe sizes `st` points at (ngtcp2 copies them).
+  void defaults(std::uint64_t ts, const Address& remote, ngtcp2_settings& st, ngtcp2_transport_params& params,
+                std::vector<std::uint16_t>& probes) const;
   /// The socket or the timer may be readable; false once stopped (stop watching).
   bool on_ready();
   void on_readable();
@@ -97,7 +102,8 @@ class Endpoint {
   /// When `c`'s timer should run: ngtcp2's expiry, plus kAckGraceNs while it has nothing
   /// queued to send (then only acknowledgements and slow timers can be due).
   std::uint64_t due_at(Connection& c) const;
-  void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment);
+  /// Sends a batch of `c`'s packets; `probe`: a path MTU probe, never fragmented.
+  void send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment, bool probe = false);
   void add_cid(const ngtcp2_cid& cid, Connection* c);
   void remove_cid(const ngtcp2_cid& cid);
   void retire(Connection& c);
@@ -117,6 +123,8 @@ class Endpoint {
   bool flush_posted_ = false;
   int batching_ = 0;
   bool stopped_ = false;
+  // A refused send queued an error report (IP_RECVERR): read it out with the next read.
+  bool errors_queued_ = false;
   std::vector<std::uint8_t> rxbuf_;
   std::vector<std::uint8_t> txbuf_;
   std::unique_ptr<Impairment> impair_;  // only when settings_.impair is active

@@ -62,6 +62,11 @@ UdpSocket::UdpSocket(int fd, bool try_gso) : fd_(fd) {
   } else {
     ::setsockopt(fd_, IPPROTO_IP, IP_RECVERR, &on_err, sizeof on_err);
   }
+  // Don't-fragment on every datagram: a path MTU probe must not pass as IP fragments (it
+  // would prove a size the path does not carry), and a datagram larger than the path MTU
+  // the kernel knows fails at once with EMSGSIZE instead of being fragmented silently;
+  // send() then decides (see send_fragmented).
+  set_dont_fragment(true);
   if (try_gso) {
     int seg = 1200;
     // Probe GSO support by setting it once on the socket, then clear it: per-send cmsgs
@@ -118,21 +123,70 @@ int UdpSocket::send_one(const Address& to, const std::uint8_t* data, std::size_t
   return -EAGAIN;
 }
 
+void UdpSocket::set_dont_fragment(bool on) {
+  if (local_.family() == AF_INET6) {
+    int v = on ? IPV6_PMTUDISC_DO : IPV6_PMTUDISC_DONT;
+    ::setsockopt(fd_, IPPROTO_IPV6, IPV6_MTU_DISCOVER, &v, sizeof v);
+  } else {
+    int v = on ? IP_PMTUDISC_DO : IP_PMTUDISC_DONT;
+    ::setsockopt(fd_, IPPROTO_IP, IP_MTU_DISCOVER, &v, sizeof v);
+  }
+}
+
+std::size_t UdpSocket::route_mtu(const Address& to) {
+  int fd = ::socket(to.family(), SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int mtu = 0;
+  socklen_t len = sizeof mtu;
+  // connect() on a datagram socket sends nothing: it only looks the route up.
+  bool ok = ::connect(fd, to.sa(), to.len) == 0 &&
+            (to.family() == AF_INET6 ? ::getsockopt(fd, IPPROTO_IPV6, IPV6_MTU, &mtu, &len)
+                                     : ::getsockopt(fd, IPPROTO_IP, IP_MTU, &mtu, &len)) == 0;
+  ::close(fd);
+  return ok && mtu > 0 ? static_cast<std::size_t>(mtu) : 0;
+}
+
 int UdpSocket::send(const Address& to, const std::uint8_t* data, std::size_t len,
-                    std::size_t segment) {
+                    std::size_t segment, bool may_fragment) {
+  bool gso_refused = false;
   if (gso_ && len > segment) {
     int rc = send_one(to, data, len, segment);
-    if (rc != -EIO && rc != -EINVAL) return rc;
-    // The route's device cannot segment (e.g. some tunnels): fall back for good.
-    log::info("udp: GSO rejected ({}), falling back to one packet per send", std::strerror(-rc));
+    if (rc != -EIO && rc != -EINVAL && rc != -EMSGSIZE) return rc;
+    // Either the route's device cannot segment (some tunnels), or the segments are larger
+    // than the path now carries (both fail the same way): one packet per send tells which.
+    gso_refused = true;
+  }
+  bool oversize = false;
+  std::size_t too_big = 0;  // while non-zero, the socket fragments: the size that failed
+  int result = 0;
+  for (std::size_t off = 0; off < len; off += segment) {
+    const std::size_t n = std::min(segment, len - off);
+    int rc = send_one(to, data + off, n, 0);
+    if (rc == -EMSGSIZE) {
+      oversize = true;
+      if (!may_fragment) {
+        result = rc;  // a probe the path cannot carry: lost, as it would be further on
+        continue;
+      }
+      // The path MTU shrank below packets QUIC already sized (ngtcp2 1.11 cannot lower a
+      // path's packet size once probed): let the kernel fragment them rather than lose them
+      // all. Slower, but the connection lives.
+      set_dont_fragment(false);
+      too_big = n;
+      rc = send_one(to, data + off, n, 0);
+    }
+    if (rc == 0 && too_big && n >= too_big) ++fragmented_;
+    if (rc != 0) {
+      result = rc;
+      break;
+    }
+  }
+  if (too_big) set_dont_fragment(true);
+  if (gso_refused && !oversize) {
+    log::info("udp: GSO rejected, falling back to one packet per send");
     gso_ = false;
   }
-  for (std::size_t off = 0; off < len; off += segment) {
-    std::size_t n = std::min(segment, len - off);
-    int rc = send_one(to, data + off, n, 0);
-    if (rc != 0) return rc;
-  }
-  return 0;
+  return result;
 }
 
 bool UdpSocket::read_error(Address& offender) {

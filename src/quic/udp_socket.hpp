@@ -28,8 +28,18 @@ class UdpSocket {
 
   /// Sends `len` bytes made of back-to-back packets of `segment` bytes (the last may be
   /// shorter) to `to`: one syscall with GSO, else one per packet. Waits briefly for buffer
-  /// space when the kernel queue is full. Returns 0 or a negative errno.
-  int send(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment);
+  /// space when the kernel queue is full. Datagrams carry don't-fragment; one larger than
+  /// the path MTU the kernel knows is sent as IP fragments when `may_fragment`, and
+  /// dropped (-EMSGSIZE) otherwise (path MTU probes). Returns 0 or a negative errno.
+  int send(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment,
+           bool may_fragment = true);
+
+  /// The MTU of the route to `to` as the kernel knows it (the interface MTU, or a smaller
+  /// path MTU learned from ICMP); 0 when there is no route.
+  static std::size_t route_mtu(const Address& to);
+
+  /// Datagrams sent as IP fragments because the path carried less than their size.
+  std::uint64_t fragmented() const noexcept { return fragmented_; }
 
   /// Receives one datagram (with GRO possibly several coalesced packets of `segment` bytes
   /// each). Returns its size, or -EAGAIN when nothing is queued, or another -errno.
@@ -49,11 +59,13 @@ class UdpSocket {
 
  private:
   bool read_error(Address& offender);
+  void set_dont_fragment(bool on);
   int send_one(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment);
 
   int fd_ = -1;
   bool gso_ = false;
   bool gro_ = false;
+  std::uint64_t fragmented_ = 0;
   Address local_;
 };
 

@@ -17,13 +17,10 @@ using wire::FrameType;
 using wire::Lane;
 
 namespace {
-quic::ConnectionSettings settings_from(const Config& cfg, const std::vector<quic::Address>& addrs) {
+quic::ConnectionSettings settings_from(const Config& cfg) {
   quic::ConnectionSettings s;
-  bool loopback = true;
-  for (auto& a : addrs) loopback = loopback && a.is_loopback();
-  // Loopback has a 64 KiB MTU: big packets cut per-packet crypto and syscall costs.
-  s.udp_payload = cfg.udp_payload ? cfg.udp_payload
-                                  : (loopback ? Config::loopback_udp_payload : Config::network_udp_payload);
+  // 0: each connection sizes its datagrams by its route's MTU (quic::Endpoint::defaults).
+  s.udp_payload = cfg.udp_payload;
   s.stream_window = cfg.stream_window;
   s.conn_window = cfg.stream_window * (wire::lane_count + 1);
   // QUIC's idle timeout is only a backstop: failure detection (failure_timeout) decides.
@@ -110,7 +107,7 @@ int Node::rank_of_node(const std::string& node) const {
 }
 
 void Node::start() {
-  ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_, addrs_),
+  ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_),
                                           cfg_.udp_gso);
   udp_fd_ = -1;
   engine_.set_spin_hook([this] { ep_->service_timers(); });

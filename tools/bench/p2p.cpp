@@ -483,7 +483,7 @@ int run_p2p(const P2pOptions& o) {
                                               "(NEXAR_MAX_FRAME_BYTES)", o.max_bytes, cfg.max_frame_bytes));
     bool gso = cfg.udp_gso && probe_gso();
     title = fmt::format("# nexar-bench p2p: 2 processes on 127.0.0.1, QUIC (udp payload {}, GSO {}) vs TCP",
-                        cfg.udp_payload ? cfg.udp_payload : Config::loopback_udp_payload,
+                        cfg.udp_payload ? std::to_string(cfg.udp_payload) : std::string("auto: 64 KiB loopback"),
                         gso ? "on" : (cfg.udp_gso ? "off: not supported by the kernel" : "off"));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nexar-bench p2p: error: %s\n", e.what());
