@@ -5,7 +5,8 @@
 #
 # The caller sets: rate (tbf's rate, e.g. 1gbit), workers, port (the seed's), limit (seconds per run), out (log directory),
 # bench_args (an array: nexar-bench's arguments after the collective), and coll (the
-# collective, default all_reduce).
+# collective, default all_reduce). Optionally relay_ms: a delay in ms (empty: none) that
+# nexar-relay adds in front of every rank (relays_start), and relay_port (default 29600).
 
 # bench_hosts NAME: the hosts of a benchmark called NAME: exits 77 (skipped) without root and
 # namespaces; sets link_gbs (the link rate RATE in GB/s) and out (OUT, or a new directory
@@ -45,9 +46,53 @@ wait_ranks() {
   return $status
 }
 
-# run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log.
+# relays_start LABEL: with relay_ms set, starts nexar-relay on every rank's host I, listening
+# on its address at relay_port and relaying to relay_port + 1 with relay_ms of delay each way
+# ($out/LABEL.relayR.log for rank R), and waits until each listens; relay_env then gives the
+# rank the variables that put the relay in front of it. Peers dial the relay (the advertised
+# address); the rank's own sends go out directly, so a pair's connection passes one relay, the
+# dialled rank's, and its round trip is 2 x relay_ms. Does nothing without relay_ms.
+relays_start() {
+  local label=$1 i a p=${relay_port:-29600} log
+  relay_pids=()
+  [ -n "${relay_ms:-}" ] || return 0
+  for ((i = 1; i <= workers; i++)); do
+    a=${NETNS_ADDR4[i]}
+    log="$out/$label.relay$((i - 1)).log"
+    ip netns exec "${NETNS_HOST[i]}" "$bin/nexar-relay" --listen "$a:$p" --target "$a:$((p + 1))" \
+      --delay-ms "$relay_ms" >"$log" 2>&1 </dev/null &
+    relay_pids[i]=$!
+    bg_pids+=("${relay_pids[i]}")
+    script_wait 10 "${relay_pids[i]}" grep -q '^nexar-relay: .* -> ' "$log" ||
+      { echo "# $label: nexar-relay on host $i did not start; see $log" >&2; return 1; }
+  done
+}
+
+# relay_env I: the variables of host I's rank while relays run (bind relay_port + 1, advertise
+# the relay); nothing without relay_ms.
+relay_env() {
+  [ -n "${relay_ms:-}" ] || return 0
+  local a=${NETNS_ADDR4[$1]} p=${relay_port:-29600}
+  echo "NEXAR_BIND_ADDR=$a:$((p + 1)) NEXAR_ADVERTISE_ADDR=$a:$p"
+}
+
+# relays_stop LABEL: stops the relays (SIGTERM: each writes what it relayed and dropped to its
+# log) and says which did not exit 0; returns 1 if any.
+relays_stop() {
+  local i status=0
+  for i in "${!relay_pids[@]}"; do
+    kill "${relay_pids[i]}" 2>/dev/null
+    wait "${relay_pids[i]}" ||
+      { echo "# $1: nexar-relay on host $i exited $? (see $out/$1.relay$((i - 1)).log)" >&2; status=1; }
+  done
+  relay_pids=()
+  return $status
+}
+
+# run_nexar LABEL [VAR=VALUE...]: one sweep; rank 0's output in $out/LABEL.log. With relay_ms,
+# through a relay in front of every rank (relays_start).
 run_nexar() {
-  local label=$1 envf="$tmp/$1.env" seed t i status=0 vars=() pids=()
+  local label=$1 envf="$tmp/$1.env" seed t i status=0 vars=() pids=() relay_vars=()
   shift
   rm -f "$envf"
   ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" \
@@ -66,16 +111,20 @@ run_nexar() {
   fi
   sleep 0.1
   mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
-  echo "\$ nexar-bench ${coll:-all_reduce} ${bench_args[*]}  (1 rank per host; $*)" >"$out/$label.log"
+  echo "\$ nexar-bench ${coll:-all_reduce} ${bench_args[*]}  (1 rank per host${*:+; $*}${relay_ms:+; relay $relay_ms ms each way})" \
+    >"$out/$label.log"
+  relays_start "$label" || { relays_stop "$label"; kill "$seed" 2>/dev/null; wait "$seed"; return 1; }
   for ((i = 1; i <= workers; i++)); do
-    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" NEXAR_RANK=$((i - 1)) NEXAR_WORLD_SIZE="$workers" \
-      timeout -k 5 "$limit" "$bin/nexar-bench" "${coll:-all_reduce}" "${bench_args[@]}" \
+    read -r -a relay_vars <<<"$(relay_env "$i")"
+    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" "${relay_vars[@]}" NEXAR_RANK=$((i - 1)) \
+      NEXAR_WORLD_SIZE="$workers" timeout -k 5 "$limit" "$bin/nexar-bench" "${coll:-all_reduce}" "${bench_args[@]}" \
       >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
     pids[i]=$!
     bg_pids+=("${pids[i]}")
   done
   wait_ranks "$label" || status=1
   wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
+  relays_stop "$label" || status=1
   return $status
 }
 

@@ -5,8 +5,8 @@
 #
 # Builds (tests/netns_lib.sh) a switch namespace with a bridge and 5 host namespaces, every
 # link shaped with tbf at RATE both ways. For each loss rate P of LOSSES, every rank's host
-# drops that fraction of its incoming packets, whatever they carry
-# (iptables -A INPUT -m statistic --mode random --probability P -j DROP), and then, in turn:
+# drops that fraction of the packets reaching it from the network, whatever they carry
+# (iptables -A INPUT ! -i lo -m statistic --mode random --probability P -j DROP), and then, in turn:
 #   nexar  host 0 runs nexar-seed, hosts 1..4 one rank each of nexar-bench all_reduce;
 #   gloo   hosts 1..4 one rank each of gloo_bench all_reduce (ring, TCP, FileStore
 #          rendezvous in a directory all namespaces see), when build/bin/gloo_bench exists.
@@ -21,7 +21,15 @@
 # BENCH_ARGS (default "-b 1M -e 64M -f 8 -n 5 -w 1 -c 1"), LAT_ARGS (default
 # "-b 8 -e 8 -n 200 -w 20 -c 1"; empty for none), NEXAR_ENV (extra VAR=VALUE words for every
 # nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
-# port, default 29400), OUT (directory for the raw logs, default a new /tmp directory, kept).
+# port, default 29400), OUT (directory for the raw logs, default a new /tmp directory, kept),
+# RELAY_MS (default empty: none): a delay in ms (decimals allowed) that tbf cannot give and
+# netem is not there for: every rank's host runs nexar-relay --delay-ms RELAY_MS on its
+# address at port RELAY_PORT (default 29600) in front of its rank, which binds RELAY_PORT + 1
+# and advertises the relay (NEXAR_BIND_ADDR, NEXAR_ADVERTISE_ADDR). Peers dial the relay, and
+# both directions are held, so the round trip of every pair is 2 x RELAY_MS. The relays cost
+# CPU next to the ranks (each datagram is copied and sent once more). Gloo's TCP does not pass
+# the UDP relay: its column is then without the delay. The relays' logs (what each relayed
+# and dropped) are LABEL.relayR.log in OUT.
 #
 # Needs root and network namespaces; exits 77 when they are missing. Run it on an otherwise
 # idle machine.
@@ -39,6 +47,16 @@ read -r -a lat_args <<<"${LAT_ARGS-"-b 8 -e 8 -n 200 -w 20 -c 1"}"
 passes=(bw)
 [ ${#lat_args[@]} -gt 0 ] && passes=(lat bw)
 read -r -a nexar_env <<<"${NEXAR_ENV:-}"
+relay_ms=${RELAY_MS:-}
+relay_port=${RELAY_PORT:-29600}
+if [ -n "$relay_ms" ] && ! [[ "$relay_ms" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "netns_loss: RELAY_MS wants a delay in ms (e.g. 10 or 2.5), not '$relay_ms'" >&2
+  exit 2
+fi
+if ! [[ "$relay_port" =~ ^[0-9]+$ ]] || [ "$relay_port" -lt 1 ] || [ "$relay_port" -gt 65534 ]; then
+  echo "netns_loss: RELAY_PORT wants a port of 1..65534, not '$relay_port'" >&2
+  exit 2
+fi
 limit=${TIMEOUT:-600}
 port=${PORT:-29400}
 workers=4
@@ -55,18 +73,28 @@ gloo_bin=""
 [ "$want_gloo" = 1 ] && [ -x "$bin/gloo_bench" ] && gloo_bin="$bin/gloo_bench"
 [ "$want_gloo" = 1 ] && [ -z "$gloo_bin" ] && echo "# Gloo baseline skipped: $bin/gloo_bench missing" >&2
 
+[ -n "$relay_ms" ] && script_need netns_loss nexar-relay
 bench_hosts netns_loss
+relay_note=""
+if [ -n "$relay_ms" ]; then
+  relay_note=" nexar-relay in front of every rank, $relay_ms ms each way (round trip"
+  relay_note+=" $(awk -v d="$relay_ms" 'BEGIN { print 2 * d }') ms);"
+fi
 echo "# netns_loss: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
-  "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs, losses: $losses; repeats $repeats;" \
+  "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs, losses: $losses;$relay_note repeats $repeats;" \
   "all_reduce ${lat_args[*]} and ${bw_args[*]}; logs in $out"
+[ -n "$relay_ms" ] && [ -n "$gloo_bin" ] &&
+  echo "# note: Gloo's TCP does not pass the UDP relay: the Gloo columns are without the $relay_ms ms delay"
 
-# set_loss P: every rank's host drops the fraction P of what arrives (none for 0).
+# set_loss P: every rank's host drops the fraction P of what arrives (none for 0) from the
+# network: not on lo, where a relay's datagrams reach its own rank (once lost on the way in
+# is enough).
 set_loss() {
   local i
   for ((i = 1; i <= workers; i++)); do
     netns_exec "$i" iptables -F INPUT
     [ "$1" = 0 ] && continue
-    netns_exec "$i" iptables -A INPUT -m statistic --mode random --probability "$1" -j DROP || return 1
+    netns_exec "$i" iptables -A INPUT ! -i lo -m statistic --mode random --probability "$1" -j DROP || return 1
   done
 }
 
@@ -147,4 +175,6 @@ for loss in $losses; do
 done
 echo "# time: median over iterations of the slowest rank (us); busbw = algbw x 2(n-1)/n;" \
   "'!' marks #wrong > 0. Raw logs: $out"
+[ -n "$relay_ms" ] && [ -n "$gloo_bin" ] &&
+  echo "# nexar through relays of $relay_ms ms each way; Gloo without them (no delay)"
 exit $status
