@@ -37,7 +37,7 @@ const char* const kVars[] = {
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
-    "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE",
+    "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -211,6 +211,8 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.stream_window, c.stream_window);
   EXPECT_EQ(e.udp_payload, c.udp_payload);
   EXPECT_EQ(e.udp_gso, c.udp_gso);
+  EXPECT_EQ(e.shm, c.shm);
+  EXPECT_EQ(e.shm_ring_bytes, c.shm_ring_bytes);
   EXPECT_EQ(e.spin, c.spin);
   EXPECT_EQ(e.yield_when_idle, c.yield_when_idle);
   EXPECT_EQ(e.log_level, c.log_level);
@@ -274,6 +276,8 @@ TEST_F(EnvTest, Describe) {
       "collective_eager_bytes = 1 MiB\n"
       "udp_payload = auto (the path MTU)\n"
       "udp_gso = on\n"
+      "shm = on\n"
+      "shm_ring_bytes = 1 MiB\n"
       "spin = 100 us\n"
       "yield_when_idle = off\n"
       "log_level = warn";
@@ -430,6 +434,8 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"udp_payload", [](Config& c) { c.udp_payload = 1199; }},
       {"udp_payload", [](Config& c) { c.udp_payload = 1; }},
       {"udp_payload", [](Config& c) { c.udp_payload = 65528; }},
+      {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 3u << 20; }},
+      {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 32u << 10; }},
       {"spin", [](Config& c) { c.spin = 10s + 1us; }},
       {"spin", [](Config& c) { c.spin = -1us; }},
       {"log_level", [](Config& c) { c.log_level = static_cast<LogLevel>(9); }},

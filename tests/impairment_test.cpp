@@ -171,6 +171,7 @@ nexar::Config impaired_config(const std::string& impair) {
   nexar::Config c = nexar::testing::test_config();
   c.impair = impair;
   c.udp_payload = 1452;  // Ethernet-sized packets: thousands per message, as off loopback
+  c.shm = false;         // the ranks share a host: keep their messages on the impaired wire
   return c;
 }
 

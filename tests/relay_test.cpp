@@ -662,8 +662,11 @@ TEST(Relay, NexarAllReduceThroughTheRelay) {
   const std::vector<std::string> bench = {kBin + "/nexar-bench", "all_reduce", "-b", "1M", "-e", "4M",
                                           "-n", "2", "-w", "1", "-c", "1"};
   std::vector<std::string> env0 = env, env1 = env;
-  env0.insert(env0.end(), {"NEXAR_RANK=0", "NEXAR_WORLD_SIZE=2", "NEXAR_BIND_ADDR=127.0.0.1"});
-  env1.insert(env1.end(), {"NEXAR_RANK=1", "NEXAR_WORLD_SIZE=2", "NEXAR_BIND_ADDR=127.0.0.1:" + std::to_string(bound),
+  // NEXAR_SHM=0: both ranks run on this host and would otherwise pass their messages
+  // through shared memory, around the relay.
+  env0.insert(env0.end(), {"NEXAR_RANK=0", "NEXAR_WORLD_SIZE=2", "NEXAR_BIND_ADDR=127.0.0.1", "NEXAR_SHM=0"});
+  env1.insert(env1.end(), {"NEXAR_RANK=1", "NEXAR_WORLD_SIZE=2", "NEXAR_SHM=0",
+                           "NEXAR_BIND_ADDR=127.0.0.1:" + std::to_string(bound),
                            "NEXAR_ADVERTISE_ADDR=" + relay.address().text()});
   const auto t0 = Clock::now();
   Process rank0(bench, env0, dir + "/rank0.log");

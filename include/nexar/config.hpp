@@ -80,6 +80,14 @@ struct Config {
   std::uint32_t udp_payload = 0;
   /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
   bool udp_gso = true;
+  /// Carry the message lanes (data, bulk, collective) between ranks of one host through
+  /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
+  /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and
+  /// run as the same user in the same network namespace of the same kernel.
+  bool shm = true;
+  /// Bytes of each shared-memory ring: one per message lane and direction between two
+  /// ranks of a host (NEXAR_SHM_RING_BYTES). A power of two, 64 KiB .. 256 MiB.
+  std::uint64_t shm_ring_bytes = 1024 * 1024;
   /// For tests and benchmarks only: faults injected where datagrams arrive, to study the
   /// transport under loss, delay and reordering on one machine (NEXAR_IMPAIR). A list of
   /// key=value: drop=P and reorder=P (probabilities per datagram), delay_ms, jitter_ms,

@@ -214,6 +214,8 @@ Config Config::from_env() {
   }
   if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
+  if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
+  env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
   if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
   if (auto s = env("NEXAR_SPIN_US")) {
     c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
@@ -278,6 +280,11 @@ void Config::validate() const {
     out_of_range("segment_bytes", "NEXAR_SEGMENT_BYTES", format_bytes(segment_bytes),
                  "4 KiB .. 64 MiB");
   }
+  if (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (256u << 20) ||
+      (shm_ring_bytes & (shm_ring_bytes - 1)) != 0) {
+    out_of_range("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", format_bytes(shm_ring_bytes),
+                 "a power of two, 64 KiB .. 256 MiB");
+  }
   if (spin.count() < 0 || spin > kMaxSpin) {
     out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
                  fmt::format("0 .. {} us", kMaxSpin.count()));
@@ -319,6 +326,8 @@ std::string Config::describe() const {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
+  fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
+  fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
   if (!impair.empty()) fmt::format_to(it, "impair = {}\n", impair);
   fmt::format_to(it, "spin = {} us\n", spin.count());
   fmt::format_to(it, "yield_when_idle = {}\n", yield_when_idle ? "on" : "off");

@@ -15,14 +15,23 @@ Engine::~Engine() {
 
 void Engine::watch(std::vector<int> fds, std::function<bool()> ready) {
   ready_ = std::move(ready);
-  gate_fd_.assign(gate_.watch(std::move(fds)));
+  fds_ = std::move(fds);
+  std::vector<int> all = fds_;
+  if (extra_fd_ >= 0) all.push_back(extra_fd_);
+  gate_fd_.assign(gate_.watch(std::move(all)));
   wait_ready();
+}
+
+void Engine::watch_extra(int fd, std::function<void()> ready) {
+  extra_fd_ = fd;
+  extra_ready_ = std::move(ready);
 }
 
 void Engine::wait_ready() {
   gate_fd_.async_wait(asio::posix::stream_descriptor::wait_read, guard([this](asio::error_code ec) {
                         if (ec || !gate_fd_.is_open()) return;
                         gate_.consume();
+                        if (extra_ready_) extra_ready_();
                         if (ready_()) wait_ready();
                       }));
 }

@@ -87,6 +87,12 @@ class Engine final : public EventLoop {
   void unwatch() override;
   void post(std::function<void()> f) override { asio::post(io_, guard(std::move(f))); }
 
+  /// Also watches `fd` (a doorbell other processes ring: the shared-memory path) in the
+  /// same gate: `ready` runs, under the engine lock, whenever the gate reports input, next
+  /// to the main watch's. One extra descriptor at most; call before watch(). Throws
+  /// std::system_error.
+  void watch_extra(int fd, std::function<void()> ready);
+
   /// Called (under the engine lock) on every turn of the spinning loop: the owner polls
   /// its socket and timers there rather than waiting for the reactor to report them.
   void set_spin_hook(std::function<void()> f) { spin_hook_ = std::move(f); }
@@ -116,6 +122,9 @@ class Engine final : public EventLoop {
   ReadinessGate gate_;
   asio::posix::stream_descriptor gate_fd_{io_};  // the gate's descriptor, while watched
   std::function<bool()> ready_;
+  std::vector<int> fds_;  // of the main watch
+  int extra_fd_ = -1;
+  std::function<void()> extra_ready_;
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;
   std::atomic<bool> stopping_{false};

@@ -1,5 +1,7 @@
 #include "transport/node.hpp"
 
+#include "transport/shm_hub.hpp"
+
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
@@ -96,6 +98,13 @@ Node::Node(NodeOptions opts, const Config& cfg)
   for (int j : opts.joiners)
     if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
   std::sort(waiting_.begin(), waiting_.end());
+  if (cfg_.shm) {
+    try {
+      shm_ = std::make_unique<ShmHub>(*this);
+    } catch (const Error& e) {
+      log::info("rank {}: no shared-memory path: {}", rank_, e.what());
+    }
+  }
 }
 
 Node::~Node() { close(); }
@@ -110,7 +119,16 @@ void Node::start() {
   ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_),
                                           cfg_.udp_gso);
   udp_fd_ = -1;
-  engine_.set_spin_hook([this] { ep_->service_timers(); });
+  engine_.set_spin_hook([this] {
+    ep_->service_timers();
+    poll_shm();
+  });
+  if (shm_) {
+    engine_.watch_extra(shm_->doorbell().fd(), [this] {
+      shm_->doorbell().drain();
+      poll_shm();
+    });
+  }
   engine_.start();
   // Lower ranks dial higher ones: exactly one connection per pair.
   std::promise<void> started;
@@ -239,6 +257,8 @@ void Node::close() {
     done->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10), {});
   }
   engine_.stop();
+  // Its threads post to the engine, which runs nothing any more.
+  shm_.reset();
   // A user thread may still be polling (it found the engine open a moment ago).
   std::lock_guard lk(engine_.lock());
   ep_.reset();
@@ -330,7 +350,27 @@ bool Node::poll(bool) {
   std::unique_lock lk(engine_.lock(), std::try_to_lock);
   if (!lk.owns_lock() || !ep_ || !is_open()) return false;
   ep_->poll();
+  poll_shm();
   return true;
+}
+
+void Node::offer_shm(Peer& p) {
+  if (shm_) shm_->offer(p);
+}
+
+void Node::on_shm_offer(Peer& p, std::string_view payload) {
+  if (shm_) shm_->on_offer(p, payload);
+}
+
+void Node::on_shm_attached(int rank) { shm_peers_.push_back(rank); }
+
+bool Node::poll_shm() {
+  bool moved = false;
+  // By index: a peer's poll can run code that attaches another peer.
+  for (std::size_t i = 0; i < shm_peers_.size(); ++i) {
+    if (Peer* p = peer_locked(shm_peers_[i])) moved |= p->poll_shm();
+  }
+  return moved;
 }
 
 // ---- point-to-point --------------------------------------------------------------------

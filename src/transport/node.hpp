@@ -78,6 +78,8 @@ struct NodeOptions {
   std::vector<int> joiners;
 };
 
+class ShmHub;
+
 class Node : public Progress, public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
@@ -280,6 +282,15 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b);
   /// Whether failures are being judged (the mesh is up and the node not closing).
   bool judging_failures() const noexcept { return judging_ && is_open(); }
+  /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
+  void offer_shm(Peer& p);
+  void on_shm_offer(Peer& p, std::string_view payload);
+  void on_shm_attached(int rank);
+  /// Moves bytes through the shared-memory rings of every peer on this host; returns
+  /// whether any moved. Engine lock held.
+  bool poll_shm();
+  /// Peers whose message lanes run through shared memory (world ranks; engine lock held).
+  const std::vector<int>& shm_peers() const noexcept { return shm_peers_; }
 
  private:
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
@@ -375,6 +386,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   Engine engine_;
   std::unique_ptr<quic::Endpoint> ep_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  std::unique_ptr<ShmHub> shm_;  // when Config::shm
+  std::vector<int> shm_peers_;
   MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
@@ -408,6 +421,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;
   friend class Peer;
+  friend class ShmHub;
 };
 
 }  // namespace nexar::detail

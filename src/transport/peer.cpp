@@ -76,6 +76,7 @@ void Peer::on_established(quic::Connection& c) {
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
   send_frame(Lane::control, std::move(b), wire::header_size + my_name.size());
   state_.store(State::up, std::memory_order_release);
+  node_.offer_shm(*this);
   log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
 }
 
@@ -85,7 +86,74 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
     return;
   }
   const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
-  conn_->push(out_[static_cast<int>(lane)], quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))});
+  push(lane, quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))});
+}
+
+void Peer::push(Lane lane, quic::Chunk c) {
+  const int i = ShmLink::index(lane);
+  if (shm_ && i >= 0 && shm_->sending(i)) {
+    shm_->push(i, std::move(c));
+    return;
+  }
+  conn_->push(out_[static_cast<int>(lane)], std::move(c));
+}
+
+void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
+  if (shm_ || gone() || !conn_) return;
+  shm_ = std::move(link);
+  shm_expected_ = true;
+  // Each lane's last QUIC frame is the switch; its later frames go through the ring, and
+  // the peer reads the ring only after the switch, so the lane keeps its order.
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    FrameHeader h;
+    h.type = FrameType::shm_switch;
+    h.src = static_cast<std::uint32_t>(node_.rank());
+    send_header(ShmLink::lane(i), h);
+    shm_->start_sending(i);
+  }
+  node_.on_shm_attached(rank_);
+  log::info("rank {}: peer {} is on this host: message lanes through shared memory", node_.rank(), rank_);
+}
+
+bool Peer::poll_shm() {
+  if (!shm_ || gone()) return false;
+  bool moved = false;
+  if (!shm_->flush(moved)) {
+    abort("protocol error: the peer broke a shared-memory ring's indices");
+    return true;
+  }
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    if (!shm_in_[i]) continue;
+    shm::Ring& r = shm_->in(i);
+    // Twice: the readable bytes may wrap around the ring's end.
+    for (int part = 0; part < 2; ++part) {
+      bool broken = false;
+      auto bytes = r.readable(broken);
+      if (broken) {
+        abort("protocol error: the peer broke a shared-memory ring's indices");
+        return true;
+      }
+      if (bytes.empty()) break;
+      const auto credit = deliver(shm_stream(i), bytes.data(), bytes.size());
+      if (!credit || gone()) return true;
+      r.release(bytes.size());
+      if (*credit) r.grant(*credit);
+      moved = true;
+    }
+    if (r.take_writer_waiting()) shm_->ring_peer();
+  }
+  return moved;
+}
+
+void Peer::credit(std::int64_t id, std::uint64_t n) {
+  if (id < 0) {
+    if (!shm_) return;
+    shm::Ring& r = shm_->in(static_cast<int>(-2 - id));
+    r.grant(n);
+    if (r.take_writer_waiting()) shm_->ring_peer();
+    return;
+  }
+  if (conn_ && !conn_->closed()) conn_->consumed(id, n);
 }
 
 FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
@@ -123,7 +191,7 @@ void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const 
     const bool last = i + 1 == parts.size();
     quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes,
                   last ? chunk_done({}, op) : quic::Completion{}};
-    conn_->push(out_[static_cast<int>(lane)], std::move(c));
+    push(lane, std::move(c));
   }
   if (parts.empty()) op->succeed();
 }
@@ -167,10 +235,10 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
   std::uint64_t& held = unexpected_bytes_[static_cast<int>(d)];
   held -= std::min(held, bytes);
-  if (held >= node_.config().unexpected_limit || !conn_) return;
+  if (held >= node_.config().unexpected_limit) return;
   for (auto& [id, s] : in_) {
     if (s->deferred && domain_of(s->reader.lane()) == d) {
-      conn_->consumed(id, s->deferred);
+      credit(id, s->deferred);
       s->deferred = 0;
     }
   }
@@ -181,6 +249,7 @@ std::uint64_t Peer::unacked() const {
   std::uint64_t n = 0;
   for (auto id : out_)
     if (id >= 0) n += conn_->unacked(id);
+  if (shm_) n += shm_->unread();
   return n;
 }
 
@@ -214,22 +283,32 @@ struct Peer::Reader {
 void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                           std::size_t len) {
   if (gone()) return;
-  auto& slot = in_[stream];
+  const auto n = deliver(stream, data, len);
+  if (n && !c.closed()) c.consumed(stream, *n);
+}
+
+std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* data, std::size_t len) {
+  auto& slot = in_[id];
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
-    slot->id = stream;
+    slot->id = id;
+    if (id < 0) slot->reader.start_without_preamble(ShmLink::lane(static_cast<int>(-2 - id)));
   }
   InStream& s = *slot;
   s.deferred_now = 0;
   Reader r{*this, s};
   auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
   if (auto err = s.reader.feed(in, r)) {
-    if (!gone()) protocol_error("stream " + std::to_string(stream) + ": " + err.error);
-    return;
+    if (!gone()) {
+      protocol_error((id < 0 ? "shared-memory lane " + std::string(wire::to_string(s.reader.lane()))
+                             : "stream " + std::to_string(id)) +
+                     ": " + err.error);
+    }
+    return std::nullopt;
   }
-  // Everything not parked as over-budget unexpected data is credited back at once.
-  if (!c.closed()) c.consumed(stream, len - s.deferred_now);
   node_.engine().note_activity();
+  // Everything not parked as over-budget unexpected data is credited back at once.
+  return len - s.deferred_now;
 }
 
 void Peer::protocol_error(const std::string& why) {
@@ -302,6 +381,7 @@ void Peer::mark_gone(Errc code, const std::string& why) {
     state_.store(State::gone, std::memory_order_release);
   }
   // Everything in flight with this peer fails now, naming it.
+  if (shm_) shm_->fail_pending(gone_code_, gone_why_);
   for (auto& [seq, r] : rdv_out_)
     if (!r.cancelled) node_.fail(r.op, gone_code_, rank_, gone_why_);
   rdv_out_.clear();
@@ -463,6 +543,21 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::heartbeat:
     case FrameType::revoke:
       return true;
+    case FrameType::shm_offer:
+      s.sink.kind = Sink::control;
+      s.sink.bytes.reserve(static_cast<std::size_t>(h.length));
+      return true;
+    case FrameType::shm_switch: {
+      const int i = ShmLink::index(lane);
+      // Only once per lane, on its QUIC stream, and only where shared memory was offered:
+      // a switch into memory nobody maps would leave the lane's messages unread.
+      if (s.id < 0 || i < 0 || shm_in_[i] || !shm_expected_) {
+        protocol_error("unexpected shm_switch on lane " + std::string(wire::to_string(lane)));
+        return false;
+      }
+      shm_in_[i] = true;
+      return true;
+    }
     case FrameType::failed:
       if (h.tag >= static_cast<std::uint64_t>(node_.size()) && node_.elastic()) {
         // A rank announced to the sender and not to us yet: nothing here can involve it.
@@ -576,6 +671,9 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::revoke:
       node_.on_revoke_notice(rank_, h.comm);
+      break;
+    case FrameType::shm_offer:
+      node_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
     case FrameType::agree:
     case FrameType::decided: {

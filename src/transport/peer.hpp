@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "engine/op_state.hpp"
 #include "quic/connection.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/shm_link.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::detail {
@@ -116,6 +118,21 @@ class Peer final : public quic::ConnectionHandler {
   /// The peer's hello arrived (it knows who we are and the world size matched).
   bool hello_seen() const noexcept { return hello_seen_; }
 
+  // ---- the shared-memory path (transport/shm_hub.hpp), engine thread ----
+  /// An offer to share memory went out to the peer, or came from it and an attach is
+  /// under way: its lanes may switch to shared memory (a shm_switch frame) any time now.
+  void expect_shm() noexcept { shm_expected_ = true; }
+  /// The attach failed before the segment changed hands: the pair stays on QUIC.
+  void shm_failed() noexcept {
+    if (!shm_) shm_expected_ = false;
+  }
+  /// The segment is mapped on this side: move our message lanes onto it.
+  void attach_shm(std::unique_ptr<ShmLink> link);
+  /// Writes what waits for room in the rings out and reads the rings in. Returns whether
+  /// anything moved.
+  bool poll_shm();
+  bool has_shm() const noexcept { return shm_ != nullptr; }
+
  private:
   enum class State { connecting, up, gone };
 
@@ -148,6 +165,17 @@ class Peer final : public quic::ConnectionHandler {
   struct Reader;  // FrameReader handler
   friend struct Reader;
 
+  /// Feeds `len` received bytes of stream `id` (a QUIC stream, or a shared-memory ring:
+  /// shm_stream()) to its frame reader. Returns the bytes whose credit can go back at once,
+  /// or nothing when the stream broke the protocol (the peer is then gone).
+  std::optional<std::uint64_t> deliver(std::int64_t id, const std::uint8_t* data, std::size_t len);
+  /// Gives `n` bytes of credit back on stream `id`.
+  void credit(std::int64_t id, std::uint64_t n);
+  /// Queues a chunk on `lane`: on its ring once the lane switched to shared memory, else
+  /// on its QUIC stream.
+  void push(wire::Lane lane, quic::Chunk c);
+  /// The pseudo stream id of shared-memory ring `i` (QUIC's ids are never negative).
+  static std::int64_t shm_stream(int i) noexcept { return -2 - i; }
   bool on_header(InStream& s, const wire::FrameHeader& h);
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);
@@ -183,6 +211,10 @@ class Peer final : public quic::ConnectionHandler {
   std::uint64_t unexpected_bytes_[domain_count] = {};
   bool hello_seen_ = false;
   std::uint64_t last_heartbeat_ = 0;
+  std::unique_ptr<ShmLink> shm_;
+  bool shm_expected_ = false;
+  bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
+
 };
 
 }  // namespace nexar::detail

@@ -22,7 +22,7 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::welcome);
+         t <= static_cast<std::uint8_t>(FrameType::shm_switch);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
@@ -35,11 +35,13 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::agree:
     case FrameType::decided:
     case FrameType::welcome:
+    case FrameType::shm_offer:
       return lane == Lane::control;
     case FrameType::eager:
     case FrameType::rts:
     case FrameType::cts:
     case FrameType::rdata:
+    case FrameType::shm_switch:
       return lane == Lane::data || lane == Lane::bulk || lane == Lane::collective;
     case FrameType::rpc_request:
       return lane == Lane::rpc_request;
@@ -78,6 +80,8 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::agree: return "agree";
     case FrameType::decided: return "decided";
     case FrameType::welcome: return "welcome";
+    case FrameType::shm_offer: return "shm_offer";
+    case FrameType::shm_switch: return "shm_switch";
   }
   return "unknown";
 }
@@ -195,6 +199,9 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
         length > max_ballot_payload) {
       return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
     }
+    if (type == FrameType::shm_offer && length > max_shm_offer_payload) {
+      return {length_too_big(length, max_shm_offer_payload).error + " for frame type shm_offer"};
+    }
   }
 
   h.type = type;
@@ -217,6 +224,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::agree:
     case FrameType::decided:
     case FrameType::welcome:
+    case FrameType::shm_offer:
       return true;
     case FrameType::rdata:
       return (flags & flag_cancelled) == 0;
@@ -225,6 +233,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::cts:
     case FrameType::heartbeat:
     case FrameType::revoke:
+    case FrameType::shm_switch:
       return false;
   }
   return false;

@@ -47,7 +47,13 @@ enum class FrameType : std::uint8_t {
   // Membership (docs/PROTOCOL.md, "Membership").
   welcome = 14,      ///< control: member -> admitted joiner: communicator `comm` was grown by
                      ///< agreement `seq`; payload = its members (encode_members)
+  // Shared memory between ranks of one host (docs/PROTOCOL.md, "Shared memory").
+  shm_offer = 15,    ///< control: attach to my shared memory; payload = host key, '\n', socket name
+  shm_switch = 16,   ///< message lanes: what follows on this lane comes through shared memory
 };
+
+/// Largest payload of a shm_offer frame.
+inline constexpr std::uint64_t max_shm_offer_payload = 512;
 
 /// World ranks an elastic job may ever number (members, joiners, replacements): the
 /// membership service stops admitting beyond it.
@@ -135,6 +141,12 @@ class FrameReader {
   }
   /// The lane from the preamble (valid after it was read).
   Lane lane() const noexcept { return lane_; }
+  /// For a byte stream whose lane is known without a preamble (a shared-memory ring):
+  /// the next bytes are a frame header. Call before the first feed().
+  void start_without_preamble(Lane lane) noexcept {
+    lane_ = lane;
+    state_ = State::header;
+  }
 
  private:
   enum class State { preamble, header, payload, failed };

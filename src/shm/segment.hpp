@@ -1,0 +1,47 @@
+// The shared memory between two ranks of one host: a memfd holding, for each lane the path
+// carries, one ring per direction. The rank that offers the path creates it; the other
+// maps the descriptor it receives, after checking that its size and header describe a
+// segment it can use.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shm/ring.hpp"
+
+namespace nexar::shm {
+
+class Segment {
+ public:
+  /// Lanes one segment carries (the transport's message lanes: data, bulk, collective).
+  static constexpr int lanes = 3;
+  /// Ring sizes a segment accepts.
+  static constexpr std::size_t min_ring = 64 * 1024;
+  static constexpr std::size_t max_ring = std::size_t{256} << 20;
+
+  /// A new segment with rings of `ring_bytes` (a power of two in [min_ring, max_ring])
+  /// granting `window` bytes of credit each. Throws nexar::Error(Errc::io) naming the step.
+  static std::unique_ptr<Segment> create(std::size_t ring_bytes, std::uint64_t window);
+  /// Maps a segment another process created (takes `fd`). Throws nexar::Error(Errc::protocol)
+  /// when it is not a usable segment, Errc::io when it cannot be mapped.
+  static std::unique_ptr<Segment> open(int fd);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  /// The memfd (owned); to hand to the other process.
+  int fd() const noexcept { return fd_; }
+  /// The ring of `lane` (0 .. lanes-1) in direction `dir`: 0 from the creator, 1 to it.
+  Ring& ring(int dir, int lane) noexcept { return rings_[dir * lanes + lane]; }
+
+ private:
+  Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes);
+  int fd_;
+  void* base_;
+  std::size_t size_;
+  std::vector<Ring> rings_;
+};
+
+}  // namespace nexar::shm

@@ -1,0 +1,144 @@
+#include "transport/shm_hub.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+
+#include "core/log.hpp"
+#include "shm/segment.hpp"
+#include "transport/node.hpp"
+#include "transport/peer.hpp"
+#include "transport/shm_link.hpp"
+
+namespace nexar::detail {
+
+namespace {
+// The exporter label of the attach proof: keying material of the pair's TLS session.
+constexpr std::string_view kProofLabel = "EXPORTER-nexar-shm-attach";
+// How long one step of an attach may block (connect, request, answer).
+constexpr std::chrono::milliseconds kAttachStep{2000};
+}  // namespace
+
+ShmHub::ShmHub(Node& node) : node_(node), host_key_(shm::host_key()) {}
+
+ShmHub::~ShmHub() {
+  listener_.reset();
+  for (auto& t : threads_) t.join();
+}
+
+void ShmHub::offer(Peer& p) {
+  if (p.rank() <= node_.rank() || !p.connection()) return;
+  try {
+    if (!listener_) {
+      listener_ = std::make_unique<shm::Listener>(
+          [this](std::uint32_t rank, const shm::Proof& proof, int doorbell) { return serve(rank, proof, doorbell); });
+    }
+    const shm::Proof proof = p.connection()->export_secret(kProofLabel);
+    {
+      std::lock_guard lk(mu_);
+      offered_[static_cast<std::uint32_t>(p.rank())] = proof;
+    }
+  } catch (const Error& e) {
+    log::info("rank {}: no shared memory with peer {}: {}", node_.rank(), p.rank(), e.what());
+    return;
+  }
+  const std::string payload = host_key_ + "\n" + listener_->name();
+  wire::FrameHeader h;
+  h.type = wire::FrameType::shm_offer;
+  h.src = static_cast<std::uint32_t>(node_.rank());
+  p.expect_shm();
+  p.send_frame(wire::Lane::control, node_.encode_frame(h, std::as_bytes(std::span(payload))),
+               wire::header_size + payload.size());
+}
+
+std::optional<shm::Listener::Answer> ShmHub::serve(std::uint32_t rank, const shm::Proof& proof, int doorbell) {
+  {
+    std::lock_guard lk(mu_);
+    auto it = offered_.find(rank);
+    // One attach per offer, and only with the proof of that rank's own connection.
+    if (it == offered_.end() || !shm::same_proof(proof, it->second)) {
+      ::close(doorbell);
+      log::warn("rank {}: refused a shared-memory attach claiming rank {}: no offer to it or a wrong proof",
+                node_.rank(), rank);
+      return std::nullopt;
+    }
+    offered_.erase(it);
+  }
+  std::shared_ptr<shm::Segment> seg;
+  try {
+    seg = shm::Segment::create(node_.config().shm_ring_bytes, node_.config().stream_window);
+  } catch (const Error& e) {
+    ::close(doorbell);
+    log::info("rank {}: no shared memory with peer {}: {}", node_.rank(), rank, e.what());
+    return std::nullopt;
+  }
+  shm::Listener::Answer a;
+  a.segment_fd = seg->fd();
+  a.doorbell_fd = bell_.fd();
+  Node* node = &node_;
+  a.then = [node, rank, seg, doorbell](bool sent) mutable {
+    if (!sent) {
+      ::close(doorbell);
+      return;
+    }
+    // The engine is stopped before the node is destroyed: queued work never outlives it.
+    node->engine().post([node, rank, seg = std::move(seg), doorbell]() mutable {
+      Peer* p = node->peer_locked(static_cast<int>(rank));
+      if (!p) {
+        ::close(doorbell);
+        return;
+      }
+      p->attach_shm(std::make_unique<ShmLink>(std::move(seg), true, doorbell));
+    });
+  };
+  return a;
+}
+
+void ShmHub::on_offer(Peer& p, std::string_view payload) {
+  const auto nl = payload.find('\n');
+  if (nl == std::string_view::npos || payload.substr(0, nl) != host_key_ || !p.connection()) return;
+  const std::string name(payload.substr(nl + 1));
+  shm::Proof proof;
+  try {
+    proof = p.connection()->export_secret(kProofLabel);
+  } catch (const Error&) {
+    return;
+  }
+  p.expect_shm();
+  Node* node = &node_;
+  const int me = node_.rank();
+  const int peer = p.rank();
+  const int bell = bell_.fd();
+  threads_.emplace_back([node, me, peer, bell, name, proof] {
+    shm::Attached a;
+    try {
+      a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kAttachStep);
+    } catch (const Error& e) {
+      log::info("rank {}: no shared memory with peer {}: {}", me, peer, e.what());
+      node->engine().post([node, peer] {
+        if (Peer* q = node->peer_locked(peer)) q->shm_failed();
+      });
+      return;
+    }
+    // The peer moves its lanes as soon as it handed the segment over: from here a failure
+    // must end the connection, or its messages would wait in memory nobody reads.
+    std::shared_ptr<shm::Segment> seg;
+    std::string why;
+    try {
+      seg = shm::Segment::open(a.segment_fd);
+    } catch (const Error& e) {
+      why = e.what();
+    }
+    node->engine().post([node, peer, seg = std::move(seg), bell = a.doorbell_fd, why]() mutable {
+      Peer* q = node->peer_locked(peer);
+      if (!q || !seg) {
+        ::close(bell);
+        if (q) q->abort("shared memory attach failed after the peer moved its lanes: " + why);
+        return;
+      }
+      q->attach_shm(std::make_unique<ShmLink>(std::move(seg), false, bell));
+    });
+  });
+}
+
+}  // namespace nexar::detail

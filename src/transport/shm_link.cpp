@@ -1,0 +1,89 @@
+#include "transport/shm_link.hpp"
+
+#include <unistd.h>
+
+#include "shm/doorbell.hpp"
+
+namespace nexar::detail {
+
+using wire::Lane;
+
+ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell)
+    : seg_(std::move(seg)), creator_(creator), peer_doorbell_(peer_doorbell) {}
+
+ShmLink::~ShmLink() {
+  fail_pending(Errc::closed, "connection closed");
+  ::close(peer_doorbell_);
+}
+
+int ShmLink::index(Lane lane) noexcept {
+  switch (lane) {
+    case Lane::data: return 0;
+    case Lane::bulk: return 1;
+    case Lane::collective: return 2;
+    default: return -1;
+  }
+}
+
+Lane ShmLink::lane(int index) noexcept {
+  static constexpr Lane lanes[shm::Segment::lanes] = {Lane::data, Lane::bulk, Lane::collective};
+  return lanes[index];
+}
+
+void ShmLink::push(int i, quic::Chunk c) {
+  waiting_bytes_ += c.len;
+  waiting_[i].push_back(Waiting{std::move(c), 0});
+  bool moved = false;
+  // A broken ring shows at the next poll too, which reports it.
+  (void)flush(moved);
+}
+
+bool ShmLink::flush(bool& moved) {
+  bool wrote = false;
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    auto& q = waiting_[i];
+    shm::Ring& r = out(i);
+    while (!q.empty()) {
+      Waiting& w = q.front();
+      const std::ptrdiff_t n = r.write(w.chunk.data + w.done, w.chunk.len - w.done);
+      if (n < 0) return false;
+      w.done += static_cast<std::size_t>(n);
+      waiting_bytes_ -= static_cast<std::uint64_t>(n);
+      if (n > 0) wrote = true;
+      if (w.done == w.chunk.len) {
+        quic::Completion done = std::move(w.chunk.done);
+        q.pop_front();
+        if (done) done(Errc::ok, {});
+        continue;
+      }
+      // Full: ask the reader to ring us when it frees room, unless it just did.
+      if (!r.wait_for_room()) break;
+    }
+  }
+  if (wrote) {
+    ring_peer();
+    moved = true;
+  }
+  return true;
+}
+
+std::uint64_t ShmLink::unread() const noexcept {
+  std::uint64_t n = waiting_bytes_;
+  for (int i = 0; i < shm::Segment::lanes; ++i) n += const_cast<ShmLink*>(this)->out(i).unread();
+  return n;
+}
+
+void ShmLink::fail_pending(Errc code, const std::string& why) {
+  for (auto& q : waiting_) {
+    while (!q.empty()) {
+      quic::Completion done = std::move(q.front().chunk.done);
+      q.pop_front();
+      if (done) done(code, why);
+    }
+  }
+  waiting_bytes_ = 0;
+}
+
+void ShmLink::ring_peer() const noexcept { shm::Doorbell::ring(peer_doorbell_); }
+
+}  // namespace nexar::detail

@@ -1,0 +1,68 @@
+// The shared-memory path with one peer on the same host, as one side sees it: for each
+// message lane (data, bulk, collective) a ring out and a ring in, chunks waiting for room
+// in the rings out, and the peer's doorbell. A lane switches to it in each direction
+// separately: the sender puts a shm_switch frame on the lane's QUIC stream, then writes
+// the lane's later frames into the ring; the receiver reads the ring only after that
+// frame, so the lane's order holds across the switch. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include <nexar/error.hpp>
+
+#include "quic/connection.hpp"
+#include "shm/segment.hpp"
+#include "wire/frame.hpp"
+
+namespace nexar::detail {
+
+class ShmLink {
+ public:
+  /// `creator`: this side made the segment (it writes direction 0). Owns `peer_doorbell`.
+  ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell);
+  ~ShmLink();
+  ShmLink(const ShmLink&) = delete;
+  ShmLink& operator=(const ShmLink&) = delete;
+
+  /// The lane's ring index (0 .. Segment::lanes-1), or -1 for lanes that stay on QUIC.
+  static int index(wire::Lane lane) noexcept;
+  static wire::Lane lane(int index) noexcept;
+
+  /// Frames of ring `i` go through shared memory from now on.
+  void start_sending(int i) noexcept { sending_[i] = true; }
+  bool sending(int i) const noexcept { return sending_[i]; }
+
+  /// Queues a chunk on ring `i` and writes what fits; its completion runs once all of it
+  /// is in the ring (the peer's process holds the memory from then on).
+  void push(int i, quic::Chunk c);
+  /// Writes waiting chunks as room allows and rings the peer if anything moved. Returns
+  /// false if the peer broke a ring's indices.
+  bool flush(bool& moved);
+  /// Bytes queued or in the rings out and not yet read by the peer.
+  std::uint64_t unread() const noexcept;
+  /// Fails every waiting chunk (the peer is gone).
+  void fail_pending(Errc code, const std::string& why);
+
+  shm::Ring& in(int i) noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
+  /// Wakes the peer (room freed or credit granted in one of its rings out).
+  void ring_peer() const noexcept;
+
+ private:
+  shm::Ring& out(int i) noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
+
+  std::shared_ptr<shm::Segment> seg_;
+  bool creator_;
+  int peer_doorbell_;
+  bool sending_[shm::Segment::lanes] = {};
+  struct Waiting {
+    quic::Chunk chunk;
+    std::size_t done = 0;  // bytes of it already in the ring
+  };
+  std::deque<Waiting> waiting_[shm::Segment::lanes];
+  std::uint64_t waiting_bytes_ = 0;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,207 @@
+// The shared-memory path between ranks of one host (transport/shm_link.*, shm_hub.*): every
+// pair of a local world moves its message lanes onto it; messages keep their order across
+// the switch; credit holds a sender back without losing a byte; results match references;
+// a process that guesses an attach socket gets nothing; Config::shm = false keeps QUIC.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include <nexar/nexar.hpp>
+
+#include "comm/group.hpp"
+#include "core/access.hpp"
+#include "shm/attach.hpp"
+#include "shm/doorbell.hpp"
+#include "support.hpp"
+#include "transport/node.hpp"
+#include "transport/shm_hub.hpp"
+
+using namespace nexar;
+using namespace std::chrono_literals;
+using nexar::testing::test_config;
+
+namespace {
+
+detail::Node& node_of(Communicator& c) { return detail::Access::group(c)->node(); }
+
+std::size_t shm_peers(Communicator& c) {
+  auto& n = node_of(c);
+  return nexar::testing::on_engine(n.engine(), [&] { return n.shm_peers().size(); });
+}
+
+// Waits until every rank of `w` reaches every other through shared memory.
+bool all_attached(std::vector<Communicator>& w, std::chrono::milliseconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    bool all = true;
+    for (auto& c : w) all = all && shm_peers(c) == w.size() - 1;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+template <class F>
+void on_ranks(std::vector<Communicator>& w, F f) {
+  std::vector<std::thread> t;
+  std::vector<std::string> errors(w.size());
+  for (std::size_t r = 0; r < w.size(); ++r) {
+    t.emplace_back([&, r] {
+      try {
+        f(w[r], static_cast<int>(r));
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& x : t) x.join();
+  for (std::size_t r = 0; r < w.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+}  // namespace
+
+TEST(ShmLink, EveryPairOfALocalWorldMovesToSharedMemory) {
+  auto w = bootstrap_local(4, test_config());
+  ASSERT_TRUE(all_attached(w)) << "not every pair attached within 10 s";
+}
+
+TEST(ShmLink, ConfigOffKeepsEveryPairOnQuic) {
+  Config c = test_config();
+  c.shm = false;
+  auto w = bootstrap_local(3, c);
+  std::vector<float> x{1, 2, 3};
+  on_ranks(w, [&](Communicator& comm, int) {
+    std::vector<float> y = x;
+    comm.all_reduce(std::span<float>(y), ReduceOp::sum);
+  });
+  for (auto& comm : w) EXPECT_EQ(shm_peers(comm), 0u);
+}
+
+// Messages from the first moment on, so that the switch falls in the middle of the stream:
+// eager and rendezvous sizes on the data lane, each numbered, must arrive in order.
+TEST(ShmLink, OrderHoldsAcrossTheSwitch) {
+  Config c = test_config();
+  c.eager_limit = 4096;
+  auto w = bootstrap_local(2, c);
+  constexpr int kMessages = 600;
+  auto size_of = [](int i) { return static_cast<std::size_t>((i * 7919) % 20000 + 1); };
+  std::thread sender([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      auto b = nexar::testing::random_bytes(size_of(i), static_cast<std::uint64_t>(i));
+      std::memcpy(b.data(), &i, std::min(sizeof i, b.size()));
+      w[1].send(0, 5, std::span<const std::byte>(b));
+    }
+  });
+  for (int i = 0; i < kMessages; ++i) {
+    std::vector<std::byte> got(size_of(i));
+    w[0].recv(1, 5, std::span<std::byte>(got));
+    auto want = nexar::testing::random_bytes(size_of(i), static_cast<std::uint64_t>(i));
+    std::memcpy(want.data(), &i, std::min(sizeof i, want.size()));
+    ASSERT_EQ(got, want) << "message " << i << " out of order or damaged";
+  }
+  sender.join();
+  EXPECT_TRUE(all_attached(w));
+}
+
+// The receiver posts nothing while 32 MiB of eager messages arrive: once unexpected_limit
+// is buffered its credit stops coming back, so no more than about one stream window
+// (16 MiB) beyond it leaves the sender, and every byte still arrives, in order.
+TEST(ShmLink, CreditHoldsTheSenderWithoutLosingBytes) {
+  Config c = test_config();
+  c.unexpected_limit = 1 << 20;
+  c.eager_limit = 64 * 1024;
+  auto w = bootstrap_local(2, c);
+  ASSERT_TRUE(all_attached(w));
+  constexpr int kMessages = 512;
+  std::thread sender([&] {
+    for (int i = 0; i < kMessages; ++i) {
+      std::vector<std::uint32_t> v(16 * 1024, static_cast<std::uint32_t>(i));
+      w[1].send(0, 9, std::span<const std::uint32_t>(v));
+    }
+  });
+  sender.join();  // eager sends complete once queued
+  std::this_thread::sleep_for(300ms);
+  auto& n1 = node_of(w[1]);
+  const std::uint64_t held_back =
+      nexar::testing::on_engine(n1.engine(), [&] { return n1.peer(0)->unacked(); });
+  EXPECT_GT(held_back, 12u << 20) << "the receiver's credit did not hold the sender back";
+  for (int i = 0; i < kMessages; ++i) {
+    std::vector<std::uint32_t> v(16 * 1024);
+    w[0].recv(1, 9, std::span<std::uint32_t>(v));
+    ASSERT_EQ(v.front(), static_cast<std::uint32_t>(i));
+    ASSERT_EQ(v.back(), static_cast<std::uint32_t>(i));
+  }
+}
+
+// Collectives of odd sizes on 3 ranks once every pair is on shared memory, against sums
+// computed here; a bulk message larger than a ring; any-source receives.
+TEST(ShmLink, ResultsMatchReferences) {
+  auto w = bootstrap_local(3, test_config());
+  ASSERT_TRUE(all_attached(w));
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{1001}, std::size_t{3'000'017}}) {
+    std::vector<std::vector<std::int64_t>> in(3);
+    for (int r = 0; r < 3; ++r) {
+      in[r].resize(n);
+      std::mt19937_64 g(static_cast<std::uint64_t>(n * 3 + static_cast<std::size_t>(r)));
+      for (auto& x : in[r]) x = static_cast<std::int64_t>(g() % 1000000) - 500000;
+    }
+    std::vector<std::int64_t> sum(n);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = in[0][i] + in[1][i] + in[2][i];
+    on_ranks(w, [&](Communicator& comm, int r) {
+      std::vector<std::int64_t> y = in[static_cast<std::size_t>(r)];
+      comm.all_reduce(std::span<std::int64_t>(y), ReduceOp::sum);
+      if (y != sum) throw std::runtime_error("all_reduce of " + std::to_string(n) + " differs");
+      std::vector<std::int64_t> all(3 * n);
+      comm.all_gather(std::span<const std::int64_t>(in[static_cast<std::size_t>(r)]), std::span<std::int64_t>(all));
+      for (int q = 0; q < 3; ++q)
+        if (!std::equal(in[q].begin(), in[q].end(), all.begin() + static_cast<std::ptrdiff_t>(q * n)))
+          throw std::runtime_error("all_gather of " + std::to_string(n) + " differs");
+    });
+  }
+  const auto big = nexar::testing::random_bytes(5'000'003, 77);
+  std::thread s([&] { w[2].bulk_send(0, 1, std::span<const std::byte>(big)); });
+  std::vector<std::byte> got(big.size());
+  w[0].bulk_recv(2, 1, std::span<std::byte>(got));
+  s.join();
+  EXPECT_EQ(got, big);
+  std::thread a([&] { w[1].send(0, 3, std::span<const int>(std::vector<int>{11})); });
+  std::thread b([&] { w[2].send(0, 3, std::span<const int>(std::vector<int>{22})); });
+  int sum2 = 0;
+  for (int i = 0; i < 2; ++i) {
+    int v = 0;
+    w[0].recv(any_source, 3, std::span<int>(&v, 1));
+    sum2 += v;
+  }
+  a.join();
+  b.join();
+  EXPECT_EQ(sum2, 33);
+}
+
+// Any process of this user and network namespace can see the listeners' names in
+// /proc/net/unix. One that connects claiming a rank, without that rank's TLS session to
+// prove it, is refused, and the world goes on working.
+TEST(ShmLink, AGuessedAttachIsRefused) {
+  auto w = bootstrap_local(2, test_config(LogLevel::off));
+  ASSERT_TRUE(all_attached(w));
+  std::ifstream unix_sockets("/proc/net/unix");
+  std::string line, name;
+  while (std::getline(unix_sockets, line)) {
+    const auto at = line.find("@nexar-shm-");
+    if (at != std::string::npos) name = line.substr(at + 1);
+  }
+  ASSERT_FALSE(name.empty()) << "no attach socket listed in /proc/net/unix";
+  shm::Doorbell bell;
+  shm::Proof guess{};
+  for (std::uint32_t rank : {0u, 1u, 2u}) {
+    EXPECT_THROW(shm::attach(name, rank, guess, bell.fd(), 2s), Error) << "rank " << rank;
+  }
+  std::vector<double> x{1.5};
+  on_ranks(w, [&](Communicator& comm, int) {
+    std::vector<double> y = x;
+    comm.all_reduce(std::span<double>(y), ReduceOp::sum);
+    if (y[0] != 3.0) throw std::runtime_error("wrong sum");
+  });
+}
