@@ -25,7 +25,9 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/group.hpp"
 #include "comm/runner.hpp"
+#include "core/access.hpp"
 #include "collective_support.hpp"
 #include "support.hpp"
 
@@ -656,6 +658,77 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(p.param)) +
              (std::get<2>(p.param) ? "_in_place" : "");
     });
+
+// ---- HierarchicalAllReduce: hosts simulated by the host list the algorithm reads ----------
+
+// HostLayouts of ranks over hosts: which host each rank of n is on.
+enum class HostLayout { pairs, interleaved, uneven, one_host, each_alone };
+std::uint64_t host_in(HostLayout l, int r, int n) {
+  switch (l) {
+    case HostLayout::pairs: return static_cast<std::uint64_t>(r / 2);
+    case HostLayout::interleaved: return static_cast<std::uint64_t>(r % 2);
+    case HostLayout::uneven: return r == n - 1 ? 1 : 0;
+    case HostLayout::one_host: return 0;
+    case HostLayout::each_alone: return static_cast<std::uint64_t>(r);
+  }
+  return 0;
+}
+const char* name(HostLayout l) {
+  switch (l) {
+    case HostLayout::pairs: return "pairs";
+    case HostLayout::interleaved: return "interleaved";
+    case HostLayout::uneven: return "uneven";
+    case HostLayout::one_host: return "one_host";
+    case HostLayout::each_alone: return "each_alone";
+  }
+  return "?";
+}
+
+using HierParam = std::tuple<HostLayout, int>;
+class HierarchicalAllReduce : public ::testing::TestWithParam<HierParam> {};
+
+// The host list is what the algorithm learns on a communicator's first large all_reduce;
+// set by hand, it makes one process look like several hosts (the messages still travel
+// between ranks as usual). Forced and automatic choices, in place or not, against the
+// references.
+TEST_P(HierarchicalAllReduce, MatchesReference) {
+  const auto [layout, n] = GetParam();
+  auto comms = bootstrap_local(n, test_config());
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::uint64_t> ids;
+    for (int q = 0; q < n; ++q) ids.push_back(host_in(layout, q, n));
+    nexar::detail::Access::group(comms[static_cast<std::size_t>(r)])->set_hosts(std::move(ids));
+  }
+  const std::uint64_t seed = mix(static_cast<std::uint64_t>(layout), static_cast<std::uint64_t>(n));
+  struct Kind {
+    DataType dt;
+    ReduceOp op;
+    Data data;
+  };
+  const Kind kinds[] = {{DataType::f32, ReduceOp::sum, Data::random},
+                        {DataType::f64, ReduceOp::avg, Data::exact},
+                        {DataType::i64, ReduceOp::sum, Data::random},
+                        {DataType::bf16, ReduceOp::min, Data::random}};
+  for (std::size_t count : counts_of(n, 70001))
+    for (const Kind& k : kinds)
+      for (bool in_place : {false, true}) {
+        Case c{Coll::all_reduce, k.dt, k.op, Algorithm::hierarchical};
+        c.in_place = in_place;
+        if (!run_reduction(comms, c, count, k.data, seed + count)) return;
+      }
+  // Automatic at a ring size picks the hierarchy where it helps; the result is the same.
+  Case c{Coll::all_reduce, DataType::f32, ReduceOp::sum, Algorithm::automatic};
+  run_reduction(comms, c, 300001, Data::random, seed + 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Collective, HierarchicalAllReduce,
+                         ::testing::Combine(::testing::Values(HostLayout::pairs, HostLayout::interleaved, HostLayout::uneven,
+                                                              HostLayout::one_host, HostLayout::each_alone),
+                                            ::testing::Values(1, 2, 3, 4, 5)),
+                         [](const ::testing::TestParamInfo<HierParam>& p) {
+                           return std::string(name(std::get<0>(p.param))) + "_w" +
+                                  std::to_string(std::get<1>(p.param));
+                         });
 
 // ---- Rooted: every root at world 1..5 ------------------------------------------------------
 

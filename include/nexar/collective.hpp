@@ -23,6 +23,9 @@ enum class Algorithm {
   pairwise,          ///< all_to_all
   dissemination,     ///< barrier
   recursive_doubling,  ///< all_reduce (whole vector exchanged log2 n times; smallest sizes)
+  hierarchical,  ///< all_reduce: reduce to one leader per host, ring among the leaders,
+                 ///< broadcast from each leader; automatic for large messages when the
+                 ///< communicator spans several hosts and some host has several ranks
 };
 
 /// Name of an algorithm, e.g. "halving_doubling".

@@ -12,6 +12,7 @@ const char* to_string(Algorithm a) noexcept {
     case Algorithm::pairwise: return "pairwise";
     case Algorithm::dissemination: return "dissemination";
     case Algorithm::recursive_doubling: return "recursive_doubling";
+    case Algorithm::hierarchical: return "hierarchical";
   }
   return "?";
 }

@@ -2,13 +2,16 @@
 // recursive halving-doubling (about 2 log2 n messages) for middle sizes, recursive doubling
 // (log2 n messages) for the smallest; any world size. Also the fused forms: bucketed (many
 // buffers as one operation) and sharded (reduce-scatter + all-gather with the shard kept).
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <memory>
 #include <vector>
 
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
+#include "collective/hierarchy.hpp"
 
 namespace nexar::detail::coll {
 
@@ -132,6 +135,54 @@ void recursive_doubling(const Coll& c, void* data, std::size_t count) {
   f.finish();
 }
 
+// Hierarchical: each host's ranks reduce into their leader (the lowest rank of the host),
+// the leaders run the ring among themselves, and each leader hands the result back to its
+// host. Inside a host the messages go through shared memory; between hosts only one
+// rank's share of the ring crosses the network, where the flat ring sends several ranks'
+// shares over each host's link. Works in `data` (the result's buffer), which holds this
+// rank's contribution on entry.
+void hierarchical(const Coll& c, void* data, std::size_t count, const Hierarchy& h) {
+  const std::size_t bytes = c.bytes(count);
+  const bool leader = h.locals.front() == c.rank();
+  // Up to the leader, a segment at a time, two in flight: a fixed order (ascending rank)
+  // per element, and the rest of the work waits for no more than a segment.
+  const std::size_t seg = std::max<std::size_t>(1, c.segment_elems());
+  if (leader) {
+    std::byte* const tmp = c.scratch(0, 2 * c.bytes(std::min(seg, count)));
+    for (std::size_t i = 1; i < h.locals.size(); ++i) {
+      const int from = h.locals[i];
+      Requests reqs;
+      auto post = [&](std::size_t k) {
+        const std::size_t off = k * seg, len = std::min(seg, count - off);
+        reqs.push_back(c.irecv(from, tmp + (k % 2) * c.bytes(seg), c.bytes(len)));
+      };
+      const std::size_t segs = (count + seg - 1) / seg;
+      post(0);
+      for (std::size_t k = 0; k < segs; ++k) {
+        if (k + 1 < segs) post(k + 1);
+        reqs[k].wait();
+        const std::size_t off = k * seg, len = std::min(seg, count - off);
+        c.accumulate(at(data, c.bytes(off)), tmp + (k % 2) * c.bytes(seg), len);
+      }
+    }
+    if (h.leaders.size() > 1) {
+      SubPort among(c.port, h.leaders);
+      Coll leaders{among, c.name, c.tag, c.deadline, c.segment_bytes, c.algorithm, c.dtype, c.op};
+      ring(leaders, data, data, count);
+    }
+    Requests reqs;
+    for (std::size_t i = 1; i < h.locals.size(); ++i) reqs.push_back(c.isend(h.locals[i], data, bytes));
+    Coll::wait_all(reqs);
+  } else {
+    const int to = h.locals.front();
+    Requests reqs;
+    for (std::size_t off = 0; off < count; off += seg)
+      reqs.push_back(c.isend(to, at(data, c.bytes(off)), c.bytes(std::min(seg, count - off))));
+    Coll::wait_all(reqs);
+    c.recv(to, data, bytes);
+  }
+}
+
 }  // namespace
 
 void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) {
@@ -141,15 +192,26 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
   }
   if (c.size() > 1 && count > 0) {
     Algorithm a = c.algorithm;
+    std::optional<Hierarchy> h;
     if (a == Algorithm::automatic) {
       const Config& cfg = c.config();
       const std::size_t b = c.bytes(count);
       a = b < cfg.allreduce_doubling_bytes ? Algorithm::recursive_doubling
           : b < cfg.allreduce_ring_bytes   ? Algorithm::halving_doubling
                                            : Algorithm::ring;
+      // Every rank makes the same choice from the same sizes, so all of them learn the
+      // hosts in this collective when none knows them yet.
+      if (a == Algorithm::ring) {
+        h = hierarchy(c);
+        if (h->useful()) a = Algorithm::hierarchical;
+      }
     }
     if (a == Algorithm::ring) {
       ring(c, send, recv, count);
+    } else if (a == Algorithm::hierarchical) {
+      if (!h) h = hierarchy(c);
+      if (send != recv) std::memcpy(recv, send, c.bytes(count));
+      hierarchical(c, recv, count, *h);
     } else {
       if (send != recv) std::memcpy(recv, send, c.bytes(count));
       if (a == Algorithm::recursive_doubling) {

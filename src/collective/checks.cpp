@@ -34,7 +34,8 @@ void check_algorithm(const CollectivePort& p, const char* op, Algorithm a,
 }
 
 void check_all_reduce_algorithm(const CollectivePort& p, const char* op, Algorithm a) {
-  check_algorithm(p, op, a, {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling});
+  check_algorithm(p, op, a,
+                  {Algorithm::ring, Algorithm::halving_doubling, Algorithm::recursive_doubling, Algorithm::hierarchical});
 }
 
 void check_v(const CollectivePort& p, const char* op, std::span<const std::size_t> counts,

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace nexar::detail {
 
@@ -40,6 +41,15 @@ class CollectivePort {
                         void* data, std::size_t bytes) = 0;
   /// Uninitialised scratch memory (slot 0 or 1) valid until the running collective returns.
   virtual std::byte* scratch(int slot, std::size_t bytes) = 0;
+
+  /// A number naming this rank's host: equal on ranks that share memory (same kernel,
+  /// network namespace and user), different elsewhere but for a 2^-64 chance.
+  virtual std::uint64_t host_id() const noexcept = 0;
+  /// The host ids of every rank, once a collective learned them (collective thread only);
+  /// null before. Collectives learn them together (coll::hierarchy), so every rank holds
+  /// the same list.
+  virtual const std::vector<std::uint64_t>* hosts() const noexcept = 0;
+  virtual void set_hosts(std::vector<std::uint64_t> ids) = 0;
 
   /// Starts collective `name` (arguments already validated): it gets the next collective
   /// tag, its deadline from `o` or Config::op_timeout, and `body` runs on the collective

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <vector>
 
@@ -77,6 +78,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   Request irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                 std::size_t bytes) override;
   std::byte* scratch(int slot, std::size_t bytes) override;
+  std::uint64_t host_id() const noexcept override { return node_->host_id(); }
+  const std::vector<std::uint64_t>* hosts() const noexcept override { return hosts_ ? &*hosts_ : nullptr; }
+  void set_hosts(std::vector<std::uint64_t> ids) override { hosts_ = std::move(ids); }
   Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                 std::function<void(const Coll&)> body) override;
 
@@ -142,6 +146,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   bool joined_by_grow_ = false;
   std::atomic<std::uint64_t> collectives_{0};
   std::atomic<std::uint64_t> splits_{0};
+  std::optional<std::vector<std::uint64_t>> hosts_;  // collective thread only
   std::mutex runner_mu_;
   std::unique_ptr<CollectiveRunner> runner_;
   // Failure state, written by on_event (engine) and read by any thread.

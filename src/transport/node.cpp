@@ -98,6 +98,8 @@ Node::Node(NodeOptions opts, const Config& cfg)
   for (int j : opts.joiners)
     if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
   std::sort(waiting_.begin(), waiting_.end());
+  host_id_ = 14695981039346656037ull;
+  for (unsigned char ch : shm::host_key()) host_id_ = (host_id_ ^ ch) * 1099511628211ull;
   if (cfg_.shm) {
     try {
       shm_ = std::make_unique<ShmHub>(*this);

@@ -291,6 +291,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   bool poll_shm();
   /// Peers whose message lanes run through shared memory (world ranks; engine lock held).
   const std::vector<int>& shm_peers() const noexcept { return shm_peers_; }
+  /// This node's host as a number (FNV-1a of shm::host_key()): equal for ranks that can
+  /// share memory.
+  std::uint64_t host_id() const noexcept { return host_id_; }
 
  private:
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
@@ -388,6 +391,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unique_ptr<ShmHub> shm_;  // when Config::shm
   std::vector<int> shm_peers_;
+  std::uint64_t host_id_ = 0;
   MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
