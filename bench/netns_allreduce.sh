@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# netns_allreduce.sh — nexar all_reduce across 4 "hosts" joined by shaped links.
+# netns_allreduce.sh — nexar all_reduce across "hosts" joined by shaped links (4 by default).
 #
 #   bench/netns_allreduce.sh [BUILD_DIR]        (default: build)
 #
@@ -9,7 +9,7 @@
 # (NEXAR_RANK = host - 1, NEXAR_WORLD_SIZE = 4, the seed's variables). Every link is shaped in
 # both directions with tbf at RATE (bucket max(128 KiB, 1 ms at RATE), latency 10ms) and
 # every veth receive queue has rps_cpus set. It runs once per entry of PAYLOADS
-# ("default" leaves NEXAR_UDP_PAYLOAD_BYTES unset, which means 1452 off loopback; a number
+# ("default" leaves NEXAR_UDP_PAYLOAD_BYTES unset: datagrams sized by the path MTU; a number
 # sets it), and, with MPI=1 (default) when Open MPI and build/bin/mpi_bench are there, runs
 # Open MPI's all_reduce (TCP BTL) over the same namespaces and links as a TCP baseline.
 # Prints rank 0's nccl-tests table of each run and a summary table: size, busbw (GB/s),
@@ -20,7 +20,14 @@
 # 4 spinning ranks on 2 cores starve each other, and the ring all_reduce, which Open MPI's
 # default rules do not pick here) are added to its command line.
 #
+# With PER_HOST=k, each of HOSTS hosts runs k ranks (nexar's ranks of one host then talk
+# through shared memory, and all_reduce picks its hierarchical algorithm); ALGOS lists the
+# nexar algorithms to run (default "automatic"; e.g. "automatic ring" to compare the
+# hierarchy with the flat ring). With GLOO=1 (default) when gloo_bench is built, Gloo's ring
+# runs over the same hosts too.
+#
 # Environment: RATE (default 1gbit), MTU (default 9000, so that 8952-byte payloads fit),
+# HOSTS (default 4), PER_HOST (default 1), ALGOS (default automatic), GLOO (1 or 0),
 # PAYLOADS (default "default 8952"; empty for none), MPI (1 or 0), MPI_ARGS, BENCH_ARGS (default
 # "-b 1M -e 64M -f 2 -n 5 -w 1 -c 1"), TIMEOUT (seconds per run, default 600), PORT (seed
 # port, default 29400), NETNS_SUBNET4 (default 10.77.0), OUT (directory for the raw logs,
@@ -39,7 +46,11 @@ read -r -a mpi_args <<<"${MPI_ARGS-"--mca mpi_yield_when_idle 1 --mca coll_tuned
 read -r -a bench_args <<<"${BENCH_ARGS:--b 1M -e 64M -f 2 -n 5 -w 1 -c 1}"
 limit=${TIMEOUT:-600}
 port=${PORT:-29400}
-workers=4
+hosts=${HOSTS:-4}
+per_host=${PER_HOST:-1}
+workers=$((hosts * per_host))
+read -r -a algos <<<"${ALGOS:-automatic}"
+want_gloo=${GLOO:-1}
 export NETNS_MTU=${MTU:-9000}
 export NETNS_IPV6=0
 
@@ -49,8 +60,8 @@ source "$repo/tests/netns_lib.sh"
 source "$repo/bench/netns_bench_lib.sh"
 
 bench_hosts netns_allreduce
-echo "# netns_allreduce: $workers hosts (${NETNS_ADDR4[*]:1}) + seed host ${NETNS_ADDR4[0]}, every link tbf $rate" \
-  "both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs; logs in $out"
+echo "# netns_allreduce: $hosts hosts (${NETNS_ADDR4[*]:1}) x $per_host rank(s) + seed host ${NETNS_ADDR4[0]}," \
+  "every link tbf $rate both ways (link $link_gbs GB/s), MTU $NETNS_MTU, $(nproc) CPUs; logs in $out"
 
 # run_mpi LABEL: Open MPI's all_reduce over the same hosts. mpirun runs in host 0 and starts
 # its daemons in hosts 1..4 through an rsh agent that enters the namespace of the address.
@@ -63,14 +74,14 @@ run_mpi() {
     echo 'while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done'
     echo 'host=$1; shift'
     echo 'case "$host" in'
-    for ((i = 1; i <= workers; i++)); do echo "  ${NETNS_ADDR4[i]}) ns=${NETNS_HOST[i]} ;;"; done
+    for ((i = 1; i <= hosts; i++)); do echo "  ${NETNS_ADDR4[i]}) ns=${NETNS_HOST[i]} ;;"; done
     echo '  *) echo "rsh-agent: unknown host $host" >&2; exit 1 ;;'
     echo 'esac'
     echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
   } >"$agent"
   chmod +x "$agent"
   : >"$hostfile"
-  for ((i = 1; i <= workers; i++)); do echo "${NETNS_ADDR4[i]} slots=1" >>"$hostfile"; done
+  for ((i = 1; i <= hosts; i++)); do echo "${NETNS_ADDR4[i]} slots=$per_host" >>"$hostfile"; done
   # shellcheck disable=SC2054  # the commas are part of MCA values
   local cmd=(mpirun --allow-run-as-root --bind-to none -np "$workers" --hostfile "$hostfile"
     --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1
@@ -86,19 +97,44 @@ run_mpi() {
 
 labels=()
 status=0
+base_args=("${bench_args[@]}")
 for p in $payloads; do
-  if [ "$p" = default ]; then
-    label="nexar-default"
-    run_nexar "$label" || status=1
-  else
-    label="nexar-udp$p"
-    run_nexar "$label" NEXAR_UDP_PAYLOAD_BYTES="$p" || status=1
-  fi
-  labels+=("$label")
-  echo
-  echo "## $label (rank 0's output)"
-  sed -n '2,$p' "$out/$label.log"
+  for a in "${algos[@]}"; do
+    bench_args=("${base_args[@]}" -a "$a")
+    suffix=""
+    [ "${#algos[@]}" -gt 1 ] && suffix="-$a"
+    if [ "$p" = default ]; then
+      label="nexar-default$suffix"
+      run_nexar "$label" || status=1
+    else
+      label="nexar-udp$p$suffix"
+      run_nexar "$label" NEXAR_UDP_PAYLOAD_BYTES="$p" || status=1
+    fi
+    labels+=("$label")
+    echo
+    echo "## $label (rank 0's output)"
+    sed -n '2,$p' "$out/$label.log"
+  done
 done
+bench_args=("${base_args[@]}")
+
+gloo_bin=""
+for d in "$bin" "$repo/build/bin" "$repo/build-peers/bin"; do
+  [ -x "$d/gloo_bench" ] && { gloo_bin="$d/gloo_bench"; break; }
+done
+if [ "$want_gloo" = 1 ] && [ -n "$gloo_bin" ]; then
+  label="gloo"
+  if run_gloo "$label"; then
+    labels+=("$label")
+    echo
+    echo "## $label (Gloo ring over TCP; rank 0's output)"
+    sed -n '2,$p' "$out/$label.log"
+  else
+    echo "# Gloo baseline failed (see $out/$label.log); left out" >&2
+  fi
+elif [ "$want_gloo" = 1 ]; then
+  echo "# Gloo baseline skipped: gloo_bench missing" >&2
+fi
 
 mpi_bin=""
 for d in "$bin" "$repo/build/bin" "$repo/build-peers/bin"; do
@@ -120,7 +156,7 @@ fi
 
 # Summary: one busbw column and one busbw/link column per run.
 echo
-echo "## all_reduce busbw over $workers hosts, links $rate ($link_gbs GB/s) each way"
+echo "## all_reduce busbw, $workers ranks on $hosts hosts, links $rate ($link_gbs GB/s) each way"
 declare -A bw=() wrong=()
 sizes=()
 for label in "${labels[@]}"; do

@@ -1,16 +1,18 @@
 # shellcheck shell=bash
 # netns_bench_lib.sh — what the network-namespace benchmarks share (after tests/netns_lib.sh,
-# netns_setup and netns_guard): one nexar-bench sweep with a seed in host 0 and one rank in
-# each of hosts 1..workers, and the rows of an nccl-tests table.
+# netns_setup and netns_guard): one nexar-bench (or gloo_bench) sweep with a seed in host 0
+# and per_host ranks in each of hosts 1..workers/per_host, and the rows of an nccl-tests table.
 #
-# The caller sets: rate (tbf's rate, e.g. 1gbit), workers, port (the seed's), limit (seconds per run), out (log directory),
+# The caller sets: rate (tbf's rate, e.g. 1gbit), workers (the number of ranks), per_host
+# (ranks per host, default 1; rank r runs on host 1 + r / per_host), port (the seed's), limit
+# (seconds per run), out (log directory),
 # bench_args (an array: nexar-bench's arguments after the collective), and coll (the
 # collective, default all_reduce). Optionally relay_ms: a delay in ms (empty: none) that
 # nexar-relay adds in front of every rank (relays_start), and relay_port (default 29600).
 
 # bench_hosts NAME: the hosts of a benchmark called NAME: exits 77 (skipped) without root and
 # namespaces; sets link_gbs (the link rate RATE in GB/s) and out (OUT, or a new directory
-# /tmp/nexar-NAME.XXXXXX, kept); builds the switch and workers + 1 hosts with links shaped at
+# /tmp/nexar-NAME.XXXXXX, kept); builds the switch and workers / per_host + 1 hosts with links shaped at
 # RATE (netns_guard removes them on exit) and checks that they reach each other.
 bench_hosts() {
   local name=$1 why rate_bits
@@ -25,17 +27,20 @@ bench_hosts() {
   mkdir -p "$out"
   netns_guard "$name" "nexar-${name//_/-}-tmp"
   netns_cleanup_stale
-  netns_setup $((workers + 1)) "$rate" || { echo "$name: could not build the namespaces"; exit 1; }
+  netns_setup $((workers / ${per_host:-1} + 1)) "$rate" || { echo "$name: could not build the namespaces"; exit 1; }
   # shellcheck disable=SC2119  # the default port
   netns_probe || { echo "$name: the namespaces cannot reach each other"; exit 1; }
 }
 
-# rank_log LABEL I: where host I's rank writes: rank 0 (host 1) in $out/LABEL.log, rank r in
+# host_of I: the host of rank I - 1.
+host_of() { echo $((1 + ($1 - 1) / ${per_host:-1})); }
+
+# rank_log LABEL I: where rank I - 1 writes: rank 0 in $out/LABEL.log, rank r in
 # $out/LABEL.rankR.log.
 rank_log() { if [ "$2" = 1 ]; then echo "$out/$1.log"; else echo "$out/$1.rank$(($2 - 1)).log"; fi; }
 
-# wait_ranks LABEL: waits for the processes ${pids[1..workers]} (the caller's array, one rank
-# per host) and says which exited non-zero; returns 1 if any did.
+# wait_ranks LABEL: waits for the processes ${pids[1..workers]} (the caller's array, pids[I]
+# is rank I - 1) and says which exited non-zero; returns 1 if any did.
 wait_ranks() {
   local i rc status=0
   for ((i = 1; i <= workers; i++)); do
@@ -56,6 +61,7 @@ relays_start() {
   local label=$1 i a p=${relay_port:-29600} log
   relay_pids=()
   [ -n "${relay_ms:-}" ] || return 0
+  [ "${per_host:-1}" = 1 ] || { echo "# $label: relays need one rank per host" >&2; return 1; }
   for ((i = 1; i <= workers; i++)); do
     a=${NETNS_ADDR4[i]}
     log="$out/$label.relay$((i - 1)).log"
@@ -111,12 +117,12 @@ run_nexar() {
   fi
   sleep 0.1
   mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
-  echo "\$ nexar-bench ${coll:-all_reduce} ${bench_args[*]}  (1 rank per host${*:+; $*}${relay_ms:+; relay $relay_ms ms each way})" \
+  echo "\$ nexar-bench ${coll:-all_reduce} ${bench_args[*]}  (${per_host:-1} rank(s) per host${*:+; $*}${relay_ms:+; relay $relay_ms ms each way})" \
     >"$out/$label.log"
   relays_start "$label" || { relays_stop "$label"; kill "$seed" 2>/dev/null; wait "$seed"; return 1; }
   for ((i = 1; i <= workers; i++)); do
     read -r -a relay_vars <<<"$(relay_env "$i")"
-    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "$@" "${relay_vars[@]}" NEXAR_RANK=$((i - 1)) \
+    ip netns exec "${NETNS_HOST[$(host_of "$i")]}" env "${vars[@]}" "$@" "${relay_vars[@]}" NEXAR_RANK=$((i - 1)) \
       NEXAR_WORLD_SIZE="$workers" timeout -k 5 "$limit" "$bin/nexar-bench" "${coll:-all_reduce}" "${bench_args[@]}" \
       >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
     pids[i]=$!
@@ -126,6 +132,25 @@ run_nexar() {
   wait "$seed" || { echo "# $label: nexar-seed exited $? (see $out/$label.seed.log)" >&2; status=1; }
   relays_stop "$label" || status=1
   return $status
+}
+
+# run_gloo LABEL: one gloo_bench sweep of $gloo_bin (ring, TCP, FileStore rendezvous in a
+# directory every namespace sees), rank r on host 1 + r / per_host; rank 0's output in
+# $out/LABEL.log.
+run_gloo() {
+  local label=$1 store="$tmp/$1.store" i h pids=()
+  rm -rf "$store"
+  mkdir -p "$store"
+  echo "\$ gloo_bench all_reduce ${bench_args[*]}  (${per_host:-1} rank(s) per host)" >"$out/$label.log"
+  for ((i = 1; i <= workers; i++)); do
+    h=$(host_of "$i")
+    netns_exec "$h" timeout -k 5 "$limit" "$gloo_bin" --rank $((i - 1)) --size "$workers" \
+      --store-dir "$store" --host "${NETNS_ADDR4[h]}" all_reduce "${bench_args[@]}" \
+      >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
+    pids[i]=$!
+    bg_pids+=("${pids[i]}")
+  done
+  wait_ranks "$label"
 }
 
 # Data rows of an nccl-tests table as "size busbw wrong time", busbw recomputed from the time

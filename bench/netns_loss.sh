@@ -98,22 +98,6 @@ set_loss() {
   done
 }
 
-# run_gloo LABEL: one gloo_bench sweep, rank r in host r+1; rank 0's output in $out/LABEL.log.
-run_gloo() {
-  local label=$1 store="$tmp/$1.store" i pids=()
-  rm -rf "$store"
-  mkdir -p "$store"
-  echo "\$ gloo_bench all_reduce ${bench_args[*]}  (1 rank per host)" >"$out/$label.log"
-  for ((i = 1; i <= workers; i++)); do
-    netns_exec "$i" timeout -k 5 "$limit" "$gloo_bin" --rank $((i - 1)) --size "$workers" \
-      --store-dir "$store" --host "${NETNS_ADDR4[i]}" all_reduce "${bench_args[@]}" \
-      >>"$(rank_log "$label" "$i")" 2>&1 </dev/null &
-    pids[i]=$!
-    bg_pids+=("${pids[i]}")
-  done
-  wait_ranks "$label"
-}
-
 status=0
 declare -A cell=()  # "lib,loss,size,time|bw|ratio" -> values, one per repeat, space-separated
 sizes=()

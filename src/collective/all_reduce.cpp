@@ -139,48 +139,63 @@ void recursive_doubling(const Coll& c, void* data, std::size_t count) {
 // the leaders run the ring among themselves, and each leader hands the result back to its
 // host. Inside a host the messages go through shared memory; between hosts only one
 // rank's share of the ring crosses the network, where the flat ring sends several ranks'
-// shares over each host's link. Works in `data` (the result's buffer), which holds this
-// rank's contribution on entry.
+// shares over each host's link. The vector goes in chunks, so that while the leaders ring
+// one chunk, the next is on its way up to them and the last one on its way back down.
+// Works in `data` (the result's buffer), which holds this rank's contribution on entry.
 void hierarchical(const Coll& c, void* data, std::size_t count, const Hierarchy& h) {
-  const std::size_t bytes = c.bytes(count);
-  const bool leader = h.locals.front() == c.rank();
-  // Up to the leader, a segment at a time, two in flight: a fixed order (ascending rank)
-  // per element, and the rest of the work waits for no more than a segment.
+  // Chunks of at least a pipelining segment, at most 8, of at most 8 MiB each.
   const std::size_t seg = std::max<std::size_t>(1, c.segment_elems());
-  if (leader) {
-    std::byte* const tmp = c.scratch(0, 2 * c.bytes(std::min(seg, count)));
-    for (std::size_t i = 1; i < h.locals.size(); ++i) {
-      const int from = h.locals[i];
-      Requests reqs;
-      auto post = [&](std::size_t k) {
-        const std::size_t off = k * seg, len = std::min(seg, count - off);
-        reqs.push_back(c.irecv(from, tmp + (k % 2) * c.bytes(seg), c.bytes(len)));
-      };
-      const std::size_t segs = (count + seg - 1) / seg;
-      post(0);
-      for (std::size_t k = 0; k < segs; ++k) {
-        if (k + 1 < segs) post(k + 1);
-        reqs[k].wait();
-        const std::size_t off = k * seg, len = std::min(seg, count - off);
-        c.accumulate(at(data, c.bytes(off)), tmp + (k % 2) * c.bytes(seg), len);
-      }
+  const std::size_t cap = std::max<std::size_t>(seg, (std::size_t{8} << 20) / c.elem());
+  const std::size_t chunk = std::clamp<std::size_t>((count + 7) / 8, seg, cap);
+  const std::size_t chunks = (count + chunk - 1) / chunk;
+  auto span_of = [&](std::size_t j) { return std::pair{j * chunk, std::min(chunk, count - j * chunk)}; };
+  const int leader = h.locals.front();
+  const std::size_t others = h.locals.size() - 1;
+
+  if (leader != c.rank()) {
+    // Everything goes up at once (it moves as the leader asks for it); results come back
+    // chunk by chunk.
+    Requests up;
+    for (std::size_t j = 0; j < chunks; ++j) {
+      auto [off, len] = span_of(j);
+      up.push_back(c.isend(leader, at(data, c.bytes(off)), c.bytes(len)));
     }
-    if (h.leaders.size() > 1) {
-      SubPort among(c.port, h.leaders);
-      Coll leaders{among, c.name, c.tag, c.deadline, c.segment_bytes, c.algorithm, c.dtype, c.op};
-      ring(leaders, data, data, count);
+    for (std::size_t j = 0; j < chunks; ++j) {
+      auto [off, len] = span_of(j);
+      c.recv(leader, at(data, c.bytes(off)), c.bytes(len));
     }
-    Requests reqs;
-    for (std::size_t i = 1; i < h.locals.size(); ++i) reqs.push_back(c.isend(h.locals[i], data, bytes));
-    Coll::wait_all(reqs);
-  } else {
-    const int to = h.locals.front();
-    Requests reqs;
-    for (std::size_t off = 0; off < count; off += seg)
-      reqs.push_back(c.isend(to, at(data, c.bytes(off)), c.bytes(std::min(seg, count - off))));
-    Coll::wait_all(reqs);
-    c.recv(to, data, bytes);
+    Coll::wait_all(up);
+    return;
   }
+
+  // Two areas of `others` chunks: one being added in while the other fills.
+  std::byte* const tmp = others ? c.scratch(2, 2 * others * c.bytes(chunk)) : nullptr;
+  auto area = [&](std::size_t j, std::size_t i) { return tmp + ((j % 2) * others + i) * c.bytes(chunk); };
+  Requests up, down;
+  auto post = [&](std::size_t j) {
+    auto [off, len] = span_of(j);
+    for (std::size_t i = 0; i < others; ++i) up.push_back(c.irecv(h.locals[i + 1], area(j, i), c.bytes(len)));
+  };
+  std::optional<SubPort> among;
+  if (h.leaders.size() > 1) among.emplace(c.port, h.leaders);
+  post(0);
+  for (std::size_t j = 0; j < chunks; ++j) {
+    auto [off, len] = span_of(j);
+    void* part = at(data, c.bytes(off));
+    // A fixed order (ascending rank) for every element.
+    for (std::size_t i = 0; i < others; ++i) {
+      up[j * others + i].wait();
+      c.accumulate(part, area(j, i), len);
+    }
+    if (j + 1 < chunks) post(j + 1);
+    if (among) {
+      Coll leaders{*among, c.name, c.tag, c.deadline, c.segment_bytes, c.algorithm, c.dtype, c.op};
+      ring(leaders, part, part, len);
+    }
+    for (std::size_t i = 0; i < others; ++i) down.push_back(c.isend(h.locals[i + 1], part, c.bytes(len)));
+  }
+  Coll::wait_all(up);
+  Coll::wait_all(down);
 }
 
 }  // namespace

@@ -59,7 +59,8 @@ struct Coll {
   void accumulate(void* dst, const void* src, std::size_t n) const;
   /// dst[i] = op(a[i], b[i]) for n elements of dtype (dst may be a).
   void combine(void* dst, const void* a, const void* b, std::size_t n) const;
-  /// Uninitialised scratch memory (slot 0 or 1), valid until the collective returns.
+  /// Uninitialised scratch memory (slot 0, 1 or 2; see CollectivePort::scratch), valid
+  /// until the collective returns.
   std::byte* scratch(int slot, std::size_t bytes) const { return port.scratch(slot, bytes); }
   /// The final step of avg over size() ranks (no-op for other ops).
   void finish(void* data, std::size_t n) const { finish_over(data, n, size()); }

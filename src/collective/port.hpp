@@ -39,7 +39,9 @@ class CollectivePort {
   /// types).
   virtual Request irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from,
                         void* data, std::size_t bytes) = 0;
-  /// Uninitialised scratch memory (slot 0 or 1) valid until the running collective returns.
+  /// Uninitialised scratch memory (slot 0, 1 or 2) valid until the running collective
+  /// returns. The ring algorithms use slot 0; the fused forms keep their packed buffer in
+  /// slot 1; the hierarchical algorithm keeps what it receives inside a host in slot 2.
   virtual std::byte* scratch(int slot, std::size_t bytes) = 0;
 
   /// A number naming this rank's host: equal on ranks that share memory (same kernel,

@@ -48,7 +48,7 @@ class CollectiveRunner {
   void stop();
 
   /// Scratch memory for the task running now (tasks run one at a time): `bytes` of
-  /// uninitialised memory in `slot` (0 or 1, for two areas used together). Kept for the
+  /// uninitialised memory in `slot` (0, 1 or 2, for areas used together). Kept for the
   /// next task up to kKeptScratch bytes, so a collective called in a loop neither zeroes
   /// nor page-faults fresh memory every time.
   std::byte* scratch(int slot, std::size_t bytes);
@@ -62,7 +62,7 @@ class CollectiveRunner {
     std::unique_ptr<std::byte[]> mem;
     std::size_t size = 0;
   };
-  Area scratch_[2];
+  Area scratch_[3];
 
   std::mutex mu_;
   std::condition_variable cv_;

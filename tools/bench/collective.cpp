@@ -190,33 +190,23 @@ ReduceOp parse_op(const std::string& s) {
   throw CLI::ValidationError(fmt::format("unknown reduction '{}' (sum, prod, min, max, avg)", s));
 }
 
-struct NamedAlgo {
-  const char* name;
-  Algorithm a;
-};
-constexpr NamedAlgo kAlgos[] = {
-    {"automatic", Algorithm::automatic},
-    {"ring", Algorithm::ring},
-    {"halving_doubling", Algorithm::halving_doubling},
-    {"recursive_doubling", Algorithm::recursive_doubling},
-    {"tree", Algorithm::tree},
-    {"linear", Algorithm::linear},
-    {"pairwise", Algorithm::pairwise},
-    {"dissemination", Algorithm::dissemination},
-};
+constexpr Algorithm kAlgos[] = {Algorithm::automatic,          Algorithm::ring,   Algorithm::halving_doubling,
+                                Algorithm::recursive_doubling, Algorithm::hierarchical, Algorithm::tree,
+                                Algorithm::linear,             Algorithm::pairwise, Algorithm::dissemination};
 
-const char* algo_name(Algorithm a) {
-  for (auto& e : kAlgos)
-    if (e.a == a) return e.name;
-  return "?";
+const char* algo_name(Algorithm a) { return nexar::to_string(a); }
+
+std::string algo_names() {
+  std::string s;
+  for (Algorithm a : kAlgos) s += std::string(s.empty() ? "" : ", ") + algo_name(a);
+  return s;
 }
 
 Algorithm parse_algo(const std::string& s) {
-  for (auto& e : kAlgos)
-    if (s == e.name) return e.a;
+  for (Algorithm a : kAlgos)
+    if (s == algo_name(a)) return a;
   if (s == "auto") return Algorithm::automatic;
-  throw CLI::ValidationError(fmt::format(
-      "unknown algorithm '{}' (automatic, ring, halving_doubling, recursive_doubling, tree, linear, pairwise, dissemination)", s));
+  throw CLI::ValidationError(fmt::format("unknown algorithm '{}' ({})", s, algo_names()));
 }
 
 // ---- sizes -----------------------------------------------------------------------------------
@@ -728,7 +718,8 @@ void check_options(const CollOptions& o, const CollInfo& ci) {
 void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how) {
   std::string algo = algo_name(o.algo);
   if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
-    algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there)",
+    algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there, hierarchical "
+                        "instead when ranks share hosts)",
                         human_size(cfg.allreduce_doubling_bytes), human_size(cfg.allreduce_ring_bytes));
   else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
     algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
@@ -875,8 +866,7 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
       ->check(CLI::Range(1, 4096));
   app->add_option_function<std::string>(
          "-a,--algo", [o](const std::string& s) { o->algo = parse_algo(s); },
-         "Algorithm: automatic (default), ring, halving_doubling, recursive_doubling, tree, linear, pairwise, dissemination; "
-         "one the collective lacks is an error")
+         "Algorithm: " + algo_names() + " (automatic is the default); one the collective lacks is an error")
       ->type_name("ALGO");
   size_opt("--segment", &o->segment, "Pipelining segment in bytes (default: NEXAR_SEGMENT_BYTES, 512K)");
   size_opt("--bulk", &o->bulk,
