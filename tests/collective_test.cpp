@@ -619,6 +619,13 @@ INSTANTIATE_TEST_SUITE_P(Collective, WorldSweep, ::testing::ValuesIn(sweep_param
 
 using AlgParam = std::tuple<Algorithm, int, bool>;
 
+// A type, reduction and data pattern of an all_reduce case.
+struct Kind {
+  DataType dt;
+  ReduceOp op;
+  Data data;
+};
+
 class AllReduceAlgorithm : public ::testing::TestWithParam<AlgParam> {};
 
 TEST_P(AllReduceAlgorithm, MatchesReference) {
@@ -626,11 +633,6 @@ TEST_P(AllReduceAlgorithm, MatchesReference) {
   auto& comms = pooled_world(n);
   const std::uint64_t seed = mix(static_cast<std::uint64_t>(alg) * 2 + (in_place ? 1 : 0),
                                  static_cast<std::uint64_t>(n));
-  struct Kind {
-    DataType dt;
-    ReduceOp op;
-    Data data;
-  };
   const Kind kinds[] = {{DataType::f32, ReduceOp::sum, Data::random},
                         {DataType::f64, ReduceOp::avg, Data::exact},
                         {DataType::i32, ReduceOp::prod, Data::random},
@@ -700,11 +702,6 @@ TEST_P(HierarchicalAllReduce, MatchesReference) {
     nexar::detail::Access::group(comms[static_cast<std::size_t>(r)])->set_hosts(std::move(ids));
   }
   const std::uint64_t seed = mix(static_cast<std::uint64_t>(layout), static_cast<std::uint64_t>(n));
-  struct Kind {
-    DataType dt;
-    ReduceOp op;
-    Data data;
-  };
   const Kind kinds[] = {{DataType::f32, ReduceOp::sum, Data::random},
                         {DataType::f64, ReduceOp::avg, Data::exact},
                         {DataType::i64, ReduceOp::sum, Data::random},

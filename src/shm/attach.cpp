@@ -202,20 +202,19 @@ Attached attach(const std::string& name, std::uint32_t rank, const Proof& proof,
   std::memcpy(req, kRequestMagic, 4);
   for (int i = 0; i < 4; ++i) req[4 + i] = static_cast<std::uint8_t>(rank >> (8 * i));
   std::memcpy(req + 8, proof.data(), proof.size());
-  if (!send_with_fds(s, req, sizeof req, &doorbell, 1)) {
-    int e = errno;
-    ::close(s);
-    fail(Errc::io, std::string("send: ") + std::strerror(e));
-  }
-  std::uint8_t status = 1;
+  // A listener that refuses the connecting process outright answers before reading the
+  // request, and may have closed by the time it is sent: its answer still tells.
+  const bool sent = send_with_fds(s, req, sizeof req, &doorbell, 1);
+  const int send_errno = errno;
+  std::uint8_t status = 2;
   int fds[2] = {-1, -1};
   const int got = recv_with_fds(s, &status, 1, fds, 2);
   ::close(s);
-  if (got < 0 && status == 1) fail(Errc::protocol, "refused by the listener");
+  if (!sent && status != 1) fail(Errc::io, std::string("send: ") + std::strerror(send_errno));
   if (status != 0 || got != 2) {
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
-    fail(Errc::protocol, status != 0 ? "refused by the listener" : "malformed answer");
+    fail(Errc::protocol, status == 1 ? "refused by the listener" : "malformed answer");
   }
   return {fds[0], fds[1]};
 }

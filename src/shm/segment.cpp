@@ -35,6 +35,21 @@ std::size_t total_bytes(std::size_t ring_bytes) {
 [[noreturn]] void fail_io(const char* what) {
   throw Error(Errc::io, std::string("shared memory: ") + what + ": " + std::strerror(errno));
 }
+
+// Closes `fd` and throws the error errno holds, naming `what`.
+[[noreturn]] void close_and_fail(int fd, const char* what) {
+  const int e = errno;
+  ::close(fd);
+  errno = e;
+  fail_io(what);
+}
+
+// Maps `size` bytes of `fd`; closes it and throws on failure.
+void* map_or_close(int fd, std::size_t size) {
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) close_and_fail(fd, "mmap");
+  return base;
+}
 }  // namespace
 
 Segment::Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes)
@@ -59,18 +74,9 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
   const std::size_t size = total_bytes(ring_bytes);
   if (::ftruncate(fd, static_cast<off_t>(size)) != 0 ||
       ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    int e = errno;
-    ::close(fd);
-    errno = e;
-    fail_io("sizing the segment");
+    close_and_fail(fd, "sizing the segment");
   }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
-    ::close(fd);
-    errno = e;
-    fail_io("mmap");
-  }
+  void* base = map_or_close(fd, size);
   auto* h = static_cast<Header*>(base);
   h->magic = kMagic;
   h->version = kVersion;
@@ -83,10 +89,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
 
 std::unique_ptr<Segment> Segment::open(int fd) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    fail_io("fstat");
-  }
+  if (::fstat(fd, &st) != 0) close_and_fail(fd, "fstat");
   // A memfd that can still shrink could be truncated under us later: refuse it.
   const int seals = ::fcntl(fd, F_GET_SEALS);
   const auto size = static_cast<std::size_t>(st.st_size);
@@ -97,13 +100,7 @@ std::unique_ptr<Segment> Segment::open(int fd) {
     ::close(fd);
     throw Error(Errc::protocol, "shared memory: the peer's segment is not a nexar segment of this version");
   }
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) {
-    int e = errno;
-    ::close(fd);
-    errno = e;
-    fail_io("mmap");
-  }
+  void* base = map_or_close(fd, size);
   return std::unique_ptr<Segment>(new Segment(fd, base, size, static_cast<std::size_t>(h.ring_bytes)));
 }
 
