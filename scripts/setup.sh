@@ -15,9 +15,15 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables
   openmpi-bin libopenmpi-dev libgloo-dev
+  # The Python package and the torch.distributed backend (python/), for Debian's own
+  # interpreter /usr/bin/python3; scikit-build-core serves `pip install .` without network.
+  python3-dev pybind11-dev python3-numpy python3-torch libtorch-dev python3-pytest python3-pip
+  python3-venv
+  python3-scikit-build-core
 )
-# The two ngtcp2 packages must come from backports (1.11), not from bookworm (0.12).
-backported=(libngtcp2-dev libngtcp2-crypto-gnutls-dev)
+# These must come from backports: ngtcp2 1.11 (bookworm has 0.12), scikit-build-core (absent
+# from bookworm).
+backported=(libngtcp2-dev libngtcp2-crypto-gnutls-dev python3-scikit-build-core)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

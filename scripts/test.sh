@@ -6,19 +6,27 @@
 #            cmake/layers.txt (seconds; runs before anything is built).
 #   release  GCC (the default c++), Release (-O3, where GCC 12's flow-based warnings fire
 #            most), every target; the whole ctest suite. Build tree: build/
+#   python   the Python package (python/) and its torch.distributed backend, as the release
+#            stage built them into build/python (GCC, which the backend needs: it must match
+#            Debian torch's pybind11 ABI): pytest tests/python with Debian's /usr/bin/python3
+#            (NEXAR_PYTHON overrides), which has numpy and torch. Runs under ~1 minute.
 #   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
 #            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
 #   asan     clang, Debug, AddressSanitizer + UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
 #            tools and tests; the whole ctest suite again. Being clang, this stage is also the
 #            clang -Werror build of the library, tests and tools. Build tree: build-asan/
+#            The Python package is not built here: an extension module built with ASan only
+#            loads into an interpreter started with the ASan runtime preloaded, and the
+#            torch backend cannot be built with clang at all (pybind11 ABI).
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
-#   NEXAR_TEST_STAGES="layers release fuzz asan"   pick stages (default: all four)
+#   NEXAR_TEST_STAGES="layers release python fuzz asan"   pick stages (default: all five)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
 #   NEXAR_JOBS=N                            parallel build jobs (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-stages=${NEXAR_TEST_STAGES:-"layers release fuzz asan"}
+stages=${NEXAR_TEST_STAGES:-"layers release python fuzz asan"}
+python=${NEXAR_PYTHON:-/usr/bin/python3}
 jobs=${NEXAR_JOBS:-$(nproc)}
 failed=()
 
@@ -50,10 +58,23 @@ for stage in $stages; do
       cmake --build build -j"$jobs"
       run_ctest build release
       ;;
+    python)
+      if [ ! -f build/CMakeCache.txt ]; then
+        cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON >/dev/null
+      fi
+      cmake --build build -j"$jobs" --target nexar_python nexar-run
+      echo "== python (pytest tests/python, $python)"
+      # No bytecode or pytest cache in the source tree.
+      if ! PYTHONPATH="$root/build/python" PYTHONDONTWRITEBYTECODE=1 \
+        "$python" -m pytest -q -p no:cacheprovider tests/python; then
+        failed+=(python)
+      fi
+      ;;
     fuzz)
       clang_tree build-fuzz
       CC=clang CXX=clang++ cmake -S "$root" -B build-fuzz -G Ninja -DNEXAR_BUILD_FUZZERS=ON \
-        -DNEXAR_WERROR=ON -DNEXAR_BUILD_TESTS=OFF -DNEXAR_BUILD_TOOLS=OFF -DNEXAR_BUILD_EXAMPLES=OFF >/dev/null
+        -DNEXAR_WERROR=ON -DNEXAR_BUILD_TESTS=OFF -DNEXAR_BUILD_TOOLS=OFF -DNEXAR_BUILD_EXAMPLES=OFF \
+        -DNEXAR_BUILD_PYTHON=OFF >/dev/null
       cmake --build build-fuzz -j"$jobs" --target frame_fuzz
       echo "== fuzz (frame decoder)"
       bash tests/fuzz_smoke.sh build-fuzz/bin/frame_fuzz || failed+=(fuzz)
@@ -62,7 +83,7 @@ for stage in $stages; do
       clang_tree build-asan
       CC=clang CXX=clang++ cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         -DNEXAR_SANITIZE=ON -DNEXAR_WERROR=ON -DNEXAR_BUILD_TOOLS=ON -DNEXAR_BUILD_EXAMPLES=OFF \
-        >/dev/null
+        -DNEXAR_BUILD_PYTHON=OFF >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_ctest build-asan asan

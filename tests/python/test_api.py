@@ -1,0 +1,179 @@
+"""The package's surface: errors (classes, code, message), buffer checks of collectives,
+dtypes, requests, split, close and context managers, Config, Seed + join."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import nexar
+from conftest import SIZES, run_ranks, short_config
+
+
+def test_error_hierarchy():
+    assert issubclass(nexar.InvalidArgumentError, nexar.Error)
+    assert issubclass(nexar.InvalidArgumentError, ValueError)
+    assert issubclass(nexar.TimeoutError, TimeoutError)
+    assert issubclass(nexar.PeerFailedError, nexar.PeerError)
+    assert issubclass(nexar.RpcFailedError, nexar.RpcError)
+    assert issubclass(nexar.RankFailedError, nexar.Error)
+
+
+def test_error_carries_code_and_message(worlds):
+    c = worlds[2][0]
+    with pytest.raises(nexar.Error) as e:
+        c.send(b"x", 7)
+    assert e.value.code == nexar.ErrorCode.INVALID_ARGUMENT
+    assert e.value.message == str(e.value) and "send" in e.value.message
+    assert e.value.failed_ranks == []
+
+
+@pytest.mark.parametrize("call,problem", [
+    (lambda c: c.all_reduce(np.zeros(8, np.float32), np.zeros((4, 4), np.float32)[:, 0]),
+     "all_reduce: recv is not contiguous"),
+    (lambda c: c.all_reduce(np.zeros(8, np.float32), np.frombuffer(bytes(32), np.float32)),
+     "all_reduce: recv is read-only"),
+    (lambda c: c.all_reduce(b"\0" * 8, dtype="float32"), "all_reduce: data is read-only"),
+    (lambda c: c.all_reduce(np.zeros(8, np.float32), np.zeros(3, np.float32)),
+     "all_reduce: recv holds 3 elements, 8 needed"),
+    (lambda c: c.all_reduce(np.zeros(8, np.float32), np.zeros(8, np.float64)),
+     "all_reduce: send holds float32 but recv holds float64"),
+    (lambda c: c.all_reduce(np.zeros(8, np.int16)), "all_reduce: data holds int16, which nexar"
+                                                     " cannot reduce"),
+    (lambda c: c.all_gather(np.zeros(4, np.float32), np.zeros(7, np.float32)),
+     "all_gather: recv holds 7 elements, 8 needed"),
+    (lambda c: c.all_to_all(np.zeros(5, np.float32)), "all_to_all: data holds 5 elements, not 2"
+                                                       " equal blocks"),
+    (lambda c: c.broadcast(np.zeros(4)[::2], root=0), "broadcast: data is not contiguous"),
+    (lambda c: c.all_reduce(bytearray(6), dtype="float32"),
+     "all_reduce: send holds 6 bytes, not a whole number of float32"),
+    (lambda c: c.iall_reduce(np.zeros(8, np.int32), op=nexar.AVG), "avg"),
+], ids=("strided_out", "readonly_out", "readonly_inplace", "too_small", "mixed_types",
+        "int16_reduce", "gather_small", "uneven_blocks", "strided_bcast", "partial", "avg_int"))
+def test_collective_argument_errors(worlds, call, problem):
+    """Bad buffers are refused before anything starts (so one rank alone may try), with a
+    message naming the operation and the argument."""
+    with pytest.raises(nexar.InvalidArgumentError) as e:
+        call(worlds[2][0])
+    assert problem in str(e.value)
+
+
+def test_wrong_types():
+    c = nexar.bootstrap_local(1)[0]
+    with pytest.raises(TypeError, match="all_reduce: data must be a buffer"):
+        c.all_reduce([1.0, 2.0])
+    with pytest.raises(nexar.InvalidArgumentError, match="unknown dtype 'float128x'"):
+        c.all_reduce(bytearray(8), dtype="float128x")
+    c.close()
+
+
+def test_dtypes():
+    assert nexar.dtype_of(np.zeros(1, np.float16)) == nexar.DataType.FLOAT16
+    assert nexar.dtype_of(np.zeros(1, np.uint64)) == nexar.DataType.UINT64
+    assert nexar.dtype_of(bytearray(1)) == nexar.DataType.UINT8
+    assert nexar.dtype_of(np.zeros(1, np.int16)) is None
+    assert nexar.parse_dtype(np.float32) == nexar.DataType.FLOAT32
+    assert nexar.parse_dtype(np.dtype("int64")) == nexar.DataType.INT64
+    assert nexar.parse_dtype("bf16") == nexar.DataType.BFLOAT16
+    assert nexar.size_of(nexar.DataType.BFLOAT16) == 2
+    assert nexar.block_of(10, 4, 1) == (3, 3) and nexar.block_of(10, 4, 3) == (8, 2)
+
+
+def test_requests(worlds):
+    c0, c1 = worlds[2]
+    r = c1.irecv(bytearray(4), 0, tag=12)
+    assert not r.test() and not r.wait_for(0.01)
+    assert "running" in repr(r)
+    c0.send(b"abcd", 1, tag=12)
+    assert r.wait_for(10) and r.test()
+    assert r.exception() is None
+    st = r.wait()
+    assert st.bytes == 4 and "Status(source=0" in repr(st)
+    reqs = [c0.isend(b"z", 1, tag=13), c1.irecv(bytearray(1), 0, tag=13)]
+    assert [s.bytes for s in nexar.wait_all(reqs)] == [1, 1]
+    assert nexar.test_all(reqs)
+
+
+@pytest.mark.parametrize("n", (2, 3, 4))
+def test_split(worlds, n):
+    def rank(c):
+        sub = c.split(c.rank % 2, key=-c.rank)  # reversed order inside each half
+        x = np.array([c.rank], np.int64)
+        sub.all_reduce(x)
+        none = c.split(-1)
+        return sub.rank, sub.size, int(x[0]), none
+
+    for r, (srank, ssize, total, none) in enumerate(run_ranks(worlds[n], rank)):
+        members = [m for m in range(n) if m % 2 == r % 2]
+        assert ssize == len(members)
+        assert srank == sorted(members, reverse=True).index(r)
+        assert total == sum(members)
+        assert none is None
+
+
+def test_close_and_context_manager():
+    comms = nexar.bootstrap_local(2, short_config())
+    with comms[0] as c0, comms[1] as c1:
+        assert c0.is_open and c0.rank == 0 and c1.size == 2
+        assert "rank 0 of 2" in repr(c0)
+    assert not c0.is_open and "closed" in repr(c0)
+    with pytest.raises(nexar.ClosedError):
+        c0.barrier()
+
+
+def test_config():
+    c = nexar.Config(op_timeout=12.5, spin=0, rpc_threads=4)
+    assert c.op_timeout.total_seconds() == 12.5 and c.spin.total_seconds() == 0
+    assert c.rpc_threads == 4 and "op_timeout" in c.describe()
+    c.failure_timeout = 2
+    assert c.failure_timeout.total_seconds() == 2
+    with pytest.raises(TypeError):
+        c.op_timeout = "soon"
+    c.rpc_threads = 0
+    with pytest.raises(nexar.InvalidArgumentError):
+        c.validate()
+
+
+def test_seed_and_join():
+    """The library's seed and join(): a 3-rank cluster of this process's threads."""
+    with nexar.Seed("127.0.0.1:0", 3) as seed:
+        comms = [None] * 3
+
+        def joiner(r):
+            comms[r] = nexar.join(seed.address, seed.token, rank=r, world=3,
+                                  config=short_config())
+
+        threads = [threading.Thread(target=joiner, args=(r,)) for r in range(3)]
+        for t in threads:
+            t.start()
+        assert seed.wait(30) == 3
+        for t in threads:
+            t.join(30)
+    assert [c.rank for c in comms] == [0, 1, 2]
+    totals = run_ranks(comms, lambda c: int(c.all_reduce(np.array([c.rank + 1]))[0]))
+    assert totals == [6, 6, 6]
+    for c in comms:
+        c.close()
+
+
+def test_failure_api_on_healthy_world(worlds):
+    cfg = short_config()
+    cfg.on_failure = nexar.FailurePolicy.MANUAL  # agree() and shrink() refuse under ABORT
+    comms = nexar.bootstrap_local(3, cfg)
+
+    def rank(c):
+        a = c.agree(0b1111 if c.rank else 0b0110)
+        smaller = c.shrink()
+        return c.world_ranks(), c.failed_ranks(), c.is_revoked(), a.value, a.failed, smaller.size
+
+    for world, failed, revoked, value, afailed, size in run_ranks(comms, rank):
+        assert world == [0, 1, 2] and failed == [] and not revoked
+        assert value == 0b0110 and afailed == [] and size == 3
+    with pytest.raises(nexar.InvalidArgumentError, match="failure policy is abort"):
+        worlds[1][0].agree()
+    for c in comms:
+        c.close()
+
+
+def test_sizes_exist():
+    assert SIZES == (1, 2, 3, 4)
