@@ -117,16 +117,18 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
 
 bool Peer::poll_shm() {
   if (!shm_ || gone()) return false;
-  bool moved = false;
-  if (!shm_->flush(moved)) {
+  bool moved = false, more = false;
+  if (!shm_->flush(moved, more)) {
     abort("protocol error: the peer broke a shared-memory ring's indices");
     return true;
   }
   for (int i = 0; i < shm::Segment::lanes; ++i) {
     if (!shm_in_[i]) continue;
     shm::Ring& r = shm_->in(i);
-    // Twice: the readable bytes may wrap around the ring's end.
-    for (int part = 0; part < 2; ++part) {
+    // At most a quantum per lane and turn, in up to two parts (the readable bytes may
+    // wrap around the ring's end).
+    std::size_t turn = 0;
+    for (int part = 0; part < 2 && turn < ShmLink::quantum(i); ++part) {
       bool broken = false;
       auto bytes = r.readable(broken);
       if (broken) {
@@ -134,14 +136,19 @@ bool Peer::poll_shm() {
         return true;
       }
       if (bytes.empty()) break;
+      bytes = bytes.first(std::min(bytes.size(), ShmLink::quantum(i) - turn));
       const auto credit = deliver(shm_stream(i), bytes.data(), bytes.size());
       if (!credit || gone()) return true;
       r.release(bytes.size());
       if (*credit) r.grant(*credit);
+      turn += bytes.size();
       moved = true;
     }
+    if (turn >= ShmLink::quantum(i)) more = true;
     if (r.take_writer_waiting()) shm_->ring_peer();
   }
+  // Lanes left with work keep the engine turning (Engine::note_activity) until it is done.
+  if (more) node_.engine().note_activity();
   return moved;
 }
 

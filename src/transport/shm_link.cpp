@@ -33,20 +33,27 @@ Lane ShmLink::lane(int index) noexcept {
 void ShmLink::push(int i, quic::Chunk c) {
   waiting_bytes_ += c.len;
   waiting_[i].push_back(Waiting{std::move(c), 0});
-  bool moved = false;
+  bool moved = false, more = false;
   // A broken ring shows at the next poll too, which reports it.
-  (void)flush(moved);
+  (void)flush(moved, more);
 }
 
-bool ShmLink::flush(bool& moved) {
+bool ShmLink::flush(bool& moved, bool& more) {
   bool wrote = false;
   for (int i = 0; i < shm::Segment::lanes; ++i) {
     auto& q = waiting_[i];
     shm::Ring& r = out(i);
+    std::size_t turn = 0;
     while (!q.empty()) {
+      if (turn >= quantum(i)) {
+        more = true;
+        break;
+      }
       Waiting& w = q.front();
-      const std::ptrdiff_t n = r.write(w.chunk.data + w.done, w.chunk.len - w.done);
+      const std::ptrdiff_t n =
+          r.write(w.chunk.data + w.done, std::min(w.chunk.len - w.done, quantum(i) - turn));
       if (n < 0) return false;
+      turn += static_cast<std::size_t>(n);
       w.done += static_cast<std::size_t>(n);
       waiting_bytes_ -= static_cast<std::uint64_t>(n);
       if (n > 0) wrote = true;
@@ -56,6 +63,7 @@ bool ShmLink::flush(bool& moved) {
         if (done) done(Errc::ok, {});
         continue;
       }
+      if (turn >= quantum(i)) continue;
       // Full: ask the reader to ring us when it frees room, unless it just did.
       if (!r.wait_for_room()) break;
     }

@@ -38,9 +38,19 @@ class ShmLink {
   /// Queues a chunk on ring `i` and writes what fits; its completion runs once all of it
   /// is in the ring (the peer's process holds the memory from then on).
   void push(int i, quic::Chunk c);
-  /// Writes waiting chunks as room allows and rings the peer if anything moved. Returns
-  /// false if the peer broke a ring's indices.
-  bool flush(bool& moved);
+  /// Writes waiting chunks as room allows, at most quantum(i) bytes on lane i, and rings
+  /// the peer if anything moved; `more` is set when a lane stopped at its quantum with room
+  /// left. Returns false if the peer broke a ring's indices.
+  bool flush(bool& moved, bool& more);
+  /// Bytes lane `i` moves per turn of the engine (flush, or a read in Peer::poll_shm). The
+  /// bulk lane takes 64 KiB turns: copying whole rings at a time, it held a barrier behind
+  /// it for as long as a megabyte takes to copy (2 ranks beside a 1 GiB bulk_send: barrier
+  /// 254-258 us, 14-17 with turns; idle 7.5-7.9). The others take what the ring holds:
+  /// turns would only cost a collective's own throughput (16 MiB all_reduce, 2 ranks:
+  /// 3.2-4.0 GB/s whole, 2.4-2.6 in 64 KiB turns).
+  static constexpr std::size_t quantum(int i) noexcept {
+    return i == 1 ? std::size_t{64} * 1024 : ~std::size_t{0};
+  }
   /// Bytes queued or in the rings out and not yet read by the peer.
   std::uint64_t unread() const noexcept;
   /// Fails every waiting chunk (the peer is gone).
