@@ -14,6 +14,7 @@
 #include <cstring>
 #include <atomic>
 #include <optional>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -49,6 +50,7 @@ struct Served {
   std::unique_ptr<shm::Segment> seg = shm::Segment::create(64 * 1024, 1u << 20);
   shm::Doorbell bell;
   std::atomic<int> accepted{0};
+  std::atomic<int> unconfirmed{0};
   std::optional<shm::Listener> listener;
   Served() {
     for (std::size_t i = 0; i < good.size(); ++i) good[i] = static_cast<std::uint8_t>(i * 7 + 1);
@@ -59,9 +61,7 @@ struct Served {
       shm::Listener::Answer a;
       a.segment_fd = seg->fd();
       a.doorbell_fd = bell.fd();
-      a.then = [this](bool sent) {
-        if (sent) ++accepted;
-      };
+      a.then = [this](bool confirmed) { ++(confirmed ? accepted : unconfirmed); };
       return a;
     });
   }
@@ -117,17 +117,41 @@ TEST(Attach, TheRightProofGetsTheSegmentAndTheDoorbell) {
   Served s;
   shm::Doorbell mine;
   shm::Attached a = shm::attach(s.listener->name(), 7, s.good, mine.fd(), 2s);
-  auto seg = shm::Segment::open(a.segment_fd);
+  EXPECT_TRUE(shm::adopt_doorbell(a.doorbell_fd)) << "the listener's doorbell is an eventfd";
+  auto seg = shm::Segment::open(std::exchange(a.segment_fd, -1));
+  a.confirm();
   const std::uint8_t msg[] = "hello";
   ASSERT_EQ(s.seg->ring(1, 0).write(msg, sizeof msg), static_cast<std::ptrdiff_t>(sizeof msg));
   bool broken = false;
   EXPECT_EQ(seg->ring(1, 0).readable(broken).size(), sizeof msg) << "the same memory";
   shm::Doorbell::ring(a.doorbell_fd);
   EXPECT_TRUE(readable(s.bell.fd())) << "the listener's doorbell";
-  ::close(a.doorbell_fd);
   for (int i = 0; i < 100 && s.accepted.load() == 0; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(s.accepted.load(), 1);
   EXPECT_EQ(s.listener->refused(), 0u);
+}
+
+// Without the confirmation (the requester could not map the segment, or gave up), the
+// listener is told so, and moves nothing.
+TEST(Attach, AnUnconfirmedAttachMovesNothing) {
+  Served s;
+  shm::Doorbell mine;
+  { shm::Attached a = shm::attach(s.listener->name(), 7, s.good, mine.fd(), 2s); }
+  for (int i = 0; i < 300 && s.unconfirmed.load() == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(s.unconfirmed.load(), 1);
+  EXPECT_EQ(s.accepted.load(), 0);
+}
+
+// A doorbell must be an eventfd: the write end of a pipe could block whoever rings it.
+TEST(Attach, ADoorbellThatIsNoEventfdIsRefused) {
+  Served s;
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  EXPECT_EQ(error_of([&] { shm::attach(s.listener->name(), 7, s.good, p[1], 2s); }), Errc::protocol);
+  EXPECT_EQ(s.listener->refused(), 1u);
+  EXPECT_FALSE(shm::adopt_doorbell(p[0]));
+  ::close(p[0]);
+  ::close(p[1]);
 }
 
 TEST(Attach, AWrongProofOrRankGetsNothing) {

@@ -205,3 +205,23 @@ TEST(ShmLink, AGuessedAttachIsRefused) {
     if (y[0] != 3.0) throw std::runtime_error("wrong sum");
   });
 }
+
+// With no spinning at all (NEXAR_SPIN_US=0) every wake-up is a doorbell: a bulk transfer,
+// which moves 64 KiB per engine turn, must still go on to the end without waiting for an
+// unrelated packet (a heartbeat) between turns.
+TEST(ShmLink, BulkTransferGoesOnWithoutSpinning) {
+  Config c = test_config();
+  c.spin = std::chrono::microseconds(0);
+  auto w = bootstrap_local(2, c);
+  ASSERT_TRUE(all_attached(w));
+  const auto big = nexar::testing::random_bytes(32u << 20, 5);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread s([&] { w[0].bulk_send(1, 2, std::span<const std::byte>(big)); });
+  std::vector<std::byte> got(big.size());
+  w[1].bulk_recv(0, 2, std::span<std::byte>(got));
+  s.join();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(got, big);
+  // 512 turns of 64 KiB: at one heartbeat period (300 ms) per turn it would take minutes.
+  EXPECT_LT(took, 10s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}

@@ -139,18 +139,19 @@ void recursive_doubling(const Coll& c, void* data, std::size_t count) {
 // the leaders run the ring among themselves, and each leader hands the result back to its
 // host. Inside a host the messages go through shared memory; between hosts only one
 // rank's share of the ring crosses the network, where the flat ring sends several ranks'
-// shares over each host's link. The vector goes in chunks, so that while the leaders ring
-// one chunk, the next is on its way up to them and the last one on its way back down.
+// shares over each host's link. The vector goes in chunks (an eighth of it, at least a
+// segment, at most 8 MiB over all the host's ranks together), so that while the leaders
+// ring one chunk, the next is on its way up to them and the last one on its way back down.
 // Works in `data` (the result's buffer), which holds this rank's contribution on entry.
 void hierarchical(const Coll& c, void* data, std::size_t count, const Hierarchy& h) {
-  // Chunks of at least a pipelining segment, at most 8, of at most 8 MiB each.
+  const int leader = h.locals.front();
+  const std::size_t others = h.locals.size() - 1;
+  // The leader holds two chunks of each of the others' at once: 8 MiB in all bounds it.
   const std::size_t seg = std::max<std::size_t>(1, c.segment_elems());
-  const std::size_t cap = std::max<std::size_t>(seg, (std::size_t{8} << 20) / c.elem());
+  const std::size_t cap = std::max<std::size_t>(seg, (std::size_t{8} << 20) / std::max<std::size_t>(1, others) / c.elem());
   const std::size_t chunk = std::clamp<std::size_t>((count + 7) / 8, seg, cap);
   const std::size_t chunks = (count + chunk - 1) / chunk;
   auto span_of = [&](std::size_t j) { return std::pair{j * chunk, std::min(chunk, count - j * chunk)}; };
-  const int leader = h.locals.front();
-  const std::size_t others = h.locals.size() - 1;
 
   if (leader != c.rank()) {
     // Everything goes up at once (it moves as the leader asks for it); results come back

@@ -88,9 +88,9 @@ class Engine final : public EventLoop {
   void post(std::function<void()> f) override { asio::post(io_, guard(std::move(f))); }
 
   /// Also watches `fd` (a doorbell other processes ring: the shared-memory path) in the
-  /// same gate: `ready` runs, under the engine lock, whenever the gate reports input, next
-  /// to the main watch's. One extra descriptor at most; call before watch(). Throws
-  /// std::system_error.
+  /// same gate: `ready` runs, under the engine lock, whenever the gate reports input, before
+  /// the main watch's. One extra descriptor at most; it joins the gate at the next watch(),
+  /// so call it before.
   void watch_extra(int fd, std::function<void()> ready);
 
   /// Called (under the engine lock) on every turn of the spinning loop: the owner polls

@@ -65,7 +65,7 @@ UdpSocket::UdpSocket(int fd, bool try_gso) : fd_(fd) {
   // Don't-fragment on every datagram: a path MTU probe must not pass as IP fragments (it
   // would prove a size the path does not carry), and a datagram larger than the path MTU
   // the kernel knows fails at once with EMSGSIZE instead of being fragmented silently;
-  // send() then decides (see send_fragmented).
+  // send() then decides what to do with it.
   set_dont_fragment(true);
   if (try_gso) {
     int seg = 1200;
@@ -146,11 +146,19 @@ std::size_t UdpSocket::route_mtu(const Address& to) {
   return ok && mtu > 0 ? static_cast<std::size_t>(mtu) : 0;
 }
 
+int UdpSocket::send_df(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment) {
+  int rc = send_one(to, data, len, segment);
+  // An ICMP "fragmentation needed" for an earlier datagram (a probe, say) is reported by the
+  // next send, whatever its size: once more tells whether it is this one that is too big.
+  if (rc == -EMSGSIZE) rc = send_one(to, data, len, segment);
+  return rc;
+}
+
 int UdpSocket::send(const Address& to, const std::uint8_t* data, std::size_t len,
                     std::size_t segment, bool may_fragment) {
   bool gso_refused = false;
   if (gso_ && len > segment) {
-    int rc = send_one(to, data, len, segment);
+    int rc = send_df(to, data, len, segment);
     if (rc != -EIO && rc != -EINVAL && rc != -EMSGSIZE) return rc;
     // Either the route's device cannot segment (some tunnels), or the segments are larger
     // than the path now carries (both fail the same way): one packet per send tells which.
@@ -161,7 +169,7 @@ int UdpSocket::send(const Address& to, const std::uint8_t* data, std::size_t len
   int result = 0;
   for (std::size_t off = 0; off < len; off += segment) {
     const std::size_t n = std::min(segment, len - off);
-    int rc = send_one(to, data + off, n, 0);
+    int rc = too_big ? send_one(to, data + off, n, 0) : send_df(to, data + off, n, 0);
     if (rc == -EMSGSIZE) {
       oversize = true;
       if (!may_fragment) {

@@ -61,6 +61,8 @@ class UdpSocket {
   bool read_error(Address& offender);
   void set_dont_fragment(bool on);
   int send_one(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment);
+  /// send_one, tried again once on EMSGSIZE (which may belong to an earlier datagram).
+  int send_df(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment);
 
   int fd_ = -1;
   bool gso_ = false;

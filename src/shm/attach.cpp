@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string_view>
+#include <utility>
 
 #include <nexar/error.hpp>
 
@@ -85,7 +87,10 @@ int recv_with_fds(int s, void* data, std::size_t len, int* fds, int max_fds) {
     }
   }
   if (n != static_cast<ssize_t>(len) || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-    for (int i = 0; i < got; ++i) ::close(fds[i]);
+    for (int i = 0; i < got; ++i) {
+      ::close(fds[i]);
+      fds[i] = -1;
+    }
     return -1;
   }
   return got;
@@ -164,7 +169,8 @@ void Listener::serve_one(int c) {
     send_with_fds(c, &refused, 1, nullptr, 0);
     return;
   }
-  if (recv_with_fds(c, req, sizeof req, &peer_bell, 1) != 1 || std::memcmp(req, kRequestMagic, 4) != 0) {
+  if (recv_with_fds(c, req, sizeof req, &peer_bell, 1) != 1 || std::memcmp(req, kRequestMagic, 4) != 0 ||
+      !adopt_doorbell(peer_bell)) {
     if (peer_bell >= 0) ::close(peer_bell);
     ++refused_;
     send_with_fds(c, &refused, 1, nullptr, 0);
@@ -182,8 +188,10 @@ void Listener::serve_one(int c) {
   }
   const std::uint8_t ok = 0;
   const int fds[2] = {a->segment_fd, a->doorbell_fd};
-  const bool sent = send_with_fds(c, &ok, 1, fds, 2);
-  if (a->then) a->then(sent);
+  // The requester confirms once it mapped the segment; without that nothing moves.
+  std::uint8_t confirmed = 0;
+  const bool done = send_with_fds(c, &ok, 1, fds, 2) && ::recv(c, &confirmed, 1, 0) == 1 && confirmed == 1;
+  if (a->then) a->then(done);
 }
 
 Attached attach(const std::string& name, std::uint32_t rank, const Proof& proof, int doorbell,
@@ -209,14 +217,58 @@ Attached attach(const std::string& name, std::uint32_t rank, const Proof& proof,
   std::uint8_t status = 2;
   int fds[2] = {-1, -1};
   const int got = recv_with_fds(s, &status, 1, fds, 2);
-  ::close(s);
-  if (!sent && status != 1) fail(Errc::io, std::string("send: ") + std::strerror(send_errno));
+  if (!sent && status != 1) {
+    ::close(s);
+    fail(Errc::io, std::string("send: ") + std::strerror(send_errno));
+  }
   if (status != 0 || got != 2) {
+    ::close(s);
     for (int fd : fds)
       if (fd >= 0) ::close(fd);
     fail(Errc::protocol, status == 1 ? "refused by the listener" : "malformed answer");
   }
-  return {fds[0], fds[1]};
+  Attached out;
+  out.segment_fd = fds[0];
+  out.doorbell_fd = fds[1];
+  out.socket_ = s;
+  return out;
+}
+
+Attached::Attached(Attached&& o) noexcept
+    : segment_fd(std::exchange(o.segment_fd, -1)), doorbell_fd(std::exchange(o.doorbell_fd, -1)),
+      socket_(std::exchange(o.socket_, -1)) {}
+
+Attached& Attached::operator=(Attached&& o) noexcept {
+  if (this != &o) {
+    this->~Attached();
+    segment_fd = std::exchange(o.segment_fd, -1);
+    doorbell_fd = std::exchange(o.doorbell_fd, -1);
+    socket_ = std::exchange(o.socket_, -1);
+  }
+  return *this;
+}
+
+Attached::~Attached() {
+  for (int fd : {segment_fd, doorbell_fd, socket_})
+    if (fd >= 0) ::close(fd);
+}
+
+void Attached::confirm() {
+  const std::uint8_t yes = 1;
+  const bool ok = ::send(socket_, &yes, 1, MSG_NOSIGNAL) == 1;
+  const int e = errno;
+  ::close(socket_);
+  socket_ = -1;
+  if (!ok) fail(Errc::io, std::string("confirm: ") + std::strerror(e));
+}
+
+bool adopt_doorbell(int fd) noexcept {
+  char link[64] = {};
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  const ssize_t n = ::readlink(path.c_str(), link, sizeof link - 1);
+  if (n <= 0 || std::string_view(link, static_cast<std::size_t>(n)) != "anon_inode:[eventfd]") return false;
+  const int fl = ::fcntl(fd, F_GETFL);
+  return fl >= 0 && ::fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0;
 }
 
 }  // namespace nexar::shm

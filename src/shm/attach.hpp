@@ -8,6 +8,9 @@
 //     the two ends hold) and its doorbell's descriptor.
 //  3. The listener checks the connecting process's credentials (SO_PEERCRED: the same
 //     user) and the proof, and answers with the segment's memfd and its own doorbell.
+//  4. The attaching rank maps the segment and confirms with one byte. Only a confirmed
+//     attach moves lanes, on either side: a segment that failed to map on one side never
+//     carries a message.
 //
 // Both sides run these blocking steps on threads of their own, never on the engine.
 #pragma once
@@ -36,11 +39,11 @@ bool same_proof(const Proof& a, const Proof& b) noexcept;
 class Listener {
  public:
   /// An accepted request's answer: descriptors sent (duplicated; they stay the callee's),
-  /// then `then(sent)` runs with whether the answer went out whole.
+  /// then `then(confirmed)` runs with whether the requester confirmed that it mapped them.
   struct Answer {
     int segment_fd = -1;
     int doorbell_fd = -1;
-    std::function<void(bool sent)> then;
+    std::function<void(bool confirmed)> then;
   };
   /// Decides one request (on the listener's thread): `rank` and `proof` as sent, `doorbell`
   /// the requester's (owned by the callee whatever it answers). An empty answer refuses.
@@ -69,10 +72,22 @@ class Listener {
   std::thread thread_;
 };
 
-/// What an accepted request returns: the segment's memfd and the listener's doorbell.
+/// What an accepted request returns: the segment's memfd and the listener's doorbell (both
+/// the caller's), and the connection, open until confirm() or the destructor.
 struct Attached {
   int segment_fd = -1;
   int doorbell_fd = -1;
+  Attached() = default;
+  Attached(Attached&& o) noexcept;
+  Attached& operator=(Attached&& o) noexcept;
+  ~Attached();
+  /// Tells the listener the segment is mapped (it then moves its lanes); after this
+  /// returns, this side may move its own. Throws nexar::Error(Errc::io).
+  void confirm();
+
+ private:
+  friend Attached attach(const std::string&, std::uint32_t, const Proof&, int, std::chrono::milliseconds);
+  int socket_ = -1;
 };
 
 /// Connects to the listener `name` and asks for its segment. Blocking, at most `timeout`
@@ -80,5 +95,9 @@ struct Attached {
 /// (refused, or a malformed answer).
 Attached attach(const std::string& name, std::uint32_t rank, const Proof& proof, int doorbell,
                 std::chrono::milliseconds timeout);
+
+/// Whether `fd` is an eventfd, made non-blocking here: a peer's doorbell must be one, or
+/// ringing it could block (a pipe) or do anything else a descriptor can.
+bool adopt_doorbell(int fd) noexcept;
 
 }  // namespace nexar::shm

@@ -259,12 +259,12 @@ void Node::close() {
     done->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10), {});
   }
   engine_.stop();
-  // Its threads post to the engine, which runs nothing any more.
-  shm_.reset();
   // A user thread may still be polling (it found the engine open a moment ago).
   std::lock_guard lk(engine_.lock());
   ep_.reset();
   peers_.clear();
+  // Its threads post to the engine, which runs nothing any more.
+  shm_.reset();
   if (udp_fd_ >= 0) {
     ::close(udp_fd_);
     udp_fd_ = -1;

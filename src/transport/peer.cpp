@@ -98,6 +98,16 @@ void Peer::push(Lane lane, quic::Chunk c) {
   conn_->push(out_[static_cast<int>(lane)], std::move(c));
 }
 
+void Peer::shm_failed() {
+  if (shm_) return;
+  shm_expected_ = false;
+  for (bool moved : shm_in_)
+    if (moved) {
+      abort("shared memory attach failed after the peer moved its lanes");
+      return;
+    }
+}
+
 void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
   if (shm_ || gone() || !conn_) return;
   shm_ = std::move(link);
@@ -112,6 +122,8 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
     shm_->start_sending(i);
   }
   node_.on_shm_attached(rank_);
+  // The peer may have switched and written before we held the segment.
+  shm_->ring_self();
   log::info("rank {}: peer {} is on this host: message lanes through shared memory", node_.rank(), rank_);
 }
 
@@ -147,8 +159,11 @@ bool Peer::poll_shm() {
     if (turn >= ShmLink::quantum(i)) more = true;
     if (r.take_writer_waiting()) shm_->ring_peer();
   }
-  // Lanes left with work keep the engine turning (Engine::note_activity) until it is done.
-  if (more) node_.engine().note_activity();
+  // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
+  if (more) {
+    node_.engine().note_activity();
+    shm_->ring_self();
+  }
   return moved;
 }
 
@@ -563,6 +578,8 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         return false;
       }
       shm_in_[i] = true;
+      // What the peer wrote after the switch may have rung us before the switch was read.
+      if (shm_) shm_->ring_self();
       return true;
     }
     case FrameType::failed:

@@ -122,10 +122,11 @@ class Peer final : public quic::ConnectionHandler {
   /// An offer to share memory went out to the peer, or came from it and an attach is
   /// under way: its lanes may switch to shared memory (a shm_switch frame) any time now.
   void expect_shm() noexcept { shm_expected_ = true; }
-  /// The attach failed before the segment changed hands: the pair stays on QUIC.
-  void shm_failed() noexcept {
-    if (!shm_) shm_expected_ = false;
-  }
+  bool shm_expected() const noexcept { return shm_expected_; }
+  /// The attach failed before it was confirmed: the pair stays on QUIC. Should the peer
+  /// have moved a lane anyway (its confirmation raced our failure), its messages would wait
+  /// in memory nobody maps: the connection ends instead.
+  void shm_failed();
   /// The segment is mapped on this side: move our message lanes onto it.
   void attach_shm(std::unique_ptr<ShmLink> link);
   /// Writes what waits for room in the rings out and reads the rings in. Returns whether

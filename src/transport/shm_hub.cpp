@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string_view>
+#include <utility>
 
 #include "core/log.hpp"
 #include "shm/segment.hpp"
@@ -76,27 +78,40 @@ std::optional<shm::Listener::Answer> ShmHub::serve(std::uint32_t rank, const shm
   a.segment_fd = seg->fd();
   a.doorbell_fd = bell_.fd();
   Node* node = &node_;
-  a.then = [node, rank, seg, doorbell](bool sent) mutable {
-    if (!sent) {
-      ::close(doorbell);
-      return;
-    }
+  const int own = bell_.fd();
+  a.then = [node, rank, seg, doorbell, own](bool confirmed) mutable {
     // The engine is stopped before the node is destroyed: queued work never outlives it.
-    node->engine().post([node, rank, seg = std::move(seg), doorbell]() mutable {
+    node->engine().post([node, rank, seg = std::move(seg), doorbell, own, confirmed]() mutable {
       Peer* p = node->peer_locked(static_cast<int>(rank));
-      if (!p) {
+      if (!p || !confirmed) {
         ::close(doorbell);
+        if (p) p->shm_failed();
         return;
       }
-      p->attach_shm(std::make_unique<ShmLink>(std::move(seg), true, doorbell));
+      p->attach_shm(std::make_unique<ShmLink>(std::move(seg), true, doorbell, own));
     });
   };
   return a;
 }
 
+namespace {
+// The attach socket name an offer may carry: "nexar-shm-" and 32 lowercase hex digits
+// (docs/PROTOCOL.md); anything else is not connected to.
+bool valid_name(std::string_view n) {
+  constexpr std::string_view prefix = "nexar-shm-";
+  if (n.size() != prefix.size() + 32 || n.substr(0, prefix.size()) != prefix) return false;
+  for (char ch : n.substr(prefix.size()))
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return false;
+  return true;
+}
+}  // namespace
+
 void ShmHub::on_offer(Peer& p, std::string_view payload) {
+  // Offers come from the lower rank of a pair, once per connection.
+  if (p.rank() >= node_.rank() || p.shm_expected() || !p.connection()) return;
   const auto nl = payload.find('\n');
-  if (nl == std::string_view::npos || payload.substr(0, nl) != host_key_ || !p.connection()) return;
+  if (nl == std::string_view::npos || payload.substr(0, nl) != host_key_ || !valid_name(payload.substr(nl + 1)))
+    return;
   const std::string name(payload.substr(nl + 1));
   shm::Proof proof;
   try {
@@ -110,9 +125,15 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
   const int peer = p.rank();
   const int bell = bell_.fd();
   threads_.emplace_back([node, me, peer, bell, name, proof] {
-    shm::Attached a;
+    std::shared_ptr<shm::Segment> seg;
+    int peer_bell = -1;
     try {
-      a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kAttachStep);
+      shm::Attached a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kAttachStep);
+      if (!shm::adopt_doorbell(a.doorbell_fd)) throw Error(Errc::protocol, "the peer's doorbell is not an eventfd");
+      seg = shm::Segment::open(std::exchange(a.segment_fd, -1));
+      // Confirmed, the peer moves its lanes; unconfirmed, neither side does.
+      a.confirm();
+      peer_bell = std::exchange(a.doorbell_fd, -1);
     } catch (const Error& e) {
       log::info("rank {}: no shared memory with peer {}: {}", me, peer, e.what());
       node->engine().post([node, peer] {
@@ -120,23 +141,13 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
       });
       return;
     }
-    // The peer moves its lanes as soon as it handed the segment over: from here a failure
-    // must end the connection, or its messages would wait in memory nobody reads.
-    std::shared_ptr<shm::Segment> seg;
-    std::string why;
-    try {
-      seg = shm::Segment::open(a.segment_fd);
-    } catch (const Error& e) {
-      why = e.what();
-    }
-    node->engine().post([node, peer, seg = std::move(seg), bell = a.doorbell_fd, why]() mutable {
+    node->engine().post([node, peer, seg = std::move(seg), peer_bell, bell]() mutable {
       Peer* q = node->peer_locked(peer);
-      if (!q || !seg) {
-        ::close(bell);
-        if (q) q->abort("shared memory attach failed after the peer moved its lanes: " + why);
+      if (!q) {
+        ::close(peer_bell);
         return;
       }
-      q->attach_shm(std::make_unique<ShmLink>(std::move(seg), false, bell));
+      q->attach_shm(std::make_unique<ShmLink>(std::move(seg), false, peer_bell, bell));
     });
   });
 }

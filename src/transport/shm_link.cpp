@@ -8,8 +8,8 @@ namespace nexar::detail {
 
 using wire::Lane;
 
-ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell)
-    : seg_(std::move(seg)), creator_(creator), peer_doorbell_(peer_doorbell) {}
+ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell)
+    : seg_(std::move(seg)), creator_(creator), peer_doorbell_(peer_doorbell), own_doorbell_(own_doorbell) {}
 
 ShmLink::~ShmLink() {
   fail_pending(Errc::closed, "connection closed");
@@ -36,6 +36,7 @@ void ShmLink::push(int i, quic::Chunk c) {
   bool moved = false, more = false;
   // A broken ring shows at the next poll too, which reports it.
   (void)flush(moved, more);
+  if (more) ring_self();
 }
 
 bool ShmLink::flush(bool& moved, bool& more) {
@@ -93,5 +94,7 @@ void ShmLink::fail_pending(Errc code, const std::string& why) {
 }
 
 void ShmLink::ring_peer() const noexcept { shm::Doorbell::ring(peer_doorbell_); }
+
+void ShmLink::ring_self() const noexcept { shm::Doorbell::ring(own_doorbell_); }
 
 }  // namespace nexar::detail

@@ -21,8 +21,9 @@ namespace nexar::detail {
 
 class ShmLink {
  public:
-  /// `creator`: this side made the segment (it writes direction 0). Owns `peer_doorbell`.
-  ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell);
+  /// `creator`: this side made the segment (it writes direction 0). Owns `peer_doorbell`;
+  /// `own_doorbell` (this node's, not owned) is rung to come back to unfinished work.
+  ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell);
   ~ShmLink();
   ShmLink(const ShmLink&) = delete;
   ShmLink& operator=(const ShmLink&) = delete;
@@ -59,6 +60,10 @@ class ShmLink {
   shm::Ring& in(int i) noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
   /// Wakes the peer (room freed or credit granted in one of its rings out).
   void ring_peer() const noexcept;
+  /// Wakes this node's engine: work is left that no event of the peer's will announce (a
+  /// lane stopped at its quantum; a lane just switched, whose bytes may have been announced
+  /// before the switch was read).
+  void ring_self() const noexcept;
 
  private:
   shm::Ring& out(int i) noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
@@ -66,6 +71,7 @@ class ShmLink {
   std::shared_ptr<shm::Segment> seg_;
   bool creator_;
   int peer_doorbell_;
+  int own_doorbell_;
   bool sending_[shm::Segment::lanes] = {};
   struct Waiting {
     quic::Chunk chunk;
