@@ -723,8 +723,9 @@ void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, i
                         human_size(cfg.allreduce_doubling_bytes), human_size(cfg.allreduce_ring_bytes));
   else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
     algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
-  std::printf("# nexar-bench %s: nexar over QUIC, %s; algorithm %s; segment %s\n", ci.name, ranks_how.c_str(),
-              algo.c_str(), human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
+  std::printf("# nexar-bench %s: nexar over QUIC%s, %s; algorithm %s; segment %s\n", ci.name,
+              cfg.shm ? " (shared memory between ranks of a host)" : "", ranks_how.c_str(), algo.c_str(),
+              human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
   std::printf("# ranks %d  minBytes %llu  maxBytes %llu  step: %g(factor)  warmup iters: %d  iters: %d  "
               "validation: %d  timing: median over iters of max over ranks\n",
               n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
