@@ -446,6 +446,41 @@ py::object all_gather_v(PyComm& s, const Opts& o, bool nb, py::handle send, py::
   return run(h, obj(recv), nb, start, [&] { start().wait(); });
 }
 
+// What a rooted variable-size collective (gather_v, scatter_v) needs beyond this rank's
+// own buffer `own` (named `own_name`): the root must pass counts, another rank may (else
+// only its own entry, its buffer's size, matters), and the root's other buffer (`other`,
+// borrowed with `access`) must hold the whole layout. Kept in `h`, which the operation
+// holds until it completes.
+struct RootedV {
+  const std::vector<std::size_t>& counts;
+  const std::vector<std::size_t>& displs;
+  std::size_t mine;       ///< this rank's count, checked against `own`
+  std::byte* other;       ///< the root's other buffer; null elsewhere
+};
+RootedV rooted_v(const char* name, const PyComm& s, const Opts& o, Hold& h, Borrowed& own, const char* own_name,
+                 py::handle other, Access access, const char* other_name, const Unit& u, bool at_root,
+                 const std::optional<std::vector<std::size_t>>& counts,
+                 const std::optional<std::vector<std::size_t>>& displs) {
+  const std::size_t have = count(name, own_name, own, u);
+  if (at_root && !counts) invalid(std::string(name) + ": the root needs counts");
+  auto& c = h.counts[0] = units(name, "counts", counts ? *counts : own_counts(s, have, u), s, u);
+  auto& d = h.counts[1] = displacements(name, "displs", displs, c, s, u);
+  const std::size_t mine = c[static_cast<std::size_t>(s.c.rank())];
+  need(name, own_name, have, mine, u);
+  std::byte* p = nullptr;
+  if (at_root) {
+    Borrowed& b = h.add(borrow(other, access, name, other_name));
+    if (access == Access::read) {
+      same_type(name, b, other_name, own, own_name, o);
+    } else {
+      same_type(name, own, own_name, b, other_name, o);
+    }
+    need(name, other_name, count(name, other_name, b, u), extent(c, d), u);
+    p = b.data();
+  }
+  return {c, d, mine, p};
+}
+
 py::object gather_v(PyComm& s, const Opts& o, bool nb, py::handle send, py::handle recv,
                     std::optional<std::vector<std::size_t>> counts,
                     std::optional<std::vector<std::size_t>> displs, int root) {
@@ -454,24 +489,10 @@ py::object gather_v(PyComm& s, const Opts& o, bool nb, py::handle send, py::hand
   const bool at_root = s.c.rank() == root;
   Borrowed& sb = h->add(borrow(send, Access::read, name, "send"));
   const Unit u = movement_unit(sb, o);
-  const std::size_t own = count(name, "send", sb, u);
-  if (at_root && !counts) invalid(std::string(name) + ": the root needs counts");
-  auto& c = h->counts[0] = units(name, "counts", counts ? *counts : own_counts(s, own, u), s, u);
-  auto& d = h->counts[1] = displacements(name, "displs", displs, c, s, u);
-  const std::size_t mine = c[static_cast<std::size_t>(s.c.rank())];
-  need(name, "send", own, mine, u);
-  std::byte* rp = nullptr;
-  py::object result = py::none();
-  if (at_root) {
-    Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-    same_type(name, sb, "send", rb, "recv", o);
-    need(name, "recv", count(name, "recv", rb, u), extent(c, d), u);
-    rp = rb.data();
-    result = obj(recv);
-  }
+  const RootedV v = rooted_v(name, s, o, *h, sb, "send", recv, Access::write, "recv", u, at_root, counts, displs);
   std::byte* sp = sb.data();
-  auto start = [&] { return s.c.igather_v(sp, mine, rp, c, d, u.dt, root, o.o); };
-  return run(h, result, nb, start, [&] { start().wait(); });
+  auto start = [&] { return s.c.igather_v(sp, v.mine, v.other, v.counts, v.displs, u.dt, root, o.o); };
+  return run(h, at_root ? obj(recv) : py::none(), nb, start, [&] { start().wait(); });
 }
 
 py::object scatter_v(PyComm& s, const Opts& o, bool nb, py::handle send,
@@ -482,21 +503,9 @@ py::object scatter_v(PyComm& s, const Opts& o, bool nb, py::handle send,
   const bool at_root = s.c.rank() == root;
   Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
   const Unit u = movement_unit(rb, o);
-  const std::size_t room = count(name, "recv", rb, u);
-  if (at_root && !counts) invalid(std::string(name) + ": the root needs counts");
-  auto& c = h->counts[0] = units(name, "counts", counts ? *counts : own_counts(s, room, u), s, u);
-  auto& d = h->counts[1] = displacements(name, "displs", displs, c, s, u);
-  const std::size_t mine = c[static_cast<std::size_t>(s.c.rank())];
-  need(name, "recv", room, mine, u);
-  std::byte* sp = nullptr;
-  if (at_root) {
-    Borrowed& sb = h->add(borrow(send, Access::read, name, "send"));
-    same_type(name, sb, "send", rb, "recv", o);
-    need(name, "send", count(name, "send", sb, u), extent(c, d), u);
-    sp = sb.data();
-  }
+  const RootedV v = rooted_v(name, s, o, *h, rb, "recv", send, Access::read, "send", u, at_root, counts, displs);
   std::byte* rp = rb.data();
-  auto start = [&] { return s.c.iscatter_v(sp, c, d, rp, mine, u.dt, root, o.o); };
+  auto start = [&] { return s.c.iscatter_v(v.other, v.counts, v.displs, rp, v.mine, u.dt, root, o.o); };
   return run(h, obj(recv), nb, start, [&] { start().wait(); });
 }
 
