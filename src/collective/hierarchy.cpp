@@ -6,6 +6,8 @@
 
 #include <nexar/error.hpp>
 
+#include "collective/algorithms.hpp"
+
 namespace nexar::detail::coll {
 
 bool Hierarchy::useful() const noexcept {
@@ -17,18 +19,13 @@ bool Hierarchy::useful() const noexcept {
 Hierarchy hierarchy(const Coll& c) {
   CollectivePort& p = c.port;
   if (!p.hosts()) {
-    // Learn every rank's host once: each sends its id to every other (n - 1 messages of
-    // 8 bytes each way, once per communicator).
-    const int n = c.size(), r = c.rank();
-    std::vector<std::uint64_t> ids(static_cast<std::size_t>(n));
-    ids[static_cast<std::size_t>(r)] = p.host_id();
-    Requests reqs;
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      reqs.push_back(c.irecv(q, &ids[static_cast<std::size_t>(q)], sizeof(std::uint64_t)));
-      reqs.push_back(c.isend(q, &ids[static_cast<std::size_t>(r)], sizeof(std::uint64_t)));
-    }
-    Coll::wait_all(reqs);
+    // Learn every rank's host once per communicator: an all_gather of the 8-byte ids.
+    std::vector<std::uint64_t> ids(static_cast<std::size_t>(c.size()));
+    const std::uint64_t mine = p.host_id();
+    Coll g = c;
+    g.dtype = DataType::u64;
+    g.algorithm = Algorithm::automatic;
+    all_gather(g, &mine, ids.data(), 1);
     p.set_hosts(std::move(ids));
   }
   const std::vector<std::uint64_t>& ids = *p.hosts();

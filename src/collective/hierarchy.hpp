@@ -19,7 +19,7 @@ struct Hierarchy {
 };
 
 /// The hosts of `c`'s communicator. The first call on a communicator learns them: an
-/// all_gather of every rank's host id with `c`'s tag (so every rank must make it in the
+/// all_gather of every rank's host id within `c` (so every rank must make it in the
 /// same collective, as automatic choices do); later calls answer from the port's memory.
 Hierarchy hierarchy(const Coll& c);
 

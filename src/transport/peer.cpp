@@ -170,7 +170,7 @@ bool Peer::poll_shm() {
 void Peer::credit(std::int64_t id, std::uint64_t n) {
   if (id < 0) {
     if (!shm_) return;
-    shm::Ring& r = shm_->in(static_cast<int>(-2 - id));
+    shm::Ring& r = shm_->in(shm_ring(id));
     r.grant(n);
     if (r.take_writer_waiting()) shm_->ring_peer();
     return;
@@ -314,7 +314,7 @@ std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* 
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
     slot->id = id;
-    if (id < 0) slot->reader.start_without_preamble(ShmLink::lane(static_cast<int>(-2 - id)));
+    if (id < 0) slot->reader.start_without_preamble(ShmLink::lane(shm_ring(id)));
   }
   InStream& s = *slot;
   s.deferred_now = 0;

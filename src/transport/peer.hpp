@@ -177,6 +177,8 @@ class Peer final : public quic::ConnectionHandler {
   void push(wire::Lane lane, quic::Chunk c);
   /// The pseudo stream id of shared-memory ring `i` (QUIC's ids are never negative).
   static std::int64_t shm_stream(int i) noexcept { return -2 - i; }
+  /// The ring of a pseudo stream id (the inverse of shm_stream).
+  static int shm_ring(std::int64_t id) noexcept { return static_cast<int>(-2 - id); }
   bool on_header(InStream& s, const wire::FrameHeader& h);
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);

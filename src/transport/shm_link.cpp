@@ -78,7 +78,7 @@ bool ShmLink::flush(bool& moved, bool& more) {
 
 std::uint64_t ShmLink::unread() const noexcept {
   std::uint64_t n = waiting_bytes_;
-  for (int i = 0; i < shm::Segment::lanes; ++i) n += const_cast<ShmLink*>(this)->out(i).unread();
+  for (int i = 0; i < shm::Segment::lanes; ++i) n += out(i).unread();
   return n;
 }
 

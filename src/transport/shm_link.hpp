@@ -57,7 +57,7 @@ class ShmLink {
   /// Fails every waiting chunk (the peer is gone).
   void fail_pending(Errc code, const std::string& why);
 
-  shm::Ring& in(int i) noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
+  shm::Ring& in(int i) const noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
   /// Wakes the peer (room freed or credit granted in one of its rings out).
   void ring_peer() const noexcept;
   /// Wakes this node's engine: work is left that no event of the peer's will announce (a
@@ -66,7 +66,7 @@ class ShmLink {
   void ring_self() const noexcept;
 
  private:
-  shm::Ring& out(int i) noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
+  shm::Ring& out(int i) const noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
 
   std::shared_ptr<shm::Segment> seg_;
   bool creator_;
