@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace nexar {
 
@@ -33,6 +34,30 @@ enum class FailurePolicy {
 
 /// "abort", "manual" or "automatic".
 const char* to_string(FailurePolicy p) noexcept;
+
+/// Which pairs of ranks hold a direct connection (NEXAR_TOPOLOGY). Messages between ranks
+/// that are not neighbours are relayed hop by hop through neighbours, transparently: every
+/// operation works on every topology, only the number of connections (and hops) changes.
+struct Topology {
+  enum class Kind {
+    /// Every rank connects to every other: n-1 connections per rank (the default).
+    full_mesh,
+    /// A ring lattice: rank r connects to r±1 .. r±k/2 (mod n), k connections per rank.
+    k_regular,
+    /// Rank r connects to r xor 2^i for every i with r xor 2^i < n: log2 n connections.
+    hypercube,
+  };
+  Kind kind = Kind::full_mesh;
+  /// k_regular: neighbours per rank; even, at least 2.
+  std::uint32_t k = 0;
+
+  /// Parses "full_mesh", "k_regular:K" or "hypercube" (case-insensitive). Throws
+  /// nexar::Error(Errc::invalid_argument) naming the text and what was wrong.
+  static Topology parse(std::string_view text);
+  /// The form parse() reads: "full_mesh", "k_regular:4", "hypercube".
+  std::string to_string() const;
+  friend bool operator==(const Topology&, const Topology&) = default;
+};
 
 struct Config {
   /// Deadline of every blocking call that does not take its own (NEXAR_TIMEOUT_MS).
@@ -88,6 +113,19 @@ struct Config {
   /// Bytes of each shared-memory ring: one per message lane and direction between two
   /// ranks of a host (NEXAR_SHM_RING_BYTES). A power of two, 64 KiB .. 256 MiB.
   std::uint64_t shm_ring_bytes = 1024 * 1024;
+  /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
+  /// see Topology. Every rank of a job must use the same.
+  Topology topology;
+  /// Most hops a relayed message may take (NEXAR_RELAY_HOPS), 1 .. 255; 0 (the default):
+  /// the topology's diameter plus 4, room to route around a few failed ranks. A message
+  /// whose route is longer fails at once with Errc::invalid_argument naming the
+  /// destination and both figures; a relay drops one that exceeded it.
+  std::uint32_t relay_hop_limit = 0;
+  /// Bytes one rank may have in flight to one non-neighbour per lane, unacknowledged by
+  /// the destination (NEXAR_RELAY_WINDOW_BYTES), 64 KiB .. 1 GiB. It bounds what every
+  /// relay holds for that pair, so a slow destination never stalls other traffic through
+  /// the same relay.
+  std::uint64_t relay_window = 4ull * 1024 * 1024;
   /// For tests and benchmarks only: faults injected where datagrams arrive, to study the
   /// transport under loss, delay and reordering on one machine (NEXAR_IMPAIR). A list of
   /// key=value: drop=P and reorder=P (probabilities per datagram), delay_ms, jitter_ms,

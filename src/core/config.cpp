@@ -171,6 +171,38 @@ void check_timeout(std::string_view setting, const char* var, milliseconds v) {
 
 }  // namespace
 
+Topology Topology::parse(std::string_view text) {
+  auto bad = [&](std::string_view what) -> Topology {
+    throw Error(Errc::invalid_argument, fmt::format("topology '{}': {}", text, what));
+  };
+  Topology t;
+  if (iequals(text, "full_mesh")) return t;
+  if (iequals(text, "hypercube")) {
+    t.kind = Kind::hypercube;
+    return t;
+  }
+  constexpr std::string_view kRegular = "k_regular:";
+  if (text.size() > kRegular.size() && iequals(text.substr(0, kRegular.size()), kRegular)) {
+    bool overflow = false;
+    const auto k = parse_u64(text.substr(kRegular.size()), overflow);
+    if (!k || overflow || *k > 65536) return bad("K is not a whole number 2 .. 65536");
+    if (*k < 2 || *k % 2 != 0) return bad("K must be even and at least 2 (K/2 neighbours on each side of the ring)");
+    t.kind = Kind::k_regular;
+    t.k = static_cast<std::uint32_t>(*k);
+    return t;
+  }
+  return bad("not a topology (full_mesh, k_regular:K, hypercube)");
+}
+
+std::string Topology::to_string() const {
+  switch (kind) {
+    case Kind::full_mesh: return "full_mesh";
+    case Kind::k_regular: return fmt::format("k_regular:{}", k);
+    case Kind::hypercube: return "hypercube";
+  }
+  return "unknown";
+}
+
 const char* to_string(FailurePolicy p) noexcept {
   switch (p) {
     case FailurePolicy::abort: return "abort";
@@ -216,6 +248,15 @@ Config Config::from_env() {
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
   if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
   env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
+  if (auto s = env("NEXAR_TOPOLOGY")) {
+    try {
+      c.topology = Topology::parse(*s);
+    } catch (const Error& e) {
+      malformed("NEXAR_TOPOLOGY", *s, e.what());
+    }
+  }
+  env_count("NEXAR_RELAY_HOPS", c.relay_hop_limit);
+  env_bytes("NEXAR_RELAY_WINDOW_BYTES", c.relay_window);
   if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
   if (auto s = env("NEXAR_SPIN_US")) {
     c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
@@ -285,6 +326,18 @@ void Config::validate() const {
     out_of_range("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", format_bytes(shm_ring_bytes),
                  "a power of two, 64 KiB .. 256 MiB");
   }
+  if (topology.kind == Topology::Kind::k_regular && (topology.k < 2 || topology.k % 2 != 0 || topology.k > 65536)) {
+    out_of_range("topology", "NEXAR_TOPOLOGY", topology.to_string(), "k_regular:K with K even, 2 .. 65536");
+  }
+  if (topology.kind != Topology::Kind::k_regular && topology.k != 0) {
+    out_of_range("topology.k", "NEXAR_TOPOLOGY", fmt::format("{}", topology.k), "0 unless the kind is k_regular");
+  }
+  if (relay_hop_limit > 255) {
+    out_of_range("relay_hop_limit", "NEXAR_RELAY_HOPS", fmt::format("{}", relay_hop_limit), "0 (automatic) or 1 .. 255");
+  }
+  if (relay_window < 64 * KiB || relay_window > GiB) {
+    out_of_range("relay_window", "NEXAR_RELAY_WINDOW_BYTES", format_bytes(relay_window), "64 KiB .. 1 GiB");
+  }
   if (spin.count() < 0 || spin > kMaxSpin) {
     out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
                  fmt::format("0 .. {} us", kMaxSpin.count()));
@@ -328,6 +381,13 @@ std::string Config::describe() const {
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
+  fmt::format_to(it, "topology = {}\n", topology.to_string());
+  if (relay_hop_limit == 0) {
+    fmt::format_to(it, "relay_hop_limit = auto (diameter + 4)\n");
+  } else {
+    fmt::format_to(it, "relay_hop_limit = {}\n", relay_hop_limit);
+  }
+  fmt::format_to(it, "relay_window = {}\n", format_bytes(relay_window));
   if (!impair.empty()) fmt::format_to(it, "impair = {}\n", impair);
   fmt::format_to(it, "spin = {} us\n", spin.count());
   fmt::format_to(it, "yield_when_idle = {}\n", yield_when_idle ? "on" : "off");

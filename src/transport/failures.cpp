@@ -97,7 +97,9 @@ void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || r == except) continue;
     Peer* p = peer(r);
-    if (!p || !p->up()) continue;
+    // Neighbours only: each forwards it once, so it reaches every rank of a connected
+    // topology without crossing relays.
+    if (!p || !p->up() || p->relayed()) continue;
     p->send_frame(wire::Lane::control, encode_frame(h, std::as_bytes(std::span(payload))),
                   wire::header_size + payload.size());
   }

@@ -39,10 +39,13 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner) {
       if (joiner) waiting_.push_back(id);  // ids only grow: stays ascending
     }
     peers_.push_back(std::make_unique<Peer>(*this, id, names_.back(), addrs_.back()));
+    if (!direct(id)) peers_.back()->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
     world_.store(n + 1, std::memory_order_release);
+    down_.resize(static_cast<std::size_t>(n + 1), 0);
+    routes_ = Routes(cfg_.topology, n + 1, rank_, down_);
     log::info("rank {}: world rank {} ({}, {}) {}", rank_, id, names_.back(), addr.to_string(),
               joiner ? "waits to join" : "announced");
-    if (id > rank_) dial(id);
+    if (id > rank_ && direct(id)) dial(id);
   });
 }
 

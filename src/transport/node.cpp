@@ -51,6 +51,10 @@ class AcceptRouter final : public quic::ConnectionHandler {
     if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
     // Lower ranks dial higher ones; a higher rank dialling us breaks that rule.
     if (r > n_.rank()) return "node '" + node + "' has a higher rank: it is dialled, not accepted";
+    if (!n_.direct(r)) {
+      return "node '" + node + "' (rank " + std::to_string(r) + ") is no neighbour of rank " +
+             std::to_string(n_.rank()) + " under topology " + n_.config().topology.to_string();
+    }
     Peer* p = n_.peer(r);
     std::string why = p->on_peer_identity(conn, node);
     if (why.empty()) p->attach(conn);
@@ -78,6 +82,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
       addrs_(std::move(opts.addrs)),
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
       engine_(cfg.spin, cfg.yield_when_idle),
+      formed_(opts.world),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
   const int world = opts.world;
@@ -95,6 +100,14 @@ Node::Node(NodeOptions opts, const Config& cfg)
     peers_[static_cast<std::size_t>(r)] =
         std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
+  // Under a sparse topology, peers that are not neighbours are reached through relays.
+  for (int r = 0; r < world; ++r)
+    if (r != rank_ && !direct(r))
+      peers_[static_cast<std::size_t>(r)]->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
+  down_.assign(static_cast<std::size_t>(world), 0);
+  routes_ = Routes(cfg_.topology, world, rank_, down_);
+  plain_routes_ = routes_;
+  hop_limit_ = hop_limit(cfg_.topology, world, cfg_.relay_hop_limit);
   for (int j : opts.joiners)
     if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
   std::sort(waiting_.begin(), waiting_.end());
@@ -136,7 +149,8 @@ void Node::start() {
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
-    for (int r = rank_ + 1; r < size(); ++r) dial(r);
+    for (int r = rank_ + 1; r < size(); ++r)
+      if (direct(r)) dial(r);
     // A joiner of a running job awaits nobody (the members dial it as they learn of it):
     // failures are judged from now on.
     if (late_) start_liveness();
@@ -157,6 +171,7 @@ void Node::start() {
       for (int r = 0; r < world; ++r) {
         if (r == rank_) continue;
         Peer* p = peer(r);
+        if (p->relayed()) continue;  // up through its neighbours'
         if (p->gone()) {
           probe.set_value({r, p->gone_why()});
           return;
@@ -189,7 +204,8 @@ void Node::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  log::info("rank {}: connected to {} peers on {}", rank_, world - 1, ep_->local().to_string());
+  log::info("rank {}: connected to {} neighbours of {} peers ({}) on {}", rank_, direct_peers().size(), world - 1,
+            cfg_.topology.to_string(), ep_->local().to_string());
 }
 
 void Node::dial(int r) {
@@ -324,6 +340,8 @@ void Node::on_peer_closed(Peer& p) {
     }
   }
   if (rpc_) rpc_->on_peer_gone(p.rank(), p.gone_code(), p.gone_why());
+  // Routes avoid it from now on (a failed relay's bytes are sent again around it).
+  route_around(p.rank(), p.gone_code() == Errc::rank_failed);
   // A peer that went away in an orderly way is no failure, but an agreement waiting for it
   // would wait until op_timeout: the membership module decides (last: it may declare it).
   if (membership_ && judging_failures() && p.gone_code() != Errc::rank_failed && !is_failed(p.rank()))
@@ -395,6 +413,10 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
     throw make_error(Errc::invalid_argument, ctx,
                      "message of " + std::to_string(size) + " bytes exceeds max_frame_bytes " +
                          std::to_string(cfg_.max_frame_bytes));
+  }
+  if (std::string why = beyond_hop_limit(dest); !why.empty()) {
+    ErrorContext ctx{op, rank_, dest, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx, why);
   }
   auto st = new_op(op, a.timeout);
   Peer* p = peer(dest);

@@ -35,6 +35,7 @@
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/rpc_lanes.hpp"
+#include "transport/topology.hpp"
 #include "wire/ballot.hpp"
 
 namespace nexar::detail {
@@ -295,7 +296,41 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// share memory.
   std::uint64_t host_id() const noexcept { return host_id_; }
 
+  // ---- relaying (transport/relay.cpp) -------------------------------------------------
+  //
+  // Under a sparse Config::topology a node connects only to its neighbours; every other
+  // peer is relayed: its lanes travel end to end (RelayLink) in relay frames that each
+  // neighbour on the way forwards toward the destination (docs/ARCHITECTURE.md, "Sparse
+  // topologies").
+
+  /// Whether world rank `r` is our neighbour (has a connection of its own). Any thread.
+  bool direct(int r) const noexcept;
+  /// Sends what the credit allows of relayed peer `dest`'s `lane` toward it. Engine lock held.
+  void relay_pump(Peer& dest, wire::Lane lane);
+  /// A relay frame `h` arrived whole from neighbour `from` on `lane` (`seg`: header and
+  /// payload): delivered here or forwarded. False: `from` broke the protocol (and is gone).
+  bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg);
+  /// A relay_ack frame arrived from neighbour `from`: taken here or forwarded.
+  bool on_relay_ack(Peer& from, const wire::FrameHeader& h);
+  /// Relayed peer `origin` is owed an acknowledgement of `lane`: it goes out once the
+  /// current batch of work is done, one for all the segments that batch took.
+  void owe_relay_ack(int origin, wire::Lane lane);
+  /// Why `dest` cannot be reached within the hop limit (for an operation's error), or empty.
+  /// Any thread.
+  std::string beyond_hop_limit(int dest) const;
+  /// Direct neighbours, ascending (for tools' headers). Any thread.
+  std::vector<int> direct_peers() const;
+
  private:
+  /// World rank `r` went down (failed, or its connection ended): routes avoid it from now
+  /// on, and relayed lanes whose first hop changed (every one, when `failed`: a relay in
+  /// the middle may have held their bytes) send their unacknowledged bytes again.
+  void route_around(int r, bool failed);
+  void send_relay_acks();
+  /// The world size that decides whether ranks `a` and `b` are neighbours: the formed
+  /// world's, or for a rank added later, the world it made.
+  int link_world(int a, int b) const noexcept { return std::max(formed_, std::max(a, b) + 1); }
+
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
   /// the operation if nothing has moved yet, and then it fails naming `peer_rank`.
   template <class Withdraw>
@@ -392,6 +427,13 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::unique_ptr<ShmHub> shm_;  // when Config::shm
   std::vector<int> shm_peers_;
   std::uint64_t host_id_ = 0;
+  int formed_;                  // world size at formation (topology)
+  std::vector<char> down_;      // engine thread: ranks routes avoid
+  Routes routes_;               // engine thread
+  Routes plain_routes_;         // nobody down; read by user threads, set before start()
+  int hop_limit_ = 0;
+  std::vector<std::pair<int, wire::Lane>> acks_owed_;
+  bool acks_posted_ = false;
   MatchQueue match_[domain_count];
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;

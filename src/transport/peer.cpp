@@ -75,13 +75,21 @@ void Peer::on_established(quic::Connection& c) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
   send_frame(Lane::control, std::move(b), wire::header_size + my_name.size());
+  // What was queued while the connection was being set up follows the hello.
+  auto early = std::move(early_);
+  early_.clear();
+  for (auto& [lane, chunk] : early) push(lane, std::move(chunk));
   state_.store(State::up, std::memory_order_release);
   node_.offer_shm(*this);
   log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
 }
 
 void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done) {
-  if (!conn_ || gone()) {
+  // A neighbour that said goodbye lingers until its own last bytes are acknowledged: what
+  // we relay to it meanwhile (acknowledgements of those bytes among them) still goes.
+  const bool lingering = gone_code_ == Errc::peer_closed && conn_ && !conn_->closed() &&
+                         out_[static_cast<int>(lane)] >= 0 && !done;
+  if (gone() && !lingering) {
     if (done) node_.fail(done, gone_code_ == Errc::ok ? Errc::peer_failed : gone_code_, rank_, gone_why_);
     return;
   }
@@ -90,6 +98,15 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
 }
 
 void Peer::push(Lane lane, quic::Chunk c) {
+  if (relay_) {
+    relay_->push(lane, std::move(c));
+    node_.relay_pump(*this, lane);
+    return;
+  }
+  if (!conn_ || out_[static_cast<int>(lane)] < 0) {
+    early_.emplace_back(lane, std::move(c));
+    return;
+  }
   const int i = ShmLink::index(lane);
   if (shm_ && i >= 0 && shm_->sending(i)) {
     shm_->push(i, std::move(c));
@@ -168,6 +185,12 @@ bool Peer::poll_shm() {
 }
 
 void Peer::credit(std::int64_t id, std::uint64_t n) {
+  if (is_relay_stream(id)) {
+    if (!relay_) return;
+    relay_->consumed(pseudo_lane(id), n);
+    node_.owe_relay_ack(rank_, pseudo_lane(id));
+    return;
+  }
   if (id < 0) {
     if (!shm_) return;
     shm::Ring& r = shm_->in(shm_ring(id));
@@ -267,7 +290,9 @@ void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
 }
 
 std::uint64_t Peer::unacked() const {
-  if (!conn_ || gone()) return 0;
+  if (gone()) return 0;
+  if (relay_) return relay_->unacked();
+  if (!conn_) return 0;
   std::uint64_t n = 0;
   for (auto id : out_)
     if (id >= 0) n += conn_->unacked(id);
@@ -314,7 +339,7 @@ std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* 
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
     slot->id = id;
-    if (id < 0) slot->reader.start_without_preamble(ShmLink::lane(shm_ring(id)));
+    if (id < 0) slot->reader.start_without_preamble(pseudo_lane(id));
   }
   InStream& s = *slot;
   s.deferred_now = 0;
@@ -322,7 +347,8 @@ std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* 
   auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
   if (auto err = s.reader.feed(in, r)) {
     if (!gone()) {
-      protocol_error((id < 0 ? "shared-memory lane " + std::string(wire::to_string(s.reader.lane()))
+      protocol_error((is_relay_stream(id)  ? "relayed lane " + std::string(wire::to_string(s.reader.lane()))
+                      : id < 0 ? "shared-memory lane " + std::string(wire::to_string(s.reader.lane()))
                              : "stream " + std::to_string(id)) +
                      ": " + err.error);
     }
@@ -404,6 +430,13 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   }
   // Everything in flight with this peer fails now, naming it.
   if (shm_) shm_->fail_pending(gone_code_, gone_why_);
+  if (relay_) relay_->fail_pending(gone_code_, gone_why_);
+  {
+    auto early = std::move(early_);
+    early_.clear();
+    for (auto& [lane, chunk] : early)
+      if (chunk.done) chunk.done(gone_code_, gone_why_);
+  }
   for (auto& [seq, r] : rdv_out_)
     if (!r.cancelled) node_.fail(r.op, gone_code_, rank_, gone_why_);
   rdv_out_.clear();
@@ -453,6 +486,18 @@ bool Peer::receiving(const OpState* op) const {
 }
 
 bool Peer::on_header(InStream& s, const FrameHeader& h) {
+  // Relayed frames name their origin, which need not be this neighbour.
+  if (h.type == FrameType::relay || h.type == FrameType::relay_ack) {
+    if (is_relay_stream(s.id)) {
+      protocol_error(std::string(wire::to_string(h.type)) + " frame inside a relayed lane");
+      return false;
+    }
+    s.sink = Sink{};
+    if (h.type == FrameType::relay_ack) return node_.on_relay_ack(*this, h);
+    s.sink.kind = Sink::relay;
+    s.sink.segment = node_.pool().acquire(wire::header_size + h.length);
+    return true;
+  }
   if (h.src != static_cast<std::uint32_t>(rank_)) {
     protocol_error("frame claims source rank " + std::to_string(h.src));
     return false;
@@ -609,6 +654,9 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       if (s.sink.kind == Sink::rpc_response)
         s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
       return true;
+    case FrameType::relay:
+    case FrameType::relay_ack:
+      break;  // taken above
   }
   protocol_error("unexpected frame type");
   return false;
@@ -642,6 +690,9 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
     case Sink::hello:
     case Sink::control:
       k.bytes.insert(k.bytes.end(), chunk.begin(), chunk.end());
+      break;
+    case Sink::relay:
+      std::memcpy(k.segment.data() + wire::header_size + k.got, chunk.data(), chunk.size());
       break;
     case Sink::none:
     case Sink::discard:
@@ -726,6 +777,9 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::rpc_response:
       if (k.kind == Sink::rpc_response)
         node_.rpc()->on_response(rank_, h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
+      break;
+    case FrameType::relay:
+      if (!node_.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
       break;
     default:
       break;

@@ -17,6 +17,7 @@
 #include "engine/op_state.hpp"
 #include "quic/connection.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/relay_link.hpp"
 #include "transport/shm_link.hpp"
 #include "wire/frame.hpp"
 
@@ -134,15 +135,29 @@ class Peer final : public quic::ConnectionHandler {
   bool poll_shm();
   bool has_shm() const noexcept { return shm_ != nullptr; }
 
+  /// The peer broke the protocol: it is gone, and its connection closes.
+  void protocol_error(const std::string& why);
+
+  // ---- relaying (transport/relay.cpp), engine thread ----
+  /// This rank is not our neighbour (Config::topology): every lane travels through relays,
+  /// end to end over `link`. The peer counts as up from now on.
+  void make_relayed(std::unique_ptr<RelayLink> link);
+  /// Whether this peer is reached through relays (it has no connection of its own).
+  bool relayed() const noexcept { return relay_ != nullptr; }
+  RelayLink* relay_link() noexcept { return relay_.get(); }
+  /// A segment of `lane`'s stream from this rank, at `offset`, reached us through relays.
+  void relay_in(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len);
+
  private:
   enum class State { connecting, up, gone };
 
   struct InStream;
   struct Sink {
-    enum Kind { none, user, unexpected, rpc_request, rpc_response, hello, control, discard } kind = none;
+    enum Kind { none, user, unexpected, rpc_request, rpc_response, hello, control, discard, relay } kind = none;
     std::shared_ptr<RecvOp> recv;  // user
     std::shared_ptr<Unexpected> unexp;
     std::vector<std::byte> bytes;  // rpc / hello payload
+    PooledBuffer segment;          // relay: header and payload, forwarded or delivered whole
     std::uint64_t got = 0;
     bool truncated = false;
   };
@@ -179,10 +194,16 @@ class Peer final : public quic::ConnectionHandler {
   static std::int64_t shm_stream(int i) noexcept { return -2 - i; }
   /// The ring of a pseudo stream id (the inverse of shm_stream).
   static int shm_ring(std::int64_t id) noexcept { return static_cast<int>(-2 - id); }
+  /// The pseudo stream id of `lane` relayed end to end, below every ring's.
+  static std::int64_t relay_stream(wire::Lane lane) noexcept { return -16 - static_cast<int>(lane); }
+  static bool is_relay_stream(std::int64_t id) noexcept { return id <= -16; }
+  /// The lane a pseudo stream id carries.
+  static wire::Lane pseudo_lane(std::int64_t id) noexcept {
+    return is_relay_stream(id) ? static_cast<wire::Lane>(-16 - id) : ShmLink::lane(shm_ring(id));
+  }
   bool on_header(InStream& s, const wire::FrameHeader& h);
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);
-  void protocol_error(const std::string& why);
   /// Closes the connection with `app_code` once the current call chain unwinds (ngtcp2's
   /// packet processing must not be re-entered), unless it closed by itself meanwhile.
   void close_later(std::uint64_t app_code, std::string why);
@@ -216,6 +237,10 @@ class Peer final : public quic::ConnectionHandler {
   std::uint64_t last_heartbeat_ = 0;
   std::unique_ptr<ShmLink> shm_;
   bool shm_expected_ = false;
+  std::unique_ptr<RelayLink> relay_;
+  // Chunks queued before the connection's streams exist (a relay forwarding to a
+  // neighbour still connecting), sent once it is established.
+  std::vector<std::pair<wire::Lane, quic::Chunk>> early_;
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
 
 };

@@ -22,7 +22,7 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::shm_switch);
+         t <= static_cast<std::uint8_t>(FrameType::relay_ack);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
@@ -36,7 +36,10 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::decided:
     case FrameType::welcome:
     case FrameType::shm_offer:
+    case FrameType::relay_ack:
       return lane == Lane::control;
+    case FrameType::relay:
+      return true;
     case FrameType::eager:
     case FrameType::rts:
     case FrameType::cts:
@@ -82,6 +85,8 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::welcome: return "welcome";
     case FrameType::shm_offer: return "shm_offer";
     case FrameType::shm_switch: return "shm_switch";
+    case FrameType::relay: return "relay";
+    case FrameType::relay_ack: return "relay_ack";
   }
   return "unknown";
 }
@@ -199,6 +204,9 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
         length > max_ballot_payload) {
       return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
     }
+    if (type == FrameType::relay && length > max_relay_segment) {
+      return {length_too_big(length, max_relay_segment).error + " for frame type relay"};
+    }
     if (type == FrameType::shm_offer && length > max_shm_offer_payload) {
       return {length_too_big(length, max_shm_offer_payload).error + " for frame type shm_offer"};
     }
@@ -225,6 +233,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::decided:
     case FrameType::welcome:
     case FrameType::shm_offer:
+    case FrameType::relay:
       return true;
     case FrameType::rdata:
       return (flags & flag_cancelled) == 0;
@@ -234,6 +243,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::heartbeat:
     case FrameType::revoke:
     case FrameType::shm_switch:
+    case FrameType::relay_ack:
       return false;
   }
   return false;

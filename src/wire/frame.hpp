@@ -50,7 +50,26 @@ enum class FrameType : std::uint8_t {
   // Shared memory between ranks of one host (docs/PROTOCOL.md, "Shared memory").
   shm_offer = 15,    ///< control: attach to my shared memory; payload = host key, '\n', socket name
   shm_switch = 16,   ///< message lanes: what follows on this lane comes through shared memory
+  // Relaying between ranks that are not neighbours (docs/PROTOCOL.md, "Relay").
+  relay = 17,        ///< any lane: bytes of the lane's stream from rank `src` to relay_dest(comm),
+                     ///< at stream offset `seq`; payload = those bytes
+  relay_ack = 18,    ///< control: rank `src` holds bytes below `seq` of lane relay_lane(comm)
+                     ///< from relay_dest(comm), which may send below `tag`; no payload
 };
+
+/// Largest payload of a relay frame: relays store and forward whole segments, so this
+/// bounds what one segment costs each hop.
+inline constexpr std::uint64_t max_relay_segment = 64 * 1024;
+
+/// The `comm` field of relay and relay_ack frames: the destination's world rank (bits
+/// 0-31), hops taken so far (bits 32-39) and, in relay_ack, the lane acknowledged (bits
+/// 40-47).
+constexpr std::uint64_t relay_route(std::uint32_t dest, unsigned hops, Lane lane = Lane::control) noexcept {
+  return dest | (std::uint64_t{hops & 0xffu} << 32) | (std::uint64_t{static_cast<std::uint8_t>(lane)} << 40);
+}
+constexpr std::uint32_t relay_dest(std::uint64_t comm) noexcept { return static_cast<std::uint32_t>(comm); }
+constexpr unsigned relay_hops(std::uint64_t comm) noexcept { return static_cast<unsigned>((comm >> 32) & 0xffu); }
+constexpr std::uint8_t relay_lane(std::uint64_t comm) noexcept { return static_cast<std::uint8_t>(comm >> 40); }
 
 /// Largest payload of a shm_offer frame.
 inline constexpr std::uint64_t max_shm_offer_payload = 512;

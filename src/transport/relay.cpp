@@ -1,0 +1,212 @@
+// The relaying half of a node (node.hpp, "relaying"): sending a relayed peer's lanes
+// toward it, forwarding what passes through, taking what arrives for us, and routing
+// around ranks that went down. Byte layout in docs/PROTOCOL.md, "Relay".
+#include <cstring>
+
+#include "core/log.hpp"
+#include "transport/node.hpp"
+
+namespace nexar::detail {
+
+using wire::FrameHeader;
+using wire::FrameType;
+using wire::Lane;
+
+bool Node::direct(int r) const noexcept {
+  return r != rank_ && neighbours(cfg_.topology, link_world(rank_, r), rank_, r);
+}
+
+std::vector<int> Node::direct_peers() const {
+  std::vector<int> out;
+  for (int r = 0; r < size(); ++r)
+    if (direct(r)) out.push_back(r);
+  return out;
+}
+
+std::string Node::beyond_hop_limit(int dest) const {
+  const int hops = plain_routes_.hops(dest);
+  if (hops <= hop_limit_) return {};
+  return "rank " + std::to_string(dest) + " is " + std::to_string(hops) + " hops away under topology " +
+         cfg_.topology.to_string() + ", beyond the hop limit of " + std::to_string(hop_limit_) +
+         " (Config::relay_hop_limit, NEXAR_RELAY_HOPS)";
+}
+
+void Peer::make_relayed(std::unique_ptr<RelayLink> link) {
+  relay_ = std::move(link);
+  hello_seen_ = true;
+  state_.store(State::up, std::memory_order_release);
+}
+
+void Peer::relay_in(Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len) {
+  if (gone()) return;
+  if (!relay_) {
+    protocol_error("relayed bytes from a neighbour, which never relays to us");
+    return;
+  }
+  const bool ok = relay_->on_segment(lane, offset, data, len, [&](const std::uint8_t* p, std::size_t n) {
+    return deliver(relay_stream(lane), p, n);
+  });
+  if (!ok) {
+    if (!gone()) protocol_error(std::string("relayed lane ") + wire::to_string(lane) + ": segment at offset " +
+                                std::to_string(offset) + " lies beyond the credit granted");
+    return;
+  }
+  node_.owe_relay_ack(rank_, lane);
+}
+
+void Node::relay_pump(Peer& dest, Lane lane) {
+  RelayLink* link = dest.relay_link();
+  if (!link || dest.gone()) return;
+  const int next = routes_.next(dest.rank());
+  if (next < 0) return;  // route_around() decides what an unreachable rank means
+  Peer* hop = peer(next);
+  if (!hop || hop->gone()) return;
+  std::vector<RelayLink::Piece> pieces;
+  std::uint64_t offset = 0;
+  while (link->next_segment(lane, wire::max_relay_segment, offset, pieces)) {
+    std::size_t len = 0;
+    for (const auto& p : pieces) len += p.len;
+    PooledBuffer b = pool_.acquire(wire::header_size + len);
+    FrameHeader h;
+    h.type = FrameType::relay;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.comm = wire::relay_route(static_cast<std::uint32_t>(dest.rank()), 1);
+    h.seq = offset;
+    h.length = len;
+    wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+    std::byte* out = b.data() + wire::header_size;
+    for (const auto& p : pieces) {
+      std::memcpy(out, p.data, p.len);
+      out += p.len;
+    }
+    pieces.clear();
+    hop->send_frame(lane, std::move(b), wire::header_size + len);
+  }
+}
+
+bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
+  const std::uint32_t dest = wire::relay_dest(h.comm);
+  const unsigned hops = wire::relay_hops(h.comm);
+  const int world = size();
+  if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) ||
+      h.src == dest || h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || wire::relay_lane(h.comm) != 0) {
+    from.protocol_error("relay frame from rank " + std::to_string(h.src) + " to rank " + std::to_string(dest) +
+                               " with " + std::to_string(hops) + " hops");
+    return false;
+  }
+  const int origin = static_cast<int>(h.src);
+  if (dest == static_cast<std::uint32_t>(rank_)) {
+    Peer* o = peer(origin);
+    if (o && !o->gone() && !is_failed(origin)) {
+      o->relay_in(lane, h.seq, reinterpret_cast<const std::uint8_t*>(seg.data() + wire::header_size),
+                  static_cast<std::size_t>(h.length));
+    }
+    return true;
+  }
+  // Passing through. Dropped when it has gone as far as allowed (routes disagree while
+  // news of a failure spreads), when nothing leads on, or when an end is gone: the origin
+  // sends again once it learns of the failure that rerouted it.
+  if (static_cast<int>(hops) >= hop_limit_) {
+    log::warn("rank {}: dropped a relayed segment from rank {} to rank {}: hop limit {} reached", rank_, origin, dest,
+              hop_limit_);
+    return true;
+  }
+  const int next = routes_.next(static_cast<int>(dest));
+  Peer* hop = next >= 0 ? peer(next) : nullptr;
+  if (!hop || next == from.rank()) return true;
+  FrameHeader f = h;
+  f.comm = wire::relay_route(dest, hops + 1);
+  wire::encode_header(f, std::span<std::byte, wire::header_size>(seg.data(), wire::header_size));
+  hop->send_frame(lane, std::move(seg), wire::header_size + static_cast<std::size_t>(h.length));
+  return true;
+}
+
+bool Node::on_relay_ack(Peer& from, const FrameHeader& h) {
+  const std::uint32_t dest = wire::relay_dest(h.comm);
+  const unsigned hops = wire::relay_hops(h.comm);
+  const std::uint8_t lane = wire::relay_lane(h.comm);
+  const int world = size();
+  if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) || h.src == dest ||
+      h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || lane >= wire::lane_count) {
+    from.protocol_error("relay_ack frame from rank " + std::to_string(h.src) + " to rank " +
+                               std::to_string(dest));
+    return false;
+  }
+  if (dest == static_cast<std::uint32_t>(rank_)) {
+    Peer* d = peer(static_cast<int>(h.src));
+    if (!d || d->gone() || !d->relay_link()) return true;
+    if (!d->relay_link()->on_ack(static_cast<Lane>(lane), h.seq, h.tag)) {
+      d->abort("protocol error: relay_ack for bytes never sent");
+      return true;
+    }
+    relay_pump(*d, static_cast<Lane>(lane));
+    return true;
+  }
+  if (static_cast<int>(hops) >= hop_limit_) return true;
+  const int next = routes_.next(static_cast<int>(dest));
+  Peer* hop = next >= 0 ? peer(next) : nullptr;
+  if (!hop || next == from.rank()) return true;
+  FrameHeader f = h;
+  f.comm = wire::relay_route(dest, hops + 1, static_cast<Lane>(lane));
+  hop->send_header(Lane::control, f);
+  return true;
+}
+
+void Node::owe_relay_ack(int origin, Lane lane) {
+  for (const auto& [o, l] : acks_owed_)
+    if (o == origin && l == lane) return;
+  acks_owed_.emplace_back(origin, lane);
+  if (acks_posted_) return;
+  acks_posted_ = true;
+  engine_.post([this] { send_relay_acks(); });
+}
+
+void Node::send_relay_acks() {
+  acks_posted_ = false;
+  auto owed = std::move(acks_owed_);
+  acks_owed_.clear();
+  // Acknowledgements still go out while this node closes: the peers' closes wait for them.
+  if (!ep_) return;
+  for (const auto& [origin, lane] : owed) {
+    // Even to a peer gone meanwhile: its goodbye, say, waits for this acknowledgement.
+    Peer* o = peer_locked(origin);
+    if (!o || !o->relay_link()) continue;
+    std::uint64_t received = 0, limit = 0;
+    if (!o->relay_link()->take_ack(lane, received, limit)) continue;
+    const int next = routes_.next(origin);
+    Peer* hop = next >= 0 ? peer(next) : nullptr;
+    if (!hop) continue;
+    FrameHeader h;
+    h.type = FrameType::relay_ack;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.comm = wire::relay_route(static_cast<std::uint32_t>(origin), 1, lane);
+    h.seq = received;
+    h.tag = limit;
+    hop->send_header(Lane::control, h);
+  }
+}
+
+void Node::route_around(int r, bool failed) {
+  if (r < 0 || r >= size() || r == rank_) return;
+  if (down_.size() < static_cast<std::size_t>(size())) down_.resize(static_cast<std::size_t>(size()), 0);
+  if (down_[static_cast<std::size_t>(r)]) return;
+  down_[static_cast<std::size_t>(r)] = 1;
+  Routes before = std::move(routes_);
+  routes_ = Routes(cfg_.topology, size(), rank_, down_);
+  for (int d = 0; d < size(); ++d) {
+    Peer* p = peer_locked(d);
+    if (!p || !p->relayed() || p->gone()) continue;
+    if (routes_.next(d) < 0) {
+      // Every path to it runs through ranks that are down: nothing sent to it can arrive.
+      // (While this node closes, its own connections end: nothing to tell.)
+      if (judging_failures()) p->abort("unreachable: every route to it runs through failed or departed ranks");
+      continue;
+    }
+    if (failed || routes_.next(d) != before.next(d)) {
+      p->relay_link()->rewind();
+      for (int l = 0; l < wire::lane_count; ++l) relay_pump(*p, static_cast<Lane>(l));
+    }
+  }
+}
+
+}  // namespace nexar::detail

@@ -1,0 +1,123 @@
+// End-to-end state of the lanes between this rank and one rank it is not connected to
+// (Config::topology): what it sent through relays and the destination has not yet
+// acknowledged, and what it received in order. Engine thread only.
+//
+// Each lane is one ordered byte stream end to end, the same bytes a QUIC stream would
+// carry (frames without the preamble), cut into segments that travel in relay frames hop
+// by hop (docs/PROTOCOL.md, "Relay"). The destination acknowledges the bytes it holds in
+// order and grants credit for Config::relay_window bytes beyond what it consumed, so a
+// relay never holds more than that window per pair and lane, and a destination that does
+// not read stalls only its own senders. The sender keeps every unacknowledged byte (the
+// chunks themselves, zero-copy) so that when a relay fails it sends them again on the new
+// route; the receiver drops what it already has, and holds segments that arrive ahead of
+// a gap until the gap is filled.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nexar/error.hpp>
+
+#include "quic/connection.hpp"
+#include "wire/frame.hpp"
+
+namespace nexar::detail {
+
+class RelayLink {
+ public:
+  explicit RelayLink(std::uint64_t window);
+  ~RelayLink();
+  RelayLink(const RelayLink&) = delete;
+  RelayLink& operator=(const RelayLink&) = delete;
+
+  // ---- sending ----
+  /// Queues `c` at the end of `lane`'s stream; its completion runs once the destination
+  /// acknowledged its last byte (or with an error, from fail_pending()).
+  void push(wire::Lane lane, quic::Chunk c);
+  /// A piece of a segment: bytes of one queued chunk.
+  struct Piece {
+    const std::uint8_t* data;
+    std::size_t len;
+  };
+  /// The next segment of `lane` that the credit allows, at most `max` bytes: its stream
+  /// offset and pieces (appended to `out`). False when nothing may go now.
+  bool next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out);
+  /// The destination holds every byte of `lane` below `received` and lets us send below
+  /// `limit`. Completes the chunks now wholly acknowledged. Returns false when the
+  /// acknowledgement claims bytes never sent.
+  bool on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t limit);
+  /// Sends every unacknowledged byte again from the first (the route changed).
+  void rewind();
+  /// Bytes queued and not yet acknowledged, all lanes.
+  std::uint64_t unacked() const noexcept;
+  /// Fails every queued chunk (the destination is gone).
+  void fail_pending(Errc code, const std::string& why);
+
+  // ---- receiving ----
+  /// A segment of `lane` at stream `offset` arrived. Calls `deliver(ptr, len)` for every
+  /// byte that is next in order (this segment's, then held ones it unblocks);
+  /// `deliver` returns the bytes consumed at once, or false to stop (the stream broke).
+  /// Segments ahead of a gap are held. Returns false when `deliver` failed or the segment
+  /// lies beyond the credit granted.
+  template <class Deliver>
+  bool on_segment(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len,
+                  Deliver&& deliver);
+  /// `n` bytes of `lane` delivered earlier were consumed (credit held back until now).
+  void consumed(wire::Lane lane, std::uint64_t n) noexcept {
+    in_[static_cast<int>(lane)].consumed += n;
+    in_[static_cast<int>(lane)].ack_owed = true;
+  }
+  /// Whether an acknowledgement of `lane` is owed; clears it, giving what it says.
+  bool take_ack(wire::Lane lane, std::uint64_t& received, std::uint64_t& limit) noexcept;
+
+ private:
+  struct Out {
+    std::deque<quic::Chunk> chunks;  // not yet wholly acknowledged, in stream order
+    std::uint64_t base = 0;          // stream offset of chunks.front()'s first byte
+    std::uint64_t end = 0;           // stream offset after the last queued byte
+    std::uint64_t sent = 0;          // next byte to send
+    std::uint64_t acked = 0;         // the destination holds every byte below
+    std::uint64_t limit = 0;         // credit: may send below this
+  };
+  struct In {
+    std::uint64_t received = 0;  // every byte below arrived and was delivered
+    std::uint64_t consumed = 0;  // of those, consumed (credit may go back)
+    std::map<std::uint64_t, std::vector<std::uint8_t>> early;  // segments ahead of a gap
+    bool ack_owed = false;
+  };
+  std::uint64_t window_;
+  Out out_[wire::lane_count];
+  In in_[wire::lane_count];
+};
+
+template <class Deliver>
+bool RelayLink::on_segment(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len,
+                           Deliver&& deliver) {
+  In& in = in_[static_cast<int>(lane)];
+  if (offset + len > in.consumed + window_) return false;  // beyond the credit we granted
+  in.ack_owed = true;
+  auto take = [&](std::uint64_t off, const std::uint8_t* p, std::size_t n) -> bool {
+    if (off + n <= in.received) return true;  // a copy sent again after a reroute
+    const std::size_t skip = static_cast<std::size_t>(in.received - off);
+    const auto credit = deliver(p + skip, n - skip);
+    if (!credit) return false;
+    in.received = off + n;
+    in.consumed += *credit;
+    return true;
+  };
+  if (offset > in.received) {
+    in.early.try_emplace(offset, data, data + len);
+    return true;
+  }
+  if (!take(offset, data, len)) return false;
+  while (!in.early.empty() && in.early.begin()->first <= in.received) {
+    auto node = in.early.extract(in.early.begin());
+    if (!take(node.key(), node.mapped().data(), node.mapped().size())) return false;
+  }
+  return true;
+}
+
+}  // namespace nexar::detail
