@@ -25,8 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "cluster/local.hpp"
-#include "process_support.hpp"
+#include "local_processes.hpp"
 
 namespace {
 
@@ -67,29 +66,12 @@ nexar::Config config(FailurePolicy policy) {
   return c;
 }
 
-// Runs `body(rank, comm)` in one forked process per rank and returns each one's exit
-// status (0 = passed, 1 = a check failed, 2 = an exception escaped, 128+n = signal n).
-// `meanwhile(pids)`, if given, runs in the test process on a thread of its own.
+// Runs `body(rank, comm)` in one forked process per rank, from a fresh Shared.
 std::vector<int> run_ranks(int n, const nexar::Config& cfg, const std::function<void(int, Communicator&)>& body,
                            std::chrono::seconds limit = 90s,
                            const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
   shared_state = &nexar::testing::fresh_shared<Shared>();
-  auto plans = nexar::cluster::plan_local(n, cfg);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pids.push_back(nexar::testing::fork_child("rank " + std::to_string(r), [&, r] {
-      nexar::cluster::discard(plans, r);
-      Communicator c = nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg);
-      body(r, c);
-      c.close();
-    }));
-  }
-  nexar::cluster::discard(plans, -1);
-  std::thread helper;
-  if (meanwhile) helper = std::thread([&] { meanwhile(pids); });
-  std::vector<int> status = nexar::testing::reap_all(pids, limit);
-  if (helper.joinable()) helper.join();
-  return status;
+  return nexar::testing::run_forked(n, cfg, body, limit, meanwhile);
 }
 
 // A barrier that has completed on every rank when it returns. A rank's barrier can

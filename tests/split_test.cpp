@@ -2,7 +2,8 @@
 // bootstrap_local worlds of 4 and 5 ranks (one thread each): send/recv, isend/irecv,
 // wildcard receives, the bulk lane (bulk_send/bulk_recv), separation of the traffic of a
 // parent, its children and siblings with the same tags, rank validation in the range of the
-// sub-communicator, and collectives on parent and child interleaved with p2p.
+// sub-communicator, collectives on parent and child interleaved with p2p, and neighbours()
+// in the sub-communicator's numbering (full_mesh, and k_regular:4 in a world of 8).
 //
 // The layout every split must produce (who is in it, in which order) is computed here from
 // the colors and keys: members of one color ordered by (key, rank in the parent). Keys are
@@ -433,6 +434,68 @@ TEST(Split, RankValidationUsesTheSubCommunicatorRange) {
       check_msg(wctx + " after the refusals", w, s, in, rq.wait(), (me + m - 1) % m, 0, 4);
     });
   }
+}
+
+// ---- neighbours ------------------------------------------------------------------------------
+
+// neighbours(): under full_mesh every other rank, on the world and on its splits; under
+// k_regular:4 at 8 ranks, r±1 and r±2 mod 8, and on a split (parity, reversed keys) the
+// members among those, in the split's numbering, ascending. A closed communicator refuses.
+TEST(Split, NeighboursFollowTheTopologyInTheCommunicatorsNumbering) {
+  auto ascending = [](std::vector<int> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  {
+    auto& world = pooled_world(4);
+    Splits all = make_splits(world, "full_mesh world=4");
+    if (::testing::Test::HasFailure()) return;
+    for (int w = 0; w < 4; ++w) {
+      std::vector<int> others;
+      for (int v = 0; v < 4; ++v)
+        if (v != w) others.push_back(v);
+      EXPECT_EQ(world[static_cast<std::size_t>(w)].neighbours(), others) << "full_mesh world rank " << w;
+      for (const Split* sp : {&all.reversed, &all.parity, &all.nested}) {
+        if (!sp->in(w)) continue;
+        const Communicator& c = sp->comm[static_cast<std::size_t>(w)];
+        std::vector<int> want;
+        for (int r = 0; r < c.size(); ++r)
+          if (r != c.rank()) want.push_back(r);
+        EXPECT_EQ(c.neighbours(), want) << "full_mesh" << which(all, sp) << " world rank " << w;
+      }
+    }
+  }
+
+  constexpr int n = 8;
+  nexar::Config cfg = test_config();
+  cfg.topology = nexar::Topology::parse("k_regular:4");
+  std::vector<Communicator> world = nexar::bootstrap_local(n, cfg);
+  const auto near = [](int a, int b) {
+    const int d = std::abs(a - b);
+    return a != b && std::min(d, n - d) <= 2;
+  };
+  for (int w = 0; w < n; ++w) {
+    const std::vector<int> want = ascending({(w + 1) % n, (w + 2) % n, (w + n - 1) % n, (w + n - 2) % n});
+    EXPECT_EQ(world[static_cast<std::size_t>(w)].neighbours(), want) << "k_regular:4 world rank " << w;
+  }
+  Split parity = split(world, world, [](int w) { return w % 2; }, [](int w) { return -w; }, "k_regular:4 parity");
+  Split reversed = split(world, world, [](int) { return 0; }, [](int w) { return -w; }, "k_regular:4 reversed");
+  if (!::testing::Test::HasFailure()) {
+    for (const Split* sp : {&parity, &reversed}) {
+      for (int w = 0; w < n; ++w) {
+        std::vector<int> want;
+        for (int v : sp->members[static_cast<std::size_t>(w)])
+          if (near(w, v)) want.push_back(sp->rank_of(v));
+        EXPECT_EQ(sp->comm[static_cast<std::size_t>(w)].neighbours(), ascending(want))
+            << "k_regular:4" << (sp == &parity ? " parity" : " reversed") << " world rank " << w;
+      }
+    }
+    // World rank 0 in the even half {6, 4, 2, 0} (sub-ranks 0..3): its neighbours 2 and 6.
+    EXPECT_EQ(parity.comm[0].neighbours(), (std::vector<int>{0, 2}));
+  }
+  for (auto& c : world) c.close();
+  expect_error(Errc::closed, [&] { (void)world[0].neighbours(); });
+  expect_error(Errc::closed, [&] { (void)parity.comm[3].neighbours(); });
 }
 
 // ---- collectives and p2p interleaved -----------------------------------------------------------

@@ -231,6 +231,12 @@ class Communicator {
   /// Identifier carried by this communicator's frames (0 for the world).
   std::uint64_t id() const;
 
+  /// The ranks of this communicator, in its numbering, ascending, that this rank holds a
+  /// direct connection to (its neighbours under Config::topology): every other rank when
+  /// the topology is full_mesh. Messages to the rest travel through relays. A property of
+  /// the topology, not of liveness: a failed neighbour stays listed. Errors: closed.
+  std::vector<int> neighbours() const;
+
   // ---- failures ----------------------------------------------------------------------
   //
   // A member that fails is declared failed by the first rank that notices (its port is

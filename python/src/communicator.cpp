@@ -316,6 +316,10 @@ void register_communicator(py::module_& m, CommClass& cls) {
            "Collective: ranks passing the same color (>= 0) form a new communicator, ranked "
            "by (key, rank); key defaults to the rank. A negative color returns None.")
 
+      .def("neighbours", [](const PyComm& s) { return s.c.neighbours(); },
+           "Ranks (ascending) this rank holds a direct connection to under the topology; "
+           "the others are reached through relays.")
+
       // failures
       .def("world_ranks", [](const PyComm& s) { return s.c.world_ranks(); },
            "World rank of each member.")

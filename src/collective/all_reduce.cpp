@@ -212,9 +212,12 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
     if (a == Algorithm::automatic) {
       const Config& cfg = c.config();
       const std::size_t b = c.bytes(count);
-      a = b < cfg.allreduce_doubling_bytes ? Algorithm::recursive_doubling
-          : b < cfg.allreduce_ring_bytes   ? Algorithm::halving_doubling
-                                           : Algorithm::ring;
+      // On a hypercube the recursive algorithms' partners (rank xor 2^i) are exactly the
+      // direct links, where half of the ring's neighbours would be two relayed hops away.
+      const bool cube = cfg.topology.kind == Topology::Kind::hypercube;
+      a = b < cfg.allreduce_doubling_bytes          ? Algorithm::recursive_doubling
+          : b < cfg.allreduce_ring_bytes || cube ? Algorithm::halving_doubling
+                                                 : Algorithm::ring;
       // Every rank makes the same choice from the same sizes, so all of them learn the
       // hosts in this collective when none knows them yet.
       if (a == Algorithm::ring) {

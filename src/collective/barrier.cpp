@@ -1,5 +1,7 @@
 // barrier: dissemination. In round k every rank signals rank r+2^k and waits for rank
 // r-2^k; after ceil(log2 n) rounds every rank has heard, transitively, from all others.
+// On a hypercube of a power-of-two size the rounds pair rank r with r xor 2^k instead, the
+// same number of rounds over direct links only.
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
@@ -8,6 +10,10 @@ namespace nexar::detail::coll {
 
 void barrier(const Coll& c) {
   const int n = c.size(), r = c.rank();
+  if (c.config().topology.kind == Topology::Kind::hypercube && (n & (n - 1)) == 0) {
+    for (int k = 1; k < n; k <<= 1) c.sendrecv(r ^ k, nullptr, 0, r ^ k, nullptr, 0);
+    return;
+  }
   for (int k = 1; k < n; k <<= 1) c.sendrecv((r + k) % n, nullptr, 0, (r - k + n) % n, nullptr, 0);
 }
 

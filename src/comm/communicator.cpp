@@ -21,6 +21,7 @@ detail::Group& Communicator::self() const {
 int Communicator::rank() const { return self().rank(); }
 int Communicator::size() const { return self().size(); }
 std::uint64_t Communicator::id() const { return self().id(); }
+std::vector<int> Communicator::neighbours() const { return self().neighbours(); }
 const Config& Communicator::config() const { return self().node().config(); }
 bool Communicator::is_open() const { return group_ && group_->is_open(); }
 void Communicator::close() {

@@ -87,6 +87,18 @@ void Group::check_open(const char* op) const {
   if (is_revoked()) throw_revoked(op);
 }
 
+std::vector<int> Group::neighbours() const {
+  if (closed_.load(std::memory_order_acquire)) {
+    ErrorContext ctx{"neighbours", rank_, -1, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+  node_->check_open("neighbours", -1);
+  std::vector<int> out;
+  for (int r = 0; r < size(); ++r)
+    if (r != rank_ && node_->direct(world_of(r))) out.push_back(r);
+  return out;
+}
+
 void Group::check_rank(const char* op, int r, bool allow_any) const {
   if (allow_any && r == any_source) return;
   if (r < 0 || r >= size()) {

@@ -56,6 +56,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   const Config& config() const noexcept override { return node_->config(); }
   int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
   const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
+  /// Group ranks, ascending, whose world rank has a direct connection to ours
+  /// (Node::direct). Throws Errc::closed once the group or the node is closed.
+  std::vector<int> neighbours() const;
   bool is_world() const noexcept { return id_ == 0; }
 
   /// Open until close() of this group or of the node.

@@ -34,6 +34,10 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::b
                      "arguments of " + std::to_string(args.size()) + " bytes exceed max_frame_bytes " +
                          std::to_string(cfg.max_frame_bytes));
   }
+  if (std::string why = node_.beyond_hop_limit(dest); !why.empty()) {
+    ErrorContext ctx{op, node_.rank(), dest, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx, why);
+  }
   auto st = node_.new_op(op, timeout);
   auto reply = std::make_shared<std::vector<std::byte>>();
   const std::uint64_t call = next_call_.fetch_add(1);

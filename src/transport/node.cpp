@@ -222,7 +222,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
   if (membership_) membership_->on_close();
   std::uint64_t pending = 0;
   for (auto& p : peers_)
-    if (p) pending += p->unacked();
+    if (p && routable(p->rank())) pending += p->unacked();
   const auto now = std::chrono::steady_clock::now();
   if (!said_goodbye && (pending == 0 || now >= until)) {
     // Every byte we promised is acknowledged (or we gave up on it): say goodbye, and linger
@@ -231,7 +231,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
     // peer whose last send we received sees it complete, instead of failing when our
     // connection close overtakes the acknowledgement.
     for (auto& p : peers_)
-      if (p) p->say_goodbye();
+      if (p && routable(p->rank())) p->say_goodbye();
     said_goodbye = true;
     until = std::min(until, now + kGoodbyeWait);
     pending = 1;  // check again once the goodbyes are out

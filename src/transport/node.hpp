@@ -315,6 +315,16 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Relayed peer `origin` is owed an acknowledgement of `lane`: it goes out once the
   /// current batch of work is done, one for all the segments that batch took.
   void owe_relay_ack(int origin, wire::Lane lane);
+  /// Whether `r` can be reached now: a neighbour, or a relayed peer with a route of live
+  /// ranks within the hop limit (nothing sent to any other rank arrives, and nothing is
+  /// waited for from it). Engine lock held.
+  bool routable(int r) const noexcept {
+    if (!direct(r)) {
+      const int h = routes_.hops(r);
+      return h > 0 && h <= hop_limit_;
+    }
+    return true;
+  }
   /// Why `dest` cannot be reached within the hop limit (for an operation's error), or empty.
   /// Any thread.
   std::string beyond_hop_limit(int dest) const;

@@ -196,10 +196,16 @@ void Node::route_around(int r, bool failed) {
   for (int d = 0; d < size(); ++d) {
     Peer* p = peer_locked(d);
     if (!p || !p->relayed() || p->gone()) continue;
-    if (routes_.next(d) < 0) {
-      // Every path to it runs through ranks that are down: nothing sent to it can arrive.
-      // (While this node closes, its own connections end: nothing to tell.)
-      if (judging_failures()) p->abort("unreachable: every route to it runs through failed or departed ranks");
+    if (!routable(d)) {
+      // Every path to it runs through ranks that are down, or is longer than relays carry:
+      // nothing sent to it can arrive. (While this node closes, its own connections end:
+      // nothing to tell.)
+      if (judging_failures()) {
+        p->abort(routes_.next(d) < 0 ? "unreachable: every route to it runs through failed or departed ranks"
+                                     : "unreachable: its shortest route around failed or departed ranks takes " +
+                                           std::to_string(routes_.hops(d)) + " hops, beyond the hop limit of " +
+                                           std::to_string(hop_limit_));
+      }
       continue;
     }
     if (failed || routes_.next(d) != before.next(d)) {

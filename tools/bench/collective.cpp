@@ -22,6 +22,9 @@
 //     and a non-zero total makes the program exit 1.
 // The per-rank times and #wrong counts are combined through shared memory (threads) or, after
 // the timed region, with the communicator's own all_reduce (processes).
+// The header names the topology and each rank's direct peers (Communicator::neighbours(),
+// gathered with an all_gather before the sweep in a multi-process run); --form-stats adds how
+// long the world took to form and the ranks' resident memory after it (bench/scale.sh).
 #include <fmt/format.h>
 
 #include <nexar/cluster.hpp>
@@ -43,6 +46,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -132,6 +136,7 @@ struct CollOptions {
   std::uint64_t segment = 0;  // 0: Config::segment_bytes
   int timeout_s = 1800;
   std::uint64_t bulk = 0;  // --bulk: background bulk-lane transfer 0 -> 1 of this size, repeated
+  bool form_stats = false;  // --form-stats: print how the world formed (time, peers, memory)
 };
 
 struct NamedType {
@@ -715,7 +720,95 @@ void check_options(const CollOptions& o, const CollInfo& ci) {
     throw std::invalid_argument("scan: -o avg is not measured (a prefix average has no agreed divisor)");
 }
 
-void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how) {
+// ---- how the world formed ----------------------------------------------------------------------
+
+/// This process's resident memory (VmRSS in /proc/self/status) in KiB; -1 where unknown.
+std::int64_t resident_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  std::int64_t kib = -1;
+  char line[256];
+  while (std::fgets(line, sizeof line, f) != nullptr)
+    if (std::strncmp(line, "VmRSS:", 6) == 0) {
+      kib = std::strtoll(line + 6, nullptr, 10);
+      break;
+    }
+  std::fclose(f);
+  return kib;
+}
+
+/// What the header says about the world's formation: each rank's direct peers
+/// (Communicator::neighbours()) and, for --form-stats, how long forming took and the memory
+/// the ranks hold right after it.
+struct Formation {
+  bool threads = false;               ///< ranks as threads of this process (bootstrap_local)
+  std::vector<int> first;             ///< rank 0's direct peers
+  std::vector<std::int64_t> peers;    ///< [rank] how many direct peers
+  std::vector<std::int64_t> form_us;  ///< [rank] join call -> communicator ready (threads: bootstrap_local)
+  std::vector<std::int64_t> rss_kib;  ///< [rank] VmRSS of its process (threads: the process's / n)
+  std::int64_t rss_before_kib = -1;   ///< threads: the process's VmRSS before bootstrap_local
+};
+
+/// A multi-process run's Formation: every rank gives its own figures, {peers, form_us,
+/// rss_kib}, to an all_gather.
+Formation gather_formation(Communicator& comm, std::int64_t form_us) {
+  const int n = comm.size();
+  const std::vector<int> mine = comm.neighbours();
+  const std::int64_t local[3] = {static_cast<std::int64_t>(mine.size()), form_us, resident_kib()};
+  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(n));
+  comm.all_gather(std::span<const std::int64_t>(local, 3), std::span<std::int64_t>(all));
+  Formation f;
+  if (comm.rank() == 0) f.first = mine;
+  for (int r = 0; r < n; ++r) {
+    const auto at = 3 * static_cast<std::size_t>(r);
+    f.peers.push_back(all[at]);
+    f.form_us.push_back(all[at + 1]);
+    f.rss_kib.push_back(all[at + 2]);
+  }
+  return f;
+}
+
+/// `# topology k_regular:4: 4 direct peers per rank (min 4, max 4); rank 0: 1 2 14 15`, and
+/// with --form-stats a `# form-stats key=value ...` line for scripts (bench/scale.sh).
+void print_formation(const CollOptions& o, const Config& cfg, const Formation& f) {
+  const auto n = static_cast<int>(f.peers.size());
+  if (n == 0) return;
+  const auto [mn, mx] = std::minmax_element(f.peers.begin(), f.peers.end());
+  double mean = 0;
+  for (std::int64_t p : f.peers) mean += static_cast<double>(p);
+  mean /= n;
+  std::string list;
+  constexpr std::size_t shown = 32;
+  for (std::size_t i = 0; i < f.first.size() && i < shown; ++i) list += fmt::format(" {}", f.first[i]);
+  if (f.first.size() > shown) list += fmt::format(" ... ({} more)", f.first.size() - shown);
+  if (f.first.empty()) list = " none";
+  const std::string per = *mn == *mx ? fmt::format("{}", *mn) : fmt::format("{:.2f}", mean);
+  std::printf("# topology %s: %s direct peers per rank%s (min %lld, max %lld); rank 0:%s\n",
+              cfg.topology.to_string().c_str(), per.c_str(), *mn == *mx ? "" : " on average",
+              static_cast<long long>(*mn), static_cast<long long>(*mx), list.c_str());
+  if (o.form_stats) {
+    auto med = [](const std::vector<std::int64_t>& v) {
+      std::vector<double> d(v.begin(), v.end());
+      return median_midpoint(std::move(d));
+    };
+    const double form_max = static_cast<double>(*std::max_element(f.form_us.begin(), f.form_us.end()));
+    std::string line = fmt::format(
+        "# form-stats ranks={} mode={} topology={} form_ms={:.1f} form_ms_rank0={:.1f} peers_min={} "
+        "peers_mean={:.2f} peers_max={} rss_kib_median={:.0f} rss_kib_max={}",
+        n, f.threads ? "threads" : "processes", cfg.topology.to_string(), form_max / 1e3,
+        static_cast<double>(f.form_us[0]) / 1e3, *mn, mean, *mx, med(f.rss_kib),
+        *std::max_element(f.rss_kib.begin(), f.rss_kib.end()));
+    if (f.threads) line += fmt::format(" rss_kib_before={}", f.rss_before_kib);
+    std::printf("%s\n", line.c_str());
+    std::printf("# form-stats: form_ms = %s; rss_kib = %s\n",
+                f.threads ? "bootstrap_local(n) call -> return" : "join_from_env call -> return, slowest rank",
+                f.threads ? "the process's VmRSS after formation / ranks (rss_kib_before: VmRSS before it)"
+                          : "each rank process's VmRSS after formation");
+  }
+}
+
+void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how,
+                  const Formation& formation) {
   std::string algo = algo_name(o.algo);
   if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
     algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there, hierarchical "
@@ -730,6 +823,7 @@ void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, i
               "validation: %d  timing: median over iters of max over ranks\n",
               n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
               o.factor, o.warmup, o.iters, o.check);
+  print_formation(o, cfg, formation);
   if (o.bulk)
     std::printf("# meanwhile: rank 0 streams %s to rank 1 on the bulk lane, over and over (--bulk)\n",
                 human_size(o.bulk).c_str());
@@ -740,20 +834,31 @@ void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, i
 /// (nexar-run, torchrun, mpirun, srun); it joins through join_from_env and rank 0 prints.
 int run_launched(const CollOptions& o, const CollInfo& ci, const Config& cfg, const std::string& who) {
   Communicator comm;
+  const auto t0 = Clock::now();
   try {
     comm = join_from_env(cfg);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: join_from_env: %s\n", who.c_str(), e.what());
     return 2;
   }
+  const auto form_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
   const int n = comm.size();
   if (o.root < 0 || o.root >= n) {
     std::fprintf(stderr, "%s: error: -r %d is not a rank of %d\n", who.c_str(), o.root, n);
     comm.close();
     return 2;
   }
+  Formation formation;
+  try {
+    formation = gather_formation(comm, form_us);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: rank %d: error: gathering the formation figures: %s\n", who.c_str(), comm.rank(),
+                 e.what());
+    comm.close();
+    return 2;
+  }
   if (comm.rank() == 0)
-    print_header(o, ci, cfg, n, fmt::format("one rank per process ({} processes)", n));
+    print_header(o, ci, cfg, n, fmt::format("one rank per process ({} processes)", n), formation);
   Team team(n, true);
   SweepResult result;
   try {
@@ -789,14 +894,29 @@ int run_collective(const CollOptions& o, const CollInfo& ci) {
   Deadline deadline(o.timeout_s, who);
   if (launched) return run_launched(o, ci, cfg, who);
   std::vector<Communicator> comms;
+  Formation formation;
+  formation.threads = true;
+  formation.rss_before_kib = resident_kib();
   try {
+    const auto t0 = Clock::now();
     comms = bootstrap_local(n, cfg);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+    const std::int64_t rss = resident_kib();
+    for (auto& c : comms) {
+      std::vector<int> nb = c.neighbours();
+      formation.peers.push_back(static_cast<std::int64_t>(nb.size()));
+      if (formation.peers.size() == 1) formation.first = std::move(nb);
+      formation.form_us.push_back(us);
+      formation.rss_kib.push_back(rss < 0 ? -1 : rss / n);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: error: bootstrap_local(%d): %s\n", who.c_str(), n, e.what());
+    for (auto& c : comms) c.close();
     return 2;
   }
   print_header(o, ci, cfg, n,
-               fmt::format("loopback (127.0.0.1), bootstrap_local: {} ranks as threads of one process", n));
+               fmt::format("loopback (127.0.0.1), bootstrap_local: {} ranks as threads of one process", n),
+               formation);
 
   Team team(n, false);
   std::vector<SweepResult> results(static_cast<std::size_t>(n));
@@ -875,6 +995,9 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
   app->add_option("--timeout", o->timeout_s, "Overall deadline in seconds (exit 124); 0 disables it")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app->add_flag("--form-stats", o->form_stats,
+                "Print a '# form-stats key=value ...' header line: how long forming the world took "
+                "(slowest rank), direct peers per rank, resident memory per rank after formation");
   app->footer(fmt::format(
       "{name}: size = {size}; busbw = algbw * {bus}.\n"
       "Ranks: --ranks N threads of this process, one communicator each from nexar::bootstrap_local(N),\n"
@@ -885,6 +1008,12 @@ Subcommand add_one(CLI::App& parent, const CollInfo& ci) {
       "times its own call, iteration time = slowest rank, printed time = median over -n iterations;\n"
       "out-of-place buffers. -c 1: one more call on fresh inputs and poisoned outputs, every element\n"
       "compared with results computed without the library; #wrong is summed over ranks.\n"
+      "Header: '# topology T: K direct peers per rank (min, max); rank 0: ...' gives Config::topology\n"
+      "(NEXAR_TOPOLOGY) and each rank's direct connections (Communicator::neighbours()); the other\n"
+      "peers are relayed. --form-stats adds '# form-stats ranks= mode= topology= form_ms= form_ms_rank0=\n"
+      "peers_min= peers_mean= peers_max= rss_kib_median= rss_kib_max= [rss_kib_before=]': form_ms is\n"
+      "join_from_env() per process (the slowest rank) or bootstrap_local(N) for threads; rss_kib is each\n"
+      "rank process's VmRSS after formation, or for threads the process's VmRSS / N (bench/scale.sh).\n"
       "Exit status: 0 ok, 1 #wrong > 0, 2 error, 124 --timeout.\n"
       "nexar settings come from the NEXAR_* environment variables (docs/CONFIG.md).",
       fmt::arg("name", ci.name), fmt::arg("size", ci.size), fmt::arg("bus", ci.busbw)));

@@ -1,0 +1,42 @@
+// A local cluster whose ranks are processes of their own (tests/process_support.hpp), for
+// the tests that may use the library's internals to plan it (failure_test.cpp,
+// relay_failover_test.cpp).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cluster/local.hpp"
+#include "process_support.hpp"
+
+namespace nexar::testing {
+
+/// Runs `body(rank, comm)` in one forked process per rank of a local cluster of `n` and
+/// returns each one's exit status (see fork_child). `meanwhile(pids)`, if given, runs in
+/// the test process on a thread of its own while they run.
+inline std::vector<int> run_forked(int n, const nexar::Config& cfg,
+                                   const std::function<void(int, Communicator&)>& body,
+                                   std::chrono::milliseconds limit,
+                                   const std::function<void(const std::vector<pid_t>&)>& meanwhile = {}) {
+  auto plans = nexar::cluster::plan_local(n, cfg);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pids.push_back(fork_child("rank " + std::to_string(r), [&, r] {
+      nexar::cluster::discard(plans, r);
+      Communicator c = nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg);
+      body(r, c);
+      c.close();
+    }));
+  }
+  nexar::cluster::discard(plans, -1);
+  std::thread helper;
+  if (meanwhile) helper = std::thread([&] { meanwhile(pids); });
+  std::vector<int> status = reap_all(pids, limit);
+  if (helper.joinable()) helper.join();
+  return status;
+}
+
+}  // namespace nexar::testing
