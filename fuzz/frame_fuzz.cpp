@@ -13,9 +13,10 @@
 // (bit 0: a joiner's limit for seed replies, else the seed's for join requests) and seeds
 // the sizes of the pieces a SeedMessageReader is fed in. Checked: decode_seed_message
 // either fails with a reason or returns a message that re-encodes to exactly the input
-// (the encoding is canonical); the reader gives the same messages and the same verdict
-// whether fed in random pieces or in one; what it returns re-encodes to a prefix of the
-// input; and a failed reader stays failed.
+// (the encoding is canonical; an accept names its rank among its members and carries one
+// relay key per member, zero for its own rank); the reader gives the same messages and the
+// same verdict whether fed in random pieces or in one; what it returns re-encodes to a
+// prefix of the input; and a failed reader stays failed.
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -209,9 +210,13 @@ void fuzz_seed(std::uint8_t selector, const std::uint8_t* data, std::size_t size
     if (b.size() != size || !std::equal(b.begin(), b.end(), data)) violated();
     if (const auto* a = std::get_if<nexar::wire::JoinAccept>(&*one)) {
       if (a->members.empty() || a->rank < 0 ||
-          static_cast<std::size_t>(a->rank) >= a->members.size()) {
+          static_cast<std::size_t>(a->rank) >= a->members.size() ||
+          a->keys.size() != a->members.size()) {
         violated();
       }
+      // No key for the node's own rank.
+      const auto& own = a->keys[static_cast<std::size_t>(a->rank)];
+      if (std::any_of(own.begin(), own.end(), [](std::uint8_t x) { return x != 0; })) violated();
     }
   } else if (err.empty()) {
     violated();

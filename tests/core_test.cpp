@@ -278,6 +278,9 @@ TEST_F(EnvTest, Describe) {
       "udp_gso = on\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
+      "topology = full_mesh\n"
+      "relay_hop_limit = auto (diameter + 4)\n"
+      "relay_window = 4 MiB\n"
       "spin = 100 us\n"
       "yield_when_idle = off\n"
       "log_level = warn";

@@ -69,6 +69,7 @@ struct Shared {
   std::atomic<long> slowest_us{0};             // flood: the slowest of them
   std::atomic<int> rejected{0}, timed_out{0}, other{0};  // flood: how bogus joins ended
   std::atomic<int> failure_timeout_ms{0};      // a test's own failure timeout (0: config()'s)
+  std::atomic<int> ring{0};                    // a test's topology: k_regular:2 (0: full mesh)
 };
 Shared* S = nullptr;
 
@@ -83,6 +84,7 @@ nexar::Config config() {
   c.on_failure = nexar::FailurePolicy::manual;
   c.log_level = std::getenv("NEXAR_DEBUG") ? nexar::Config::from_env().log_level : nexar::LogLevel::off;
   c.yield_when_idle = true;  // more processes than cores
+  if (S && S->ring.load()) c.topology = nexar::Topology::parse("k_regular:2");
   return c;
 }
 
@@ -485,6 +487,42 @@ TEST(Elastic, GrowFourToSixRunsEveryCollective) {
     EXPECT_EQ(S->comm_id[p].load(), S->comm_id[0].load()) << "process " << p;
     EXPECT_NE(S->comm_id[p].load(), S->old_id.load()) << "process " << p;
   }
+}
+
+// On a ring (k_regular:2), a joiner connects only to its two neighbours in the grown
+// world, world ranks 3 and 0; ranks 1 and 2 reach it, and it reaches them, through relays
+// (with keys the seed handed out when it was announced). Every collective and p2p between
+// non-neighbours work on the grown communicator.
+TEST(Elastic, GrowANonNeighbourOnARing) {
+  Job job(4);
+  S->ring.store(1);
+  ASSERT_TRUE(job.start());
+  job.members([](int who, Communicator& c) {
+    RANK_CHECK(who, c.neighbours() == (std::vector<int>{(who + 3) % 4, (who + 1) % 4}) ||
+                        c.neighbours() == (std::vector<int>{(who + 1) % 4, (who + 3) % 4}),
+               ranks_text(c.neighbours()));
+    S->ready.fetch_add(1);
+    wait_pending(c, 1, who);
+    Communicator g = c.grow();
+    RANK_CHECK(who, g.size() == 5 && g.rank() == who, std::to_string(g.rank()) + " of " + std::to_string(g.size()));
+    const std::vector<int> nb = g.neighbours();
+    const bool next_to_joiner = who == 0 || who == 3;
+    RANK_CHECK(who, (std::find(nb.begin(), nb.end(), 4) != nb.end()) == next_to_joiner, ranks_text(nb));
+    check_collectives(g, who, 2);
+    check_p2p(g, 2, 4, who, 3);
+    check_p2p(g, 4, 1, who, 4);
+    g.barrier();
+  });
+  ASSERT_TRUE(job.wait_until([] { return S->ready.load() == 4; }, 30s));
+  job.joiner([](int who, Communicator& g) {
+    RANK_CHECK(who, g.joined_by_grow() && g.size() == 5 && g.rank() == 4, std::to_string(g.rank()));
+    RANK_CHECK(who, g.neighbours() == (std::vector<int>{0, 3}), ranks_text(g.neighbours()));
+    check_collectives(g, who, 2);
+    check_p2p(g, 2, 4, who, 3);
+    check_p2p(g, 4, 1, who, 4);
+    g.barrier();
+  });
+  expect_all(job.finish(), {0, 0, 0, 0, 0});
 }
 
 // A split of the old world is used on a thread of each member throughout the grow (a

@@ -1,6 +1,7 @@
 // Tests of the seed protocol codec (src/wire/seed_message.*): golden bytes, round trips,
 // truncated, oversized and malformed messages, the elastic additions (accept and member
-// flags, announcements), and the incremental SeedMessageReader.
+// flags, announcements), the relay keys of accepts and announcements, and the incremental
+// SeedMessageReader.
 #include "wire/seed_message.hpp"
 
 #include <gtest/gtest.h>
@@ -50,9 +51,23 @@ JoinRequest sample_request() {
   return m;
 }
 
-JoinAccept sample_accept(std::size_t members = 5) {
+// A key whose bytes name the member it belongs to (never all zero).
+RelayKey sample_key(std::size_t member) {
+  RelayKey k{};
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = static_cast<std::uint8_t>(0x80 + member * 7 + i);
+  return k;
+}
+
+// One key per member, zero for `rank`'s own entry, as a seed sends them.
+void give_keys(JoinAccept& m) {
+  m.keys.clear();
+  for (std::size_t i = 0; i < m.members.size(); ++i)
+    m.keys.push_back(static_cast<std::int32_t>(i) == m.rank ? RelayKey{} : sample_key(i));
+}
+
+JoinAccept sample_accept(std::size_t members = 5, std::int32_t rank = -1) {
   JoinAccept m;
-  m.rank = static_cast<std::int32_t>(members - 1);
+  m.rank = rank >= 0 ? rank : static_cast<std::int32_t>(members - 1);
   m.flags = accept_elastic | accept_late;
   m.ca_pem = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n";
   m.cert_pem = std::string("cert\0with\0nuls", 14);
@@ -61,6 +76,7 @@ JoinAccept sample_accept(std::size_t members = 5) {
                          i % 2 ? "[fd00::" + std::to_string(i) + "]:29400"
                                : "10.0.0." + std::to_string(i) + ":" + std::to_string(1000 + i),
                          i % 3 == 2});  // some joined late
+  give_keys(m);
   return m;
 }
 
@@ -68,6 +84,7 @@ Announce sample_announce() {
   Announce m;
   m.rank = 0x01020304;
   m.member = {"joiner-\xc3\xa9-7", "[fd00::7]:65535", true};
+  m.key = sample_key(9);
   return m;
 }
 
@@ -104,10 +121,12 @@ void expect_same(const JoinAccept& a, const JoinAccept& b) {
   EXPECT_EQ(a.cert_pem, b.cert_pem);
   ASSERT_EQ(a.members.size(), b.members.size());
   for (std::size_t i = 0; i < a.members.size(); ++i) expect_same(a.members[i], b.members[i], i);
+  EXPECT_EQ(a.keys, b.keys);
 }
 void expect_same(const Announce& a, const Announce& b) {
   EXPECT_EQ(a.rank, b.rank);
   expect_same(a.member, b.member);
+  EXPECT_EQ(a.key, b.key);
 }
 void expect_same(const JoinReject& a, const JoinReject& b) {
   EXPECT_EQ(a.code, b.code);
@@ -200,6 +219,7 @@ TEST(SeedMessage, RoundTripEveryType) {
   one.cert_pem.clear();
   one.flags = 0;
   one.members[0] = {"", "", false};
+  ASSERT_EQ(one.keys.size(), 1u);  // a world of one: only its own (zero) key
   expect_decodes_to(encode(one), one);
   Announce an;
   expect_decodes_to(encode(an), an);
@@ -207,8 +227,7 @@ TEST(SeedMessage, RoundTripEveryType) {
   expect_decodes_to(encode(z), z);
 
   // A large member list and long strings survive too.
-  JoinAccept big = sample_accept(3000);
-  big.rank = 1234;
+  JoinAccept big = sample_accept(3000, 1234);
   big.cert_pem = std::string(100000, 'c');
   expect_decodes_to(encode(big), big);
 
@@ -228,12 +247,12 @@ TEST(SeedMessage, RoundTripEveryType) {
 }
 
 TEST(SeedMessage, GoldenBytes) {
-  // Hand-written from the layout: "NXSD", version 1, type, two zero bytes, body length (u32
-  // LE), then the fields little-endian, strings as u32 LE length + bytes.
+  // Hand-written from the layout: "NXSD", version 2, type, two zero bytes, body length (u32
+  // LE), then the fields little-endian, strings as u32 LE length + bytes, keys 32 raw bytes.
   JoinReject rej;
   rej.code = 13;  // Errc::rejected
   rej.reason = "no";
-  const SeedBytes want_reject = {'N', 'X', 'S', 'D', 1,   4,  0, 0, 8, 0, 0, 0,  // header
+  const SeedBytes want_reject = {'N', 'X', 'S', 'D', 2,   4,  0, 0, 8, 0, 0, 0,  // header
                                  13,  0,                                         // code
                                  2,   0,   0,   0,   'n', 'o'};                  // reason
   EXPECT_EQ(encode(rej), want_reject);
@@ -244,8 +263,9 @@ TEST(SeedMessage, GoldenBytes) {
   acc.ca_pem = "C";
   acc.cert_pem = "";
   acc.members = {{"a", "1.2.3.4:5", false}, {"b", "[::1]:6", true}};
-  const SeedBytes want_accept = {
-      'N', 'X', 'S', 'D', 1,   3,   0,   0,   57,  0,   0,   0,         // header, body 57 bytes
+  acc.keys = {sample_key(0), RelayKey{}};  // rank 0's; rank 1 has no key of its own
+  SeedBytes want_accept = {
+      'N', 'X', 'S', 'D', 2,   3,   0,   0,   121, 0,   0,   0,         // header, body 121 bytes
       1,   0,   0,   0,                                                 // rank 1
       3,   0,                                                           // flags elastic|late
       1,   0,   0,   0,   'C',                                          // ca
@@ -257,17 +277,21 @@ TEST(SeedMessage, GoldenBytes) {
       1,   0,   0,   0,   'b',                                          // member 1 node
       7,   0,   0,   0,   '[', ':', ':', '1', ']', ':', '6',            // member 1 address
       1,   0};                                                          // member 1: late
+  for (std::uint8_t i = 0; i < 32; ++i) want_accept.push_back(static_cast<std::uint8_t>(0x80 + i));  // key 0
+  for (std::uint8_t i = 0; i < 32; ++i) want_accept.push_back(0);  // key 1: its own, zero
   EXPECT_EQ(encode(acc), want_accept);
 
   Announce ann;
   ann.rank = 0x0105;
   ann.member = {"j", "[::1]:7", true};
-  const SeedBytes want_announce = {
-      'N', 'X', 'S', 'D', 1,   5,   0,   0,   22,  0,   0,   0,  // header, body 22 bytes
+  ann.key = sample_key(1);
+  SeedBytes want_announce = {
+      'N', 'X', 'S', 'D', 2,   5,   0,   0,   54,  0,   0,   0,  // header, body 54 bytes
       5,   1,   0,   0,                                          // rank 261
       1,   0,   0,   0,   'j',                                   // node
       7,   0,   0,   0,   '[', ':', ':', '1', ']', ':', '7',     // address
       1,   0};                                                   // flags: late
+  for (std::uint8_t i = 0; i < 32; ++i) want_announce.push_back(static_cast<std::uint8_t>(0x87 + i));  // key
   EXPECT_EQ(encode(ann), want_announce);
 
   JoinRequest req;
@@ -276,7 +300,7 @@ TEST(SeedMessage, GoldenBytes) {
   req.world = 258;
   req.port = 0x1234;
   req.node = "n";
-  SeedBytes want_req = {'N', 'X', 'S', 'D', 1, 2, 0, 0, 59, 0, 0, 0};  // body 59 bytes
+  SeedBytes want_req = {'N', 'X', 'S', 'D', 2, 2, 0, 0, 59, 0, 0, 0};  // body 59 bytes
   for (std::uint8_t i = 0; i < 32; ++i) want_req.push_back(i);         // proof
   const SeedBytes rest = {0xff, 0xff, 0xff, 0xff,                      // rank -1
                           0x02, 0x01, 0x00, 0x00,                      // world 258
@@ -340,8 +364,8 @@ TEST(SeedMessage, BadHeaders) {
     const std::string e = seed_decode_error(with(i, static_cast<std::uint8_t>(good[i] ^ 0x20)));
     EXPECT_TRUE(contains(e, "magic")) << e;
   }
-  // Version.
-  for (std::uint8_t v : {0, 2, 255}) {
+  // Version: 1 (before relay keys) is as foreign as any other.
+  for (std::uint8_t v : {0, 1, 3, 255}) {
     const std::string e = seed_decode_error(with(4, v));
     EXPECT_TRUE(contains(e, "version " + std::to_string(v))) << e;
   }
@@ -440,6 +464,10 @@ TEST(SeedMessage, AcceptValidation) {
       append_str(body, "10.0.0.1:" + std::to_string(i + 1));
       append_u16(body, i == members_present - 1 ? member_flags : 0);
     }
+    for (std::size_t i = 0; i < members_present; ++i) {  // keys; the own rank's zero
+      const RelayKey k = static_cast<std::int32_t>(i) == rank ? RelayKey{} : sample_key(i);
+      body.insert(body.end(), k.begin(), k.end());
+    }
     return seed_frame(SeedMsgType::accept, body);
   };
   // Sanity: the builder makes valid messages.
@@ -469,6 +497,7 @@ TEST(SeedMessage, AcceptValidation) {
   bad.rank = 2;
   seed_decode_error(encode(bad));
   bad.members.clear();
+  bad.keys.clear();
   bad.rank = 0;
   seed_decode_error(encode(bad));
 
@@ -500,6 +529,58 @@ TEST(SeedMessage, AcceptValidation) {
   EXPECT_TRUE(contains(seed_decode_error(encode(odd)), "unknown flags"));
 }
 
+TEST(SeedMessage, AcceptRelayKeys) {
+  // One key per member, indexed by world rank, each exactly where the member's rank says.
+  const JoinAccept acc = sample_accept(4, 2);
+  const SeedBytes b = encode(acc);
+  const std::size_t keys_at = b.size() - 4 * 32;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const RelayKey want = i == 2 ? RelayKey{} : sample_key(i);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), b.begin() + static_cast<std::ptrdiff_t>(keys_at + 32 * i)))
+        << "key " << i;
+  }
+  expect_decodes_to(b, acc);
+
+  // A key for the node's own rank: refused, wherever that rank is, whichever byte is set.
+  for (std::int32_t rank : {0, 2, 3}) {
+    for (std::size_t byte : {std::size_t{0}, std::size_t{17}, std::size_t{31}}) {
+      SeedBytes bad = encode(sample_accept(4, rank));
+      bad[keys_at + 32 * static_cast<std::size_t>(rank) + byte] = 0x01;
+      const std::string e = seed_decode_error(bad);
+      EXPECT_TRUE(contains(e, "own rank " + std::to_string(rank))) << e;
+    }
+  }
+  // Zero keys for the others are the seed's business (it never sends one): not refused here.
+
+  // Version 1's layout (no keys), and keys cut short: truncated, never read past the body.
+  {
+    SeedBytes v1 = encode(acc);
+    v1.resize(keys_at);
+    put_u32(v1, 8, static_cast<std::uint32_t>(v1.size() - seed_header_size));
+    const std::string e = seed_decode_error(v1);
+    EXPECT_TRUE(contains(e, "truncated")) << e;
+    for (std::size_t missing : {std::size_t{1}, std::size_t{31}, std::size_t{32}, std::size_t{33}}) {
+      SeedBytes cut = encode(acc);
+      cut.resize(cut.size() - missing);
+      put_u32(cut, 8, static_cast<std::uint32_t>(cut.size() - seed_header_size));
+      const std::string e2 = seed_decode_error(cut);
+      EXPECT_TRUE(contains(e2, "truncated") && contains(e2, "relay keys")) << missing << ": " << e2;
+    }
+    // A key too many: trailing bytes.
+    SeedBytes extra = encode(acc);
+    extra.insert(extra.end(), 32, 0x55);
+    put_u32(extra, 8, static_cast<std::uint32_t>(extra.size() - seed_header_size));
+    EXPECT_TRUE(contains(seed_decode_error(extra), "32 trailing bytes"));
+  }
+
+  // The encoder refuses a key list that does not match the members (it could not be decoded).
+  for (std::size_t keys : {std::size_t{0}, std::size_t{3}, std::size_t{5}}) {
+    JoinAccept wrong = sample_accept(4, 0);
+    wrong.keys.resize(keys);
+    EXPECT_THROW(encode(wrong), std::invalid_argument) << keys << " keys";
+  }
+}
+
 TEST(SeedMessage, AnnounceValidation) {
   auto announce_body = [](std::int32_t rank, std::uint16_t flags) {
     SeedBytes body;
@@ -507,6 +588,8 @@ TEST(SeedMessage, AnnounceValidation) {
     append_str(body, "joiner");
     append_str(body, "10.0.0.9:9");
     append_u16(body, flags);
+    const RelayKey k = sample_key(3);
+    body.insert(body.end(), k.begin(), k.end());
     return seed_frame(SeedMsgType::announce, body);
   };
   // Every non-negative rank and both values of the late bit.
@@ -521,6 +604,7 @@ TEST(SeedMessage, AnnounceValidation) {
       EXPECT_EQ(a.member.node, "joiner");
       EXPECT_EQ(a.member.addr, "10.0.0.9:9");
       EXPECT_EQ(a.member.late, flags == 1);
+      EXPECT_EQ(a.key, sample_key(3));
     }
   }
   for (std::int32_t rank : {-1, -2, -2147483647 - 1}) {
@@ -538,6 +622,14 @@ TEST(SeedMessage, AnnounceValidation) {
   append_str(old, "10.0.0.9:9");
   const std::string e = seed_decode_error(seed_frame(SeedMsgType::announce, old));
   EXPECT_TRUE(contains(e, "truncated") && contains(e, "member flags")) << e;
+  // Version 1's announcement (no key), and a key cut short, are truncated too.
+  for (std::size_t missing : {std::size_t{32}, std::size_t{1}, std::size_t{31}}) {
+    SeedBytes cut = announce_body(3, 1);
+    cut.resize(cut.size() - missing);
+    put_u32(cut, 8, static_cast<std::uint32_t>(cut.size() - seed_header_size));
+    const std::string e2 = seed_decode_error(cut);
+    EXPECT_TRUE(contains(e2, "truncated") && contains(e2, "relay key")) << missing << ": " << e2;
+  }
   // An announcement is as large as a join request at most: the seed's own limit applies.
   const SeedBytes b = encode(sample_announce());
   expect_decodes_to(b, sample_announce(), max_join_request);

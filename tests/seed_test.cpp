@@ -1,6 +1,6 @@
 // Tests of the seed (src/cluster/seed.cpp): forming clusters of pinned and unpinned joiners
 // over the real QUIC stack on loopback, minimum world sizes, refusals, hostile, idle and
-// vanishing clients, garbage datagrams, and invalid options.
+// vanishing clients, garbage datagrams, the relay keys it hands out, and invalid options.
 #include <gtest/gtest.h>
 
 #include <nexar/cluster.hpp>
@@ -65,7 +65,8 @@ bool can_bind_ipv6_loopback() {
 // A seed client under the test's full control. It speaks QUIC and TLS as a joiner does
 // (joiner TlsContext, ALPN nexar-seed/1, no certificate), reads the seed's hello, and then
 // sends whatever `reply` makes of it (nothing when it returns no bytes). It records the
-// seed's answer and the end of the connection.
+// seed's answer, what the seed sends after it (an elastic seed's announcements), and the end
+// of the connection.
 class RawSeedClient final : public nexar::quic::ConnectionHandler {
  public:
   using Reply = std::function<Bytes8(Connection&, const nexar::wire::SeedHello&)>;
@@ -128,6 +129,17 @@ class RawSeedClient final : public nexar::quic::ConnectionHandler {
   // Test thread.
   std::future<nexar::wire::SeedMessage> answer_future() { return answer_.get_future(); }
   std::future<std::string> closed_future() { return closed_.get_future(); }
+  // The messages after the answer, in order.
+  std::vector<nexar::wire::SeedMessage> later() { return on_engine(engine_, [&] { return later_; }); }
+  // Waits until at least `n` messages came after the answer; returns them.
+  std::vector<nexar::wire::SeedMessage> wait_later(std::size_t n, std::chrono::milliseconds limit = 5s) {
+    const auto until = Clock::now() + limit;
+    for (;;) {
+      auto got = later();
+      if (got.size() >= n || Clock::now() >= until) return got;
+      std::this_thread::sleep_for(10ms);
+    }
+  }
 
   // Whether the seed acknowledged every byte we sent (it has processed them: a QUIC ACK
   // goes out only after the packet's stream data was handed to the seed).
@@ -155,7 +167,10 @@ class RawSeedClient final : public nexar::quic::ConnectionHandler {
 
  private:
   void answer(nexar::wire::SeedMessage m) {
-    if (answered_) return;
+    if (answered_) {
+      later_.push_back(std::move(m));
+      return;
+    }
     answered_ = true;
     answer_.set_value(std::move(m));
   }
@@ -168,6 +183,7 @@ class RawSeedClient final : public nexar::quic::ConnectionHandler {
   bool answered_ = false;
   bool closed_set_ = false;
   Bytes8 sent_;
+  std::vector<nexar::wire::SeedMessage> later_;
   std::promise<nexar::wire::SeedMessage> answer_;
   std::promise<std::string> closed_;
   // Declared last: the endpoint goes first, then its TLS context and the engine.
@@ -205,6 +221,42 @@ nexar::wire::JoinReject expect_reject(std::future<nexar::wire::SeedMessage>& f,
     return {};
   }
   return *r;
+}
+
+// The seed's answer to a raw client, which must be an accept.
+nexar::wire::JoinAccept expect_accept(std::future<nexar::wire::SeedMessage>& f,
+                                      std::chrono::seconds limit = 10s) {
+  if (f.wait_for(limit) != std::future_status::ready) {
+    ADD_FAILURE() << "no answer from the seed within " << limit.count() << " s";
+    return {};
+  }
+  nexar::wire::SeedMessage m = f.get();
+  auto* a = std::get_if<nexar::wire::JoinAccept>(&m);
+  if (a == nullptr) {
+    auto* r = std::get_if<nexar::wire::JoinReject>(&m);
+    ADD_FAILURE() << "the seed answered with message index " << m.index() << ", not an accept"
+                  << (r ? ": " + r->reason : std::string());
+    return {};
+  }
+  return *a;
+}
+
+// `world` raw clients, named `prefix`-<rank>, asking for ranks 0..world-1 of a seed of that
+// world; returns their accepts in rank order (the clients stay connected in `clients`).
+std::vector<nexar::wire::JoinAccept> join_raw(const Seed& seed, int world, const std::string& prefix,
+                                              std::vector<std::unique_ptr<RawSeedClient>>& clients) {
+  std::vector<std::future<nexar::wire::SeedMessage>> answers;
+  for (int r = 0; r < world; ++r) {
+    const std::string node = prefix + "-" + std::to_string(r);
+    clients.push_back(std::make_unique<RawSeedClient>(
+        seed.address(), [r, world, node](Connection& c, const nexar::wire::SeedHello& h) {
+          return join_request(c, h, kToken, r, world, node);
+        }));
+    answers.push_back(clients.back()->answer_future());
+  }
+  std::vector<nexar::wire::JoinAccept> out;
+  for (auto& f : answers) out.push_back(expect_accept(f));
+  return out;
 }
 
 // ---- formation ----
@@ -762,6 +814,104 @@ TEST(Seed, GarbageDatagramsDuringFormation) {
   EXPECT_EQ(seed.wait(10s), 3);
   expect_working_cluster(comms);
   close_all(comms);
+}
+
+// ---- relay keys ----
+
+using nexar::wire::RelayKey;
+
+// Each member's accept carries the keys of the pairs it is part of: one per member, zero for
+// itself, the same at both ends of a pair, a different one for every pair; and another job
+// (another seed, another master secret) has other keys for the same names and ranks.
+TEST(Seed, RelayKeysGoToTheTwoEndsOfEachPair) {
+  const nexar::Config cfg = fast_config();
+  constexpr int kWorld = 4;
+  std::vector<std::vector<nexar::wire::JoinAccept>> jobs;
+  for (int job = 0; job < 2; ++job) {
+    Seed seed(seed_opts(kWorld), cfg);
+    std::vector<std::unique_ptr<RawSeedClient>> clients;
+    jobs.push_back(join_raw(seed, kWorld, "keys", clients));
+  }
+  for (const auto& accs : jobs) {
+    ASSERT_EQ(accs.size(), static_cast<std::size_t>(kWorld));
+    std::set<RelayKey> distinct;
+    for (std::size_t a = 0; a < accs.size(); ++a) {
+      SCOPED_TRACE("rank " + std::to_string(a));
+      EXPECT_EQ(accs[a].rank, static_cast<int>(a));
+      ASSERT_EQ(accs[a].keys.size(), static_cast<std::size_t>(kWorld));
+      EXPECT_EQ(accs[a].keys[a], RelayKey{}) << "a key for itself";
+      for (std::size_t b = 0; b < accs.size(); ++b) {
+        if (a == b) continue;
+        EXPECT_NE(accs[a].keys[b], RelayKey{});
+        EXPECT_EQ(accs[a].keys[b], accs[b].keys[a]) << "ranks " << a << " and " << b << " hold different keys";
+        distinct.insert(accs[a].keys[b]);
+      }
+    }
+    EXPECT_EQ(distinct.size(), static_cast<std::size_t>(kWorld * (kWorld - 1) / 2));
+  }
+  for (std::size_t a = 0; a < kWorld; ++a) {
+    for (std::size_t b = 0; b < kWorld; ++b) {
+      if (a != b) {
+        EXPECT_NE(jobs[0][a].keys[b], jobs[1][a].keys[b]) << "two jobs share a key";
+      }
+    }
+  }
+}
+
+// Elastic: a node admitted into the running job gets its keys with every rank handed out;
+// each linked node (members, and joiners before it) hears of it with the one key it shares
+// with it, which is the joiner's key for that node.
+TEST(Seed, ElasticAnnouncementsCarryTheKeyWithTheNewNode) {
+  const nexar::Config cfg = fast_config();
+  SeedOptions so = seed_opts(2);
+  so.elastic = true;
+  Seed seed(so, cfg);
+  std::vector<std::unique_ptr<RawSeedClient>> members;
+  const auto formed = join_raw(seed, 2, "member", members);
+  ASSERT_EQ(formed.size(), 2u);
+  for (const auto& a : formed) EXPECT_TRUE(a.flags & nexar::wire::accept_elastic);
+
+  std::vector<std::unique_ptr<RawSeedClient>> late;
+  std::vector<nexar::wire::JoinAccept> late_acc;
+  for (int i = 0; i < 2; ++i) {
+    const std::string node = "late-" + std::to_string(i);
+    late.push_back(std::make_unique<RawSeedClient>(
+        seed.address(), [node](Connection& c, const nexar::wire::SeedHello& h) {
+          return join_request(c, h, kToken, -1, 0, node);
+        }));
+    auto f = late.back()->answer_future();
+    late_acc.push_back(expect_accept(f));
+    const auto& acc = late_acc.back();
+    const int id = 2 + i;
+    ASSERT_EQ(acc.rank, id);
+    ASSERT_EQ(acc.keys.size(), static_cast<std::size_t>(id + 1));
+    EXPECT_EQ(acc.keys[static_cast<std::size_t>(id)], RelayKey{});
+    std::set<RelayKey> distinct(acc.keys.begin(), acc.keys.end());
+    EXPECT_EQ(distinct.size(), static_cast<std::size_t>(id + 1)) << "keys repeat (or a zero one)";
+    // Each linked node before it (world ranks 0..id-1): one announcement more, carrying
+    // their pair's key. Rank r has heard of the joiners from max(2, r + 1) up to this one.
+    std::vector<RawSeedClient*> linked;
+    for (auto& m : members) linked.push_back(m.get());
+    for (int k = 0; k < i; ++k) linked.push_back(late[static_cast<std::size_t>(k)].get());
+    for (std::size_t r = 0; r < linked.size(); ++r) {
+      SCOPED_TRACE("world rank " + std::to_string(r) + " hearing of " + node);
+      const std::size_t before = static_cast<std::size_t>(id) - std::max<std::size_t>(2, r + 1);
+      const auto heard = linked[r]->wait_later(before + 1);
+      ASSERT_EQ(heard.size(), before + 1);
+      const auto* an = std::get_if<nexar::wire::Announce>(&heard.back());
+      ASSERT_NE(an, nullptr);
+      EXPECT_EQ(an->rank, id);
+      EXPECT_EQ(an->member.node, node);
+      EXPECT_EQ(an->key, acc.keys[r]);
+      // Not a key of any pair it was already part of.
+      const auto& own = r < 2 ? formed[r].keys : late_acc[r - 2].keys;
+      EXPECT_EQ(std::count(own.begin(), own.end(), an->key), 0);
+    }
+  }
+  // The first joiner's key with the second equals the second's key with the first.
+  const auto heard = late[0]->wait_later(1);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(std::get<nexar::wire::Announce>(heard[0]).key, late_acc[1].keys[2]);
 }
 
 // ---- options ----

@@ -27,6 +27,9 @@
 
 #include "collective_support.hpp"
 #include "support.hpp"
+#include "comm/group.hpp"
+#include "core/access.hpp"
+#include "transport/node.hpp"
 #include "transport/topology.hpp"
 
 #include <algorithm>
@@ -38,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <ostream>
@@ -276,6 +280,9 @@ class Sparse : public ::testing::TestWithParam<WorldSpec> {
       EXPECT_EQ(w[r].rank(), static_cast<int>(r));
       EXPECT_TRUE(w[r].config().topology == t) << "rank " << r << " runs "
                                                << w[r].config().topology.to_string();
+      // Really sparse: connected exactly to the topology's neighbours.
+      EXPECT_EQ(w[r].neighbours(), nexar::detail::neighbours_of(t, static_cast<int>(w.size()), static_cast<int>(r)))
+          << "rank " << r;
     }
     return w;
   }
@@ -1186,6 +1193,126 @@ TEST(SparseHopLimit, ClosingDoesNotWaitForRanksBeyondTheLimit) {
   const auto slowest = std::max_element(took.begin(), took.end());
   EXPECT_LT(total, 5.0) << "closing the 16 ranks one after another took " << total
                         << " s; the slowest, rank " << (slowest - took.begin()) << ", " << *slowest << " s";
+}
+
+// A destination that does not receive fills its unexpected budget and stops granting
+// credit; its senders stall. Traffic between other ranks through the very same relays must
+// go on meanwhile: relays never stop reading, and hold at most relay_window per pair. On
+// a ring of 8, rank 0 floods rank 4 (through 1, 2 and 3) while 1 and 3 ping-pong through
+// 2, and 7 sends to 2 through 0 and 1; rank 4 receives only once those are done.
+TEST(SparseFlow, ASlowDestinationStallsOnlyItsOwnSenders) {
+  Watchdog dog(std::chrono::seconds(300));
+  Config cfg = sparse_config("k_regular:2", 0, false);
+  cfg.unexpected_limit = 256 * 1024;
+  cfg.relay_window = 128 * 1024;
+  cfg.op_timeout = 30s;  // a stalled relay shows as a timeout, not a hang
+  auto w = nexar::bootstrap_local(8, cfg);
+  ASSERT_EQ(w.size(), 8u);
+  constexpr int kFlood = 64;
+  constexpr std::size_t kFloodBytes = 60 * 1024;  // eager: sent before rank 4 asks
+  std::atomic<int> others_done{0};
+  run_ranks(w, "slow destination", [&](int r) {
+    Communicator& c = w[static_cast<std::size_t>(r)];
+    if (r == 0) {
+      std::vector<Bytes> out;
+      std::vector<Request> reqs;
+      for (int i = 0; i < kFlood; ++i) out.push_back(payload(0, 4, kFloodBytes, 100 + static_cast<std::uint64_t>(i)));
+      for (int i = 0; i < kFlood; ++i) reqs.push_back(c.isend(4, 5, out[static_cast<std::size_t>(i)].data(), kFloodBytes));
+      for (auto& q : reqs) q.wait();
+    } else if (r == 4) {
+      while (others_done.load() < 3) std::this_thread::sleep_for(1ms);
+      Bytes in(kFloodBytes + 16, std::byte{0xEE});
+      for (int i = 0; i < kFlood; ++i) {
+        const Status st = c.recv(0, 5, in.data(), in.size());
+        check_message("flood " + std::to_string(i), r, st, 0, 5, in,
+                      payload(0, 4, kFloodBytes, 100 + static_cast<std::uint64_t>(i)));
+      }
+    } else if (r == 1 || r == 3) {
+      const int other = r == 1 ? 3 : 1;
+      Bytes buf(1024 + 16, std::byte{0xEE});
+      for (int i = 0; i < 200; ++i) {
+        const Bytes o = payload(r, other, 1024, static_cast<std::uint64_t>(i));
+        if (r == 1) {
+          c.send(other, 6, o.data(), o.size());
+          const Status st = c.recv(other, 6, buf.data(), buf.size());
+          check_message("ping-pong", r, st, other, 6, buf, payload(other, r, 1024, static_cast<std::uint64_t>(i)));
+        } else {
+          const Status st = c.recv(other, 6, buf.data(), buf.size());
+          check_message("ping-pong", r, st, other, 6, buf, payload(other, r, 1024, static_cast<std::uint64_t>(i)));
+          c.send(other, 6, o.data(), o.size());
+        }
+      }
+      others_done.fetch_add(1);
+    } else if (r == 7 || r == 2) {
+      for (int i = 0; i < 100; ++i) {
+        if (r == 7) {
+          const Bytes o = payload(7, 2, 10000, static_cast<std::uint64_t>(i));
+          c.send(2, 7, o.data(), o.size());
+        } else {
+          Bytes in(10000 + 16, std::byte{0xEE});
+          const Status st = c.recv(7, 7, in.data(), in.size());
+          check_message("7 -> 2", r, st, 7, 7, in, payload(7, 2, 10000, static_cast<std::uint64_t>(i)));
+        }
+      }
+      if (r == 2) others_done.fetch_add(1);
+    }
+  });
+  for (auto& c : w) c.close();
+}
+
+// A relay cannot speak for another rank. On a ring of 4, rank 1 relays between 0 and 2;
+// here it forges a relay frame claiming rank 0 as its origin, carrying an eager message for
+// rank 2 at the very stream position 0's next bytes would take, with two guesses at the
+// MAC (it does not hold the key of the pair 0, 2). Rank 2 must take neither: a receive for that tag stays empty, and 0's real message
+// that follows arrives intact.
+TEST(SparseAuth, ARelayCannotForgeAnotherRanksMessage) {
+  Watchdog dog(std::chrono::seconds(120));
+  Config cfg = sparse_config("k_regular:2", 0, false);
+  cfg.log_level = LogLevel::off;  // the forgeries are logged as errors
+  auto w = nexar::bootstrap_local(4, cfg);
+  ASSERT_EQ(w.size(), 4u);
+  ASSERT_EQ(w[0].neighbours(), (std::vector<int>{1, 3}));
+  nexar::detail::Node& relay = nexar::detail::Access::group(w[1])->node();
+  const std::string forged_text = "forged by rank 1";
+  auto forge = [&](std::byte guess) {
+    // The inner bytes: an eager frame from rank 0 on the data lane, as 0 would send it.
+    nexar::wire::FrameHeader m;
+    m.type = nexar::wire::FrameType::eager;
+    m.src = 0;
+    m.tag = 9;
+    m.length = forged_text.size();
+    std::vector<std::byte> inner(nexar::wire::header_size + forged_text.size());
+    nexar::wire::encode_header(m, std::span<std::byte, nexar::wire::header_size>(inner.data(), nexar::wire::header_size));
+    std::memcpy(inner.data() + nexar::wire::header_size, forged_text.data(), forged_text.size());
+    nexar::wire::FrameHeader h;
+    h.type = nexar::wire::FrameType::relay;
+    h.src = 0;
+    h.comm = nexar::wire::relay_route(2, 2);
+    h.seq = 0;
+    h.length = inner.size() + nexar::wire::relay_mac_size;
+    std::vector<std::byte> frame(nexar::wire::header_size + h.length, guess);
+    nexar::wire::encode_header(h, std::span<std::byte, nexar::wire::header_size>(frame.data(), nexar::wire::header_size));
+    std::memcpy(frame.data() + nexar::wire::header_size, inner.data(), inner.size());
+    std::promise<void> sent;
+    relay.engine().post([&] {
+      nexar::detail::PooledBuffer b = relay.pool().acquire(frame.size());
+      std::memcpy(b.data(), frame.data(), frame.size());
+      relay.peer(2)->send_frame(nexar::wire::Lane::data, std::move(b), frame.size());
+      sent.set_value();
+    });
+    sent.get_future().wait();
+  };
+  forge(std::byte{0x00});
+  forge(std::byte{0x5A});
+  Bytes in(64, std::byte{0xEE});
+  Request r = w[2].irecv(0, 9, in.data(), in.size());
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(r.test()) << "rank 2 took a message rank 1 forged in rank 0's name";
+  const Bytes real = payload(0, 2, 20, 77);
+  w[0].send(2, 9, real.data(), real.size());
+  const Status st = r.wait();
+  check_message("after the forgeries", 2, st, 0, 9, in, real);
+  for (auto& c : w) c.close();
 }
 
 }  // namespace

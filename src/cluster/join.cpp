@@ -270,7 +270,7 @@ struct SeedLink {
  private:
   void pass(const wire::Announce& a) {
     try {
-      node_->add_peer(a.rank, a.member.node, quic::Address::parse(a.member.addr), a.member.late);
+      node_->add_peer(a.rank, a.member.node, quic::Address::parse(a.member.addr), a.member.late, a.key);
     } catch (const Error& e) {
       log::warn("join: the seed announced world rank {} at an unusable address '{}': {}", a.rank, a.member.addr,
                 e.what());
@@ -477,6 +477,7 @@ Communicator join(const JoinOptions& o, const Config& config) {
     }
   }
   no.creds = tls::NodeCredentials{cluster_name, node, acc.ca_pem, acc.cert_pem, key.key_pem()};
+  no.relay_keys = acc.keys;  // one per member (the decoder checked), ours zero
   no.udp_fd = data.fd;
   data.fd = -1;
   if (!elastic) {

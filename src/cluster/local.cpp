@@ -11,6 +11,7 @@
 #include <future>
 #include <thread>
 
+#include "cluster/relay_keys.hpp"
 #include "core/access.hpp"
 #include "core/log.hpp"
 #include "quic/udp_socket.hpp"
@@ -20,6 +21,12 @@
 #include "transport/node.hpp"
 
 namespace nexar::cluster {
+namespace {
+
+// The node name of rank `r` of a local cluster (its certificate's, and its relay keys').
+std::string node_name(int r) { return "rank-" + std::to_string(r); }
+
+}  // namespace
 
 std::vector<NodePlan> plan_local(int n, const Config& config) {
   if (n < 1) throw Error(Errc::invalid_argument, "bootstrap_local: world size " + std::to_string(n) + " must be >= 1");
@@ -32,13 +39,25 @@ std::vector<NodePlan> plan_local(int n, const Config& config) {
   std::string cluster = "local-";
   for (unsigned char c : rnd) cluster += "0123456789abcdef"[c >> 4], cluster += "0123456789abcdef"[c & 15];
   auto ca = tls::ClusterCa::create(cluster);
+  // The relay keys, as a seed derives them: each pair's once, into both rows.
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) names.push_back(node_name(r));
+  const RelayMaster master = random_relay_master();
+  for (auto& p : plans) p.relay_keys.resize(static_cast<std::size_t>(n));
+  for (std::size_t a = 0; a < plans.size(); ++a) {
+    for (std::size_t b = a + 1; b < plans.size(); ++b) {
+      const detail::RelayKey k = relay_key(master, static_cast<int>(a), names[a], static_cast<int>(b), names[b]);
+      plans[a].relay_keys[b] = k;
+      plans[b].relay_keys[a] = k;
+    }
+  }
   std::vector<std::string> addrs;
   try {
     for (int r = 0; r < n; ++r) {
       auto& p = plans[static_cast<std::size_t>(r)];
       p.rank = r;
       p.world = n;
-      p.creds = tls::issue_local(ca, "rank-" + std::to_string(r));
+      p.creds = tls::issue_local(ca, node_name(r));
       p.udp_fd = quic::UdpSocket::open_bound(quic::Address::parse("127.0.0.1:0"));
       quic::Address a;
       a.len = sizeof a.storage;
@@ -115,10 +134,11 @@ Communicator start_node(NodePlan plan, const Config& config) {
   detail::NodeOptions o;
   o.rank = plan.rank;
   o.world = plan.world;
-  for (int r = 0; r < plan.world; ++r) o.names.push_back("rank-" + std::to_string(r));
+  for (int r = 0; r < plan.world; ++r) o.names.push_back(node_name(r));
   for (auto& a : plan.addrs) o.addrs.push_back(quic::Address::parse(a));
   o.creds = std::move(plan.creds);
   o.udp_fd = plan.udp_fd;
+  o.relay_keys = std::move(plan.relay_keys);
   return start_member(std::move(o), config);
 }
 

@@ -23,10 +23,14 @@ struct NodePlan {
   tls::NodeCredentials creds;
   int udp_fd = -1;                 ///< bound, non-blocking UDP socket; start_node owns it
   std::vector<std::string> addrs;  ///< "ip:port" of every rank, indexed by rank
+  /// The relay key this rank shares with every rank, indexed by rank (its own zero).
+  std::vector<detail::RelayKey> relay_keys;
 };
 
-/// Binds `n` UDP sockets on 127.0.0.1 (ephemeral ports) and issues each rank credentials
-/// from a fresh in-memory cluster CA. Starts no thread, so the caller may fork() afterwards.
+/// Binds `n` UDP sockets on 127.0.0.1 (ephemeral ports), issues each rank credentials from a
+/// fresh in-memory cluster CA, and gives each the relay keys of its pairs (derived from a
+/// fresh master secret, as a seed does; the master is not kept). Starts no thread, so the
+/// caller may fork() afterwards.
 /// Throws nexar::Error (invalid_argument for n < 1, io, tls).
 std::vector<NodePlan> plan_local(int n, const Config& config);
 

@@ -1,6 +1,7 @@
 // The seed: admits joiners over QUIC, signs their certificates, assigns ranks and hands out
-// the peer list. Everything below runs on the seed's own engine thread except the public
-// entry points, which post to it and wait on `mu_`/`cv_`.
+// the peer list, with each node's relay keys (those of the pairs it is part of, derived from
+// the job's master secret, which never leaves the seed). Everything below runs on the seed's
+// own engine thread except the public entry points, which post to it and wait on `mu_`/`cv_`.
 #include <nexar/cluster.hpp>
 
 #include <asio/steady_timer.hpp>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "cluster/relay_keys.hpp"
 #include "cluster/token.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
@@ -80,6 +82,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
     std::string addr;  // where peers dial it
     std::string cert;
     std::uint64_t order = 0;
+    int rank = -1;  // its world rank, once it got an accept
   };
   enum class State { waiting, delivering, done, failed, stopped };
 
@@ -87,6 +90,8 @@ struct Seed::Impl final : quic::ConnectionHandler {
   Config cfg;
   std::string token;
   std::optional<tls::ClusterCa> ca;
+  // Every pair's relay key is derived from it (cluster/relay_keys.hpp); it never leaves here.
+  cluster::RelayMaster relay_master{};
   tls::NodeCredentials creds;
   std::string fp;
   std::unique_ptr<tls::TlsContext> tls;
@@ -134,6 +139,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
                                               " ms is outside 1 ms .. 365 days");
     cfg.validate();
     token = opts.token.empty() ? cluster::random_token() : opts.token;
+    relay_master = cluster::random_relay_master();
     ca.emplace(tls::ClusterCa::create(opts.cluster.empty() ? random_cluster_name() : opts.cluster));
     creds = tls::issue_local(*ca, std::string(tls::seed_node));
     fp = tls::fingerprint(creds.cert_pem);
@@ -396,21 +402,24 @@ struct Seed::Impl final : quic::ConnectionHandler {
     names_signed.insert(j.req.node);
     const int id = static_cast<int>(nodes.size());
     nodes.push_back({j.req.node, j.addr, true});
+    j.rank = id;
     wire::JoinAccept acc;
     acc.rank = id;
     acc.flags = wire::accept_elastic | wire::accept_late;
     acc.ca_pem = ca->cert_pem();
     acc.cert_pem = j.cert;
     acc.members = nodes;
+    acc.keys = cluster::relay_keys_of(relay_master, id, names_of(acc.members));
     send(j, wire::encode(acc));
+    // Each linked node hears of the new rank with the key it shares with it, and only that.
     wire::Announce ann;
     ann.rank = id;
     ann.member = nodes.back();
-    const auto bytes = wire::encode(ann);
     int told = 0;
     for (auto& [c, o] : joiners) {
-      if (o.get() == &j || !o->linked || c->closed() || o->out < 0) continue;
-      send(*o, bytes);
+      if (o.get() == &j || !o->linked || c->closed() || o->out < 0 || o->rank < 0) continue;
+      ann.key = cluster::relay_key(relay_master, id, j.req.node, o->rank, o->req.node);
+      send(*o, wire::encode(ann));
       ++told;
     }
     log::info("seed: admitted {} ({}, host '{}') into the running job as world rank {}; told {} linked nodes",
@@ -465,18 +474,29 @@ struct Seed::Impl final : quic::ConnectionHandler {
       formed_world = world;
     }
     delivery_deadline = Clock::now() + kDelivery;
+    const std::vector<std::string> names = names_of(acc.members);
     for (int r = 0; r < world; ++r) {
       Joiner& j = *slot[static_cast<std::size_t>(r)];
       j.member = true;
       undelivered[j.req.node] = "rank " + std::to_string(r) + " " + j.req.node + " (" + j.addr + ")";
+      j.rank = r;
       acc.rank = r;
       acc.cert_pem = j.cert;
+      acc.keys = cluster::relay_keys_of(relay_master, r, names);
       answer(j, wire::encode(acc));
       j.close_by = delivery_deadline;  // a member closes itself once it has the answer
       j.linked = opts.elastic;          // ... unless it stays linked to hear of joiners
     }
     log::info("seed: cluster {} formed with {} ranks", ca->cluster(), world);
     check_delivered();
+  }
+
+  // The node names of `members`, for deriving their relay keys.
+  static std::vector<std::string> names_of(const std::vector<wire::Member>& members) {
+    std::vector<std::string> names;
+    names.reserve(members.size());
+    for (const auto& m : members) names.push_back(m.node);
+    return names;
   }
 
   // The bytes live until the peer acknowledged them (the chunk's completion owns them):

@@ -17,8 +17,8 @@ namespace nexar::detail {
 using wire::FrameHeader;
 using wire::FrameType;
 
-void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner) {
-  engine_.post([this, id, name = std::move(name), addr, joiner]() mutable {
+void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, RelayKey key) {
+  engine_.post([this, id, name = std::move(name), addr, joiner, key]() mutable {
     if (!elastic_ || !is_open() || !ep_) return;
     const int n = size();
     if (id < n) return;  // known already (the list we joined with named it)
@@ -33,19 +33,28 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner) {
     }
     names_.push_back(std::move(name));
     addrs_.push_back(addr);
+    keys_.resize(static_cast<std::size_t>(id));
+    keys_.push_back(key);
     {
       std::lock_guard lk(fail_mu_);
       failed_.push_back(0);
       if (joiner) waiting_.push_back(id);  // ids only grow: stays ascending
     }
     peers_.push_back(std::make_unique<Peer>(*this, id, names_.back(), addrs_.back()));
-    if (!direct(id)) peers_.back()->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
+    if (!direct(id)) {
+      try {
+        relay_to(id);
+      } catch (const Error& e) {
+        log::warn("rank {}: world rank {}: {}", rank_, id, e.what());
+      }
+    }
     world_.store(n + 1, std::memory_order_release);
     down_.resize(static_cast<std::size_t>(n + 1), 0);
     routes_ = Routes(cfg_.topology, n + 1, rank_, down_);
     log::info("rank {}: world rank {} ({}, {}) {}", rank_, id, names_.back(), addr.to_string(),
               joiner ? "waits to join" : "announced");
     if (id > rank_ && direct(id)) dial(id);
+    unpark();
   });
 }
 

@@ -80,6 +80,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
       late_(opts.late),
       names_(std::move(opts.names)),
       addrs_(std::move(opts.addrs)),
+      keys_(std::move(opts.relay_keys)),
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
       engine_(cfg.spin, cfg.yield_when_idle),
       formed_(opts.world),
@@ -101,9 +102,9 @@ Node::Node(NodeOptions opts, const Config& cfg)
         std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
   // Under a sparse topology, peers that are not neighbours are reached through relays.
+  if (elastic_) keys_.reserve(wire::max_node_ids);
   for (int r = 0; r < world; ++r)
-    if (r != rank_ && !direct(r))
-      peers_[static_cast<std::size_t>(r)]->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
+    if (r != rank_ && !direct(r)) relay_to(r);
   down_.assign(static_cast<std::size_t>(world), 0);
   routes_ = Routes(cfg_.topology, world, rank_, down_);
   plain_routes_ = routes_;

@@ -11,6 +11,7 @@
 
 #include <asio/steady_timer.hpp>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -62,6 +63,10 @@ constexpr Domain domain_of(wire::Lane lane) noexcept {
 /// `world`) failing for `why`: "rank 2 failed: why", or "rank 2 (world rank 5) failed: why".
 std::string describe_failure(int local, int world, const std::string& why);
 
+/// A secret shared by one pair of ranks and by nobody else: it authenticates the frames
+/// they relay to each other (docs/SECURITY.md, "Relays"). Issued by the seed.
+using RelayKey = std::array<std::uint8_t, 32>;
+
 struct NodeOptions {
   int rank = 0;
   int world = 1;
@@ -77,6 +82,9 @@ struct NodeOptions {
   bool late = false;
   // World ranks among `names` that joined late and may still wait for admission.
   std::vector<int> joiners;
+  // The key this rank shares with each rank (indexed by world rank; ours unused). Needed
+  // for every rank that is not a neighbour under Config::topology.
+  std::vector<RelayKey> relay_keys;
 };
 
 class ShmHub;
@@ -178,8 +186,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   // welcome naming the new communicator.
 
   /// Adds world rank `id` (the next one) with certificate name `name` at `addr`; `joiner`:
-  /// it waits for admission. Dials it when `id` is above ours. Any thread (posted).
-  void add_peer(int id, std::string name, quic::Address addr, bool joiner);
+  /// it waits for admission; `key`: the key we share with it. Dials it when `id` is above
+  /// ours and a neighbour. Any thread (posted).
+  void add_peer(int id, std::string name, quic::Address addr, bool joiner, RelayKey key);
   /// Joiners waiting for admission that this node is connected to and that are not
   /// failed, ascending. Any thread.
   std::vector<int> ready_joiners();
@@ -310,8 +319,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// A relay frame `h` arrived whole from neighbour `from` on `lane` (`seg`: header and
   /// payload): delivered here or forwarded. False: `from` broke the protocol (and is gone).
   bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg);
-  /// A relay_ack frame arrived from neighbour `from`: taken here or forwarded.
-  bool on_relay_ack(Peer& from, const wire::FrameHeader& h);
+  /// A relay_ack frame arrived from neighbour `from` (`seg`, whole): taken here or forwarded.
+  bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg);
   /// Relayed peer `origin` is owed an acknowledgement of `lane`: it goes out once the
   /// current batch of work is done, one for all the segments that batch took.
   void owe_relay_ack(int origin, wire::Lane lane);
@@ -337,6 +346,22 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// the middle may have held their bytes) send their unacknowledged bytes again.
   void route_around(int r, bool failed);
   void send_relay_acks();
+  /// Keeps a relayed frame naming a rank not announced here yet (elastic); true if kept.
+  bool park_unknown(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer& seg);
+  /// Handles the kept frames again (a rank was announced).
+  void unpark();
+  struct Parked {
+    int from;
+    wire::Lane lane;
+    wire::FrameHeader h;
+    PooledBuffer seg;
+  };
+  std::vector<Parked> parked_;  // engine thread
+  /// The key shared with relayed peer `r` (engine thread); its presence is checked when the
+  /// peer is made.
+  const RelayKey& key_of(int r) const { return keys_[static_cast<std::size_t>(r)]; }
+  /// Makes world rank `r`'s peer relayed; throws Errc::invalid_argument without a key.
+  void relay_to(int r);
   /// The world size that decides whether ranks `a` and `b` are neighbours: the formed
   /// world's, or for a rank added later, the world it made.
   int link_world(int a, int b) const noexcept { return std::max(formed_, std::max(a, b) + 1); }
@@ -429,6 +454,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   bool late_;
   std::vector<std::string> names_;
   std::vector<quic::Address> addrs_;
+  std::vector<RelayKey> keys_;  // by world rank; grown with names_ (elastic)
   std::unique_ptr<tls::TlsContext> tls_;
   BufferPool pool_;
   Engine engine_;

@@ -493,7 +493,6 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return false;
     }
     s.sink = Sink{};
-    if (h.type == FrameType::relay_ack) return node_.on_relay_ack(*this, h);
     s.sink.kind = Sink::relay;
     s.sink.segment = node_.pool().acquire(wire::header_size + h.length);
     return true;
@@ -780,6 +779,9 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::relay:
       if (!node_.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
+      break;
+    case FrameType::relay_ack:
+      if (!node_.on_relay_ack(*this, h, std::move(k.segment))) return false;
       break;
     default:
       break;

@@ -3,7 +3,9 @@
 // around ranks that went down. Byte layout in docs/PROTOCOL.md, "Relay".
 #include <cstring>
 
+#include "core/error_format.hpp"
 #include "core/log.hpp"
+#include "tls/mac.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::detail {
@@ -11,6 +13,38 @@ namespace nexar::detail {
 using wire::FrameHeader;
 using wire::FrameType;
 using wire::Lane;
+
+namespace {
+
+// What a relayed frame's MAC covers besides its data: every field but the hop count, which
+// relays change (docs/PROTOCOL.md, "Relay").
+std::array<std::byte, 32> mac_fields(FrameType type, Lane lane, std::uint32_t src, std::uint32_t dest,
+                                     std::uint64_t seq, std::uint64_t tag) {
+  std::array<std::byte, 32> f{};
+  auto put = [&f](std::size_t at, std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) f[at + static_cast<std::size_t>(i)] = static_cast<std::byte>(v >> (8 * i));
+  };
+  put(0, static_cast<std::uint8_t>(type), 1);
+  put(1, static_cast<std::uint8_t>(lane), 1);
+  put(4, src, 4);
+  put(8, dest, 4);
+  put(16, seq, 8);
+  put(24, tag, 8);
+  return f;
+}
+
+}  // namespace
+
+void Node::relay_to(int r) {
+  const auto i = static_cast<std::size_t>(r);
+  if (i >= keys_.size() || keys_[i] == RelayKey{}) {
+    ErrorContext ctx{"connect", rank_, r, {}, {}};
+    throw make_error(Errc::invalid_argument, ctx,
+                     "rank " + std::to_string(r) + " is no neighbour under topology " + cfg_.topology.to_string() +
+                         " and no relay key was issued for it (NodeOptions::relay_keys)");
+  }
+  peers_[i]->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
+}
 
 bool Node::direct(int r) const noexcept {
   return r != rank_ && neighbours(cfg_.topology, link_world(rank_, r), rank_, r);
@@ -66,27 +100,33 @@ void Node::relay_pump(Peer& dest, Lane lane) {
   while (link->next_segment(lane, wire::max_relay_segment, offset, pieces)) {
     std::size_t len = 0;
     for (const auto& p : pieces) len += p.len;
-    PooledBuffer b = pool_.acquire(wire::header_size + len);
+    const std::size_t total = wire::header_size + len + wire::relay_mac_size;
+    PooledBuffer b = pool_.acquire(total);
     FrameHeader h;
     h.type = FrameType::relay;
     h.src = static_cast<std::uint32_t>(rank_);
     h.comm = wire::relay_route(static_cast<std::uint32_t>(dest.rank()), 1);
     h.seq = offset;
-    h.length = len;
+    h.length = len + wire::relay_mac_size;
     wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-    std::byte* out = b.data() + wire::header_size;
+    std::byte* const data = b.data() + wire::header_size;
+    std::byte* out = data;
     for (const auto& p : pieces) {
       std::memcpy(out, p.data, p.len);
       out += p.len;
     }
     pieces.clear();
-    hop->send_frame(lane, std::move(b), wire::header_size + len);
+    const auto fields = mac_fields(FrameType::relay, lane, h.src, static_cast<std::uint32_t>(dest.rank()), h.seq, 0);
+    const tls::Mac tag = tls::mac(key_of(dest.rank()), {fields, std::span<const std::byte>(data, len)});
+    std::memcpy(out, tag.data(), tag.size());
+    hop->send_frame(lane, std::move(b), total);
   }
 }
 
 bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
   const std::uint32_t dest = wire::relay_dest(h.comm);
   const unsigned hops = wire::relay_hops(h.comm);
+  if (park_unknown(from, lane, h, seg)) return true;
   const int world = size();
   if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) ||
       h.src == dest || h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || wire::relay_lane(h.comm) != 0) {
@@ -97,10 +137,19 @@ bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer se
   const int origin = static_cast<int>(h.src);
   if (dest == static_cast<std::uint32_t>(rank_)) {
     Peer* o = peer(origin);
-    if (o && !o->gone() && !is_failed(origin)) {
-      o->relay_in(lane, h.seq, reinterpret_cast<const std::uint8_t*>(seg.data() + wire::header_size),
-                  static_cast<std::size_t>(h.length));
+    if (!o || o->gone() || is_failed(origin) || !o->relayed()) return true;
+    const std::size_t len = static_cast<std::size_t>(h.length - wire::relay_mac_size);
+    const std::byte* data = seg.data() + wire::header_size;
+    const auto fields = mac_fields(FrameType::relay, lane, h.src, dest, h.seq, h.tag);
+    if (!tls::mac_matches(key_of(origin), {fields, std::span<const std::byte>(data, len)},
+                          std::span<const std::byte, tls::mac_size>(data + len, tls::mac_size))) {
+      // Not written by its claimed origin (or altered on the way): a relay forged it.
+      log::error("rank {}: dropped a relayed segment claiming rank {} as its origin, received from rank {}: "
+                 "its MAC is wrong",
+                 rank_, origin, from.rank());
+      return true;
     }
+    o->relay_in(lane, h.seq, reinterpret_cast<const std::uint8_t*>(data), len);
     return true;
   }
   // Passing through. Dropped when it has gone as far as allowed (routes disagree while
@@ -121,10 +170,11 @@ bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer se
   return true;
 }
 
-bool Node::on_relay_ack(Peer& from, const FrameHeader& h) {
+bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
   const std::uint32_t dest = wire::relay_dest(h.comm);
   const unsigned hops = wire::relay_hops(h.comm);
   const std::uint8_t lane = wire::relay_lane(h.comm);
+  if (park_unknown(from, Lane::control, h, seg)) return true;
   const int world = size();
   if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) || h.src == dest ||
       h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || lane >= wire::lane_count) {
@@ -135,6 +185,14 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h) {
   if (dest == static_cast<std::uint32_t>(rank_)) {
     Peer* d = peer(static_cast<int>(h.src));
     if (!d || d->gone() || !d->relay_link()) return true;
+    const auto fields = mac_fields(FrameType::relay_ack, static_cast<Lane>(lane), h.src, dest, h.seq, h.tag);
+    if (!tls::mac_matches(key_of(d->rank()), {fields},
+                          std::span<const std::byte, tls::mac_size>(seg.data() + wire::header_size, tls::mac_size))) {
+      log::error("rank {}: dropped a relayed acknowledgement claiming rank {} as its origin, received from rank {}: "
+                 "its MAC is wrong",
+                 rank_, h.src, from.rank());
+      return true;
+    }
     if (!d->relay_link()->on_ack(static_cast<Lane>(lane), h.seq, h.tag)) {
       d->abort("protocol error: relay_ack for bytes never sent");
       return true;
@@ -148,8 +206,40 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h) {
   if (!hop || next == from.rank()) return true;
   FrameHeader f = h;
   f.comm = wire::relay_route(dest, hops + 1, static_cast<Lane>(lane));
-  hop->send_header(Lane::control, f);
+  wire::encode_header(f, std::span<std::byte, wire::header_size>(seg.data(), wire::header_size));
+  hop->send_frame(Lane::control, std::move(seg), wire::header_size + wire::relay_mac_size);
   return true;
+}
+
+bool Node::park_unknown(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer& seg) {
+  // In an elastic world a rank may relay for (or hear from) a node announced to others but
+  // not to it yet: keep the frame until the announcement comes (add_peer), within reason.
+  const int world = size();
+  const auto known = [world](std::uint32_t r) { return r < static_cast<std::uint32_t>(world); };
+  const std::uint32_t dest = wire::relay_dest(h.comm);
+  if (!elastic_ || (known(h.src) && known(dest)) || h.src >= wire::max_node_ids || dest >= wire::max_node_ids)
+    return false;
+  constexpr std::size_t kMostParked = 4096;
+  if (parked_.size() >= kMostParked) {
+    log::warn("rank {}: dropped a relayed frame from rank {} to rank {}: neither announced here yet", rank_, h.src,
+              dest);
+    return true;
+  }
+  parked_.push_back(Parked{from.rank(), lane, h, std::move(seg)});
+  return true;
+}
+
+void Node::unpark() {
+  auto parked = std::move(parked_);
+  parked_.clear();
+  for (auto& p : parked) {
+    Peer* from = peer_locked(p.from);
+    if (!from || from->gone()) continue;
+    if (p.h.type == FrameType::relay)
+      on_relay(*from, p.lane, p.h, std::move(p.seg));
+    else
+      on_relay_ack(*from, p.h, std::move(p.seg));
+  }
 }
 
 void Node::owe_relay_ack(int origin, Lane lane) {
@@ -182,7 +272,9 @@ void Node::send_relay_acks() {
     h.comm = wire::relay_route(static_cast<std::uint32_t>(origin), 1, lane);
     h.seq = received;
     h.tag = limit;
-    hop->send_header(Lane::control, h);
+    const auto fields = mac_fields(FrameType::relay_ack, lane, h.src, static_cast<std::uint32_t>(origin), h.seq, h.tag);
+    const tls::Mac tag = tls::mac(key_of(origin), {fields});
+    hop->send_frame(Lane::control, encode_frame(h, std::as_bytes(std::span(tag))), wire::header_size + tag.size());
   }
 }
 

@@ -204,8 +204,12 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
         length > max_ballot_payload) {
       return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
     }
-    if (type == FrameType::relay && length > max_relay_segment) {
-      return {length_too_big(length, max_relay_segment).error + " for frame type relay"};
+    if (type == FrameType::relay && length > max_relay_segment + relay_mac_size) {
+      return {length_too_big(length, max_relay_segment + relay_mac_size).error + " for frame type relay"};
+    }
+    if ((type == FrameType::relay && length < relay_mac_size) || (type == FrameType::relay_ack && length != relay_mac_size)) {
+      return {"frame length " + std::to_string(length) + " of frame type " + tname + " leaves no room for its " +
+              std::to_string(relay_mac_size) + "-byte MAC"};
     }
     if (type == FrameType::shm_offer && length > max_shm_offer_payload) {
       return {length_too_big(length, max_shm_offer_payload).error + " for frame type shm_offer"};
@@ -234,6 +238,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::welcome:
     case FrameType::shm_offer:
     case FrameType::relay:
+    case FrameType::relay_ack:
       return true;
     case FrameType::rdata:
       return (flags & flag_cancelled) == 0;
@@ -243,7 +248,6 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::heartbeat:
     case FrameType::revoke:
     case FrameType::shm_switch:
-    case FrameType::relay_ack:
       return false;
   }
   return false;

@@ -52,14 +52,16 @@ enum class FrameType : std::uint8_t {
   shm_switch = 16,   ///< message lanes: what follows on this lane comes through shared memory
   // Relaying between ranks that are not neighbours (docs/PROTOCOL.md, "Relay").
   relay = 17,        ///< any lane: bytes of the lane's stream from rank `src` to relay_dest(comm),
-                     ///< at stream offset `seq`; payload = those bytes
+                     ///< at stream offset `seq`; payload = those bytes, then a relay_mac_size MAC
   relay_ack = 18,    ///< control: rank `src` holds bytes below `seq` of lane relay_lane(comm)
-                     ///< from relay_dest(comm), which may send below `tag`; no payload
+                     ///< from relay_dest(comm), which may send below `tag`; payload = a MAC
 };
 
 /// Largest payload of a relay frame: relays store and forward whole segments, so this
 /// bounds what one segment costs each hop.
 inline constexpr std::uint64_t max_relay_segment = 64 * 1024;
+/// Bytes of the MAC that ends every relay and relay_ack payload.
+inline constexpr std::uint64_t relay_mac_size = 16;
 
 /// The `comm` field of relay and relay_ack frames: the destination's world rank (bits
 /// 0-31), hops taken so far (bits 32-39) and, in relay_ack, the lane acknowledged (bits

@@ -1,4 +1,4 @@
-// Seed protocol v1 codec. Integers are little-endian and assembled byte by byte; strings
+// Seed protocol v2 codec. Integers are little-endian and assembled byte by byte; strings
 // are a u32 length followed by that many bytes, checked against what is left of the body.
 #include "wire/seed_message.hpp"
 
@@ -15,6 +15,7 @@ constexpr std::uint8_t kMagic[4] = {'N', 'X', 'S', 'D'};
 // String lengths need no cap of their own: each is checked against the rest of a body
 // whose size the header already bounded. Member counts are capped before reserving.
 constexpr std::uint32_t kMaxMembers = 1u << 20;
+constexpr std::size_t kKeySize = std::tuple_size_v<RelayKey>;
 
 // Encoding runs the same field list twice: once through a Sizer that only adds up lengths,
 // then through a Writer that fills a buffer allocated once at that exact size. The Writer
@@ -188,21 +189,28 @@ SeedMessage decode_body(SeedMsgType type, Reader& r) {
       const std::uint32_t n = r.u32("members");
       if (n == 0 || n > kMaxMembers)
         throw Malformed("seed accept names " + std::to_string(n) + " members");
-      // Each member needs at least its two length fields and its flags (10 bytes): bound the
-      // reservation by the body.
-      r.need(std::size_t{n} * 10, "members");
+      // Each member needs at least its two length fields and its flags (10 bytes), and its
+      // key (32 bytes): bound the reservations by the body.
+      r.need(std::size_t{n} * (10 + kKeySize), "members");
       m.members.resize(n);
       for (auto& mem : m.members) mem = member(r);
+      r.need(std::size_t{n} * kKeySize, "relay keys");
+      m.keys.resize(n);
+      for (auto& k : m.keys) r.bytes(k.data(), k.size(), "relay keys");
       r.end();
       if (m.rank < 0 || static_cast<std::uint32_t>(m.rank) >= n)
         throw Malformed("seed accept assigns rank " + std::to_string(m.rank) + " of " +
                         std::to_string(n));
+      const RelayKey& own = m.keys[static_cast<std::size_t>(m.rank)];
+      if (std::any_of(own.begin(), own.end(), [](std::uint8_t b) { return b != 0; }))
+        throw Malformed("seed accept carries a relay key for the node's own rank " + std::to_string(m.rank));
       return m;
     }
     case SeedMsgType::announce: {
       Announce m;
       m.rank = r.i32("rank");
       m.member = member(r);
+      r.bytes(m.key.data(), m.key.size(), "relay key");
       r.end();
       if (m.rank < 0) throw Malformed("seed announcement of rank " + std::to_string(m.rank));
       return m;
@@ -270,6 +278,9 @@ std::vector<std::uint8_t> encode(const JoinRequest& m) {
 }
 
 std::vector<std::uint8_t> encode(const JoinAccept& m) {
+  if (m.keys.size() != m.members.size())
+    throw std::invalid_argument("seed accept with " + std::to_string(m.keys.size()) + " relay keys for " +
+                                std::to_string(m.members.size()) + " members");
   return encode_as(SeedMsgType::accept, m, [](auto& w, const JoinAccept& a) {
     w.i32(a.rank);
     w.u16(a.flags);
@@ -277,6 +288,7 @@ std::vector<std::uint8_t> encode(const JoinAccept& m) {
     w.str(a.cert_pem);
     w.u32(static_cast<std::uint32_t>(a.members.size()));  // fits: the body size did
     for (const auto& mem : a.members) put_member(w, mem);
+    for (const auto& k : a.keys) w.bytes(k.data(), k.size());  // one per member: checked above
   });
 }
 
@@ -284,6 +296,7 @@ std::vector<std::uint8_t> encode(const Announce& m) {
   return encode_as(SeedMsgType::announce, m, [](auto& w, const Announce& a) {
     w.i32(a.rank);
     put_member(w, a.member);
+    w.bytes(a.key.data(), a.key.size());
   });
 }
 

@@ -1,6 +1,7 @@
-// Seed protocol v1: the messages a seed and a joining worker exchange over QUIC (ALPN
+// Seed protocol v2: the messages a seed and a joining worker exchange over QUIC (ALPN
 // "nexar-seed/1"), one unidirectional stream each way. Byte layout in docs/PROTOCOL.md,
-// "Seed protocol". Every decoder checks every length before trusting it.
+// "Seed protocol". Every decoder checks every length before trusting it. (Version 2 added
+// the relay keys to accept and announce; the header's version byte tells the versions apart.)
 #pragma once
 
 #include <array>
@@ -14,7 +15,7 @@
 namespace nexar::wire {
 
 inline constexpr const char* seed_alpn = "nexar-seed/1";
-inline constexpr std::uint8_t seed_protocol_version = 1;
+inline constexpr std::uint8_t seed_protocol_version = 2;
 /// Fixed header in front of every seed message: "NXSD", version, type, 2 zero bytes,
 /// body length (u32 LE).
 inline constexpr std::size_t seed_header_size = 12;
@@ -24,6 +25,9 @@ inline constexpr std::uint32_t max_join_request = 64 * 1024;
 inline constexpr std::uint32_t max_seed_reply = 64 * 1024 * 1024;
 
 using Proof = std::array<std::uint8_t, 32>;
+/// The secret one pair of ranks shares to authenticate what they relay to each other
+/// (docs/SECURITY.md, "Relays"); the same type as detail::RelayKey.
+using RelayKey = std::array<std::uint8_t, 32>;
 
 enum class SeedMsgType : std::uint8_t { hello = 1, join = 2, accept = 3, reject = 4, announce = 5 };
 
@@ -63,13 +67,19 @@ struct JoinAccept {
   std::string ca_pem;
   std::string cert_pem;
   std::vector<Member> members;  ///< indexed by world rank; every rank handed out so far
+  /// One per member, indexed by world rank: the relay key this node shares with that rank.
+  /// Its own entry (`rank`) is all zero. The encoder throws std::invalid_argument unless
+  /// there is exactly one key per member.
+  std::vector<RelayKey> keys;
 };
 
 /// Seed -> every node still linked (elastic): world rank `rank` was handed out to `member`.
-/// Announcements come in rank order.
+/// Announcements come in rank order; each is made for the node it goes to, whose relay key
+/// with the new rank it carries.
 struct Announce {
   std::int32_t rank = 0;
   Member member;
+  RelayKey key{};
 };
 
 /// Seed -> joiner, when it will not be admitted; `code` is a nexar::Errc value.
