@@ -158,4 +158,38 @@ TEST(RelayFailover, AnUnreachableRankFailsPromptlyNamingIt) {
   EXPECT_LT(std::chrono::nanoseconds(failed - killed), 2s) << "the send failed long after the relays died";
 }
 
+// (c) Failure handling on a sparse topology: relay 2 dies during an all_reduce loop on the
+// world. Every survivor's operation fails naming rank 2 (the news reaches the ranks that
+// are no neighbour of 2 over neighbour links), the survivors agree on a shrink, and the
+// shrunk communicator, whose ring has a gap where rank 2 was, computes right, its messages
+// routed around the gap.
+TEST(RelayFailover, SurvivorsShrinkAroundADeadRelay) {
+  shared = &nexar::testing::fresh_shared<Shared>();
+  nexar::Config cfg = ring_config();
+  cfg.on_failure = nexar::FailurePolicy::manual;
+  auto status = nexar::testing::run_forked(8, cfg, [&](int r, Communicator& c) {
+    try {
+      for (int step = 0;; ++step) {
+        if (r == 2 && step == 5) {
+          shared->killed_at.store(now_ns());
+          kill(getpid(), SIGKILL);
+        }
+        RANK_CHECK(r, nexar::testing::all_reduce_step(c, step, 1000 + static_cast<std::size_t>(step)), "wrong sum");
+        RANK_CHECK(r, step < 10000, "the loop outlived the relay's death");
+      }
+    } catch (const Error& e) {
+      RANK_CHECK(r, e.code() == Errc::rank_failed, e.what());
+      RANK_CHECK(r, c.failed_ranks() == std::vector<int>{2}, nexar::testing::ranks_text(c.failed_ranks()));
+    }
+    Communicator s = c.shrink();
+    RANK_CHECK(r, s.size() == 7, std::to_string(s.size()));
+    for (int step = 0; step < 3; ++step)
+      RANK_CHECK(r, nexar::testing::all_reduce_step(s, 100 + step, 777777), "wrong sum after the shrink");
+    s.barrier();
+    shared->done.fetch_add(1);
+    wait_for_done(7);
+  }, 60s);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(status[static_cast<std::size_t>(r)], r == 2 ? 128 + SIGKILL : 0) << "rank " << r;
+}
+
 }  // namespace
