@@ -347,7 +347,7 @@ std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* 
   auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
   if (auto err = s.reader.feed(in, r)) {
     if (!gone()) {
-      protocol_error((is_relay_stream(id)  ? "relayed lane " + std::string(wire::to_string(s.reader.lane()))
+      protocol_error((is_relay_stream(id) ? "relayed lane " + std::string(wire::to_string(s.reader.lane()))
                       : id < 0 ? "shared-memory lane " + std::string(wire::to_string(s.reader.lane()))
                              : "stream " + std::to_string(id)) +
                      ": " + err.error);
