@@ -28,18 +28,18 @@ bool RelayLink::next_segment(wire::Lane lane, std::size_t max, std::uint64_t& of
   const std::uint64_t stop = std::min({o.end, o.limit, o.sent + max});
   if (stop <= o.sent) return false;
   offset = o.sent;
-  // Find the chunk holding o.sent: chunks before it are sent and unacknowledged, few.
-  std::uint64_t at = o.base;
-  for (const quic::Chunk& c : o.chunks) {
-    const std::uint64_t c_end = at + c.len;
+  while (o.cur < o.chunks.size() && o.sent < stop) {
+    const quic::Chunk& c = o.chunks[o.cur];
+    const std::uint64_t c_end = o.cur_at + c.len;
     if (c_end > o.sent) {
-      const std::uint64_t from = std::max(at, o.sent);
       const std::uint64_t to = std::min(c_end, stop);
-      out.push_back(Piece{c.data + (from - at), static_cast<std::size_t>(to - from)});
+      out.push_back(Piece{c.data + (o.sent - o.cur_at), static_cast<std::size_t>(to - o.sent)});
       o.sent = to;
-      if (o.sent >= stop) break;
     }
-    at = c_end;
+    if (o.sent >= c_end) {
+      ++o.cur;
+      o.cur_at = c_end;
+    }
   }
   return true;
 }
@@ -55,13 +55,22 @@ bool RelayLink::on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t li
     quic::Chunk c = std::move(o.chunks.front());
     o.chunks.pop_front();
     o.base += c.len;
+    if (o.cur > 0) {
+      --o.cur;
+    } else {
+      o.cur_at = o.base;  // the chunk `sent` lay in is gone: sent == acked >= base
+    }
     if (c.done) c.done(Errc::ok, {});
   }
   return true;
 }
 
 void RelayLink::rewind() {
-  for (Out& o : out_) o.sent = o.acked;
+  for (Out& o : out_) {
+    o.sent = o.acked;
+    o.cur = 0;
+    o.cur_at = o.base;
+  }
 }
 
 std::uint64_t RelayLink::unacked() const noexcept {
@@ -74,7 +83,8 @@ void RelayLink::fail_pending(Errc code, const std::string& why) {
   for (Out& o : out_) {
     std::deque<quic::Chunk> chunks;
     chunks.swap(o.chunks);
-    o.base = o.acked = o.sent = o.end;
+    o.base = o.acked = o.sent = o.cur_at = o.end;
+    o.cur = 0;
     for (quic::Chunk& c : chunks)
       if (c.done) c.done(code, why);
   }

@@ -81,6 +81,10 @@ class RelayLink {
     std::uint64_t sent = 0;          // next byte to send
     std::uint64_t acked = 0;         // the destination holds every byte below
     std::uint64_t limit = 0;         // credit: may send below this
+    // Where `sent` lies: the index of its chunk and that chunk's first offset, so that
+    // finding the next bytes to send does not walk every unacknowledged chunk.
+    std::size_t cur = 0;
+    std::uint64_t cur_at = 0;
   };
   struct In {
     std::uint64_t received = 0;  // every byte below arrived and was delivered
