@@ -80,6 +80,9 @@ void Node::liveness_tick() {
     }
     p->heartbeat(now, period);
   }
+  // Relayed bytes that no acknowledgement moved on for a heartbeat period or more: a relay
+  // on the way lost them (it died before it heard of an earlier failure). Sent again.
+  if (!late) resend_stalled(now, 2 * period);
   liveness_timer_->expires_after(std::chrono::nanoseconds(period));
   liveness_timer_->async_wait(engine_.guard([this](asio::error_code ec) {
     if (!ec) liveness_tick();

@@ -346,6 +346,10 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// the middle may have held their bytes) send their unacknowledged bytes again.
   void route_around(int r, bool failed);
   void send_relay_acks();
+  /// Sends again what relayed peers have had in flight for `rto` ns without an
+  /// acknowledgement moving: bytes a relay lost by dying before it knew of an earlier
+  /// failure, after the origin had already rerouted (the destination drops duplicates).
+  void resend_stalled(std::uint64_t now, std::uint64_t rto);
   /// Keeps a relayed frame naming a rank not announced here yet (elastic); true if kept.
   bool park_unknown(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer& seg);
   /// Handles the kept frames again (a rank was announced).

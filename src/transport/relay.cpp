@@ -97,7 +97,8 @@ void Node::relay_pump(Peer& dest, Lane lane) {
   if (!hop || hop->gone()) return;
   std::vector<RelayLink::Piece> pieces;
   std::uint64_t offset = 0;
-  while (link->next_segment(lane, wire::max_relay_segment, offset, pieces)) {
+  const std::uint64_t now = quic::Endpoint::now();
+  while (link->next_segment(lane, wire::max_relay_segment, offset, pieces, now)) {
     std::size_t len = 0;
     for (const auto& p : pieces) len += p.len;
     const std::size_t total = wire::header_size + len + wire::relay_mac_size;
@@ -193,7 +194,7 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
                  rank_, h.src, from.rank());
       return true;
     }
-    if (!d->relay_link()->on_ack(static_cast<Lane>(lane), h.seq, h.tag)) {
+    if (!d->relay_link()->on_ack(static_cast<Lane>(lane), h.seq, h.tag, quic::Endpoint::now())) {
       d->abort("protocol error: relay_ack for bytes never sent");
       return true;
     }
@@ -275,6 +276,15 @@ void Node::send_relay_acks() {
     const auto fields = mac_fields(FrameType::relay_ack, lane, h.src, static_cast<std::uint32_t>(origin), h.seq, h.tag);
     const tls::Mac tag = tls::mac(key_of(origin), {fields});
     hop->send_frame(Lane::control, encode_frame(h, std::as_bytes(std::span(tag))), wire::header_size + tag.size());
+  }
+}
+
+void Node::resend_stalled(std::uint64_t now, std::uint64_t rto) {
+  for (int d = 0; d < size(); ++d) {
+    Peer* p = peer_locked(d);
+    if (!p || !p->relayed() || p->gone() || !p->relay_link()->stalled(now, rto)) continue;
+    p->relay_link()->rewind();
+    for (int l = 0; l < wire::lane_count; ++l) relay_pump(*p, static_cast<Lane>(l));
   }
 }
 

@@ -23,10 +23,12 @@ void RelayLink::push(wire::Lane lane, quic::Chunk c) {
   o.chunks.push_back(std::move(c));
 }
 
-bool RelayLink::next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out) {
+bool RelayLink::next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out,
+                             std::uint64_t now) {
   Out& o = out_[static_cast<int>(lane)];
   const std::uint64_t stop = std::min({o.end, o.limit, o.sent + max});
   if (stop <= o.sent) return false;
+  if (o.sent == o.acked) o.since = now;  // nothing was in flight: the wait starts now
   offset = o.sent;
   while (o.cur < o.chunks.size() && o.sent < stop) {
     const quic::Chunk& c = o.chunks[o.cur];
@@ -44,12 +46,13 @@ bool RelayLink::next_segment(wire::Lane lane, std::size_t max, std::uint64_t& of
   return true;
 }
 
-bool RelayLink::on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t limit) {
+bool RelayLink::on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t limit, std::uint64_t now) {
   Out& o = out_[static_cast<int>(lane)];
   if (received > o.end) return false;
   o.limit = std::max(o.limit, limit);
   if (received <= o.acked) return true;
   o.acked = received;
+  o.since = now;
   if (o.sent < o.acked) o.sent = o.acked;
   while (!o.chunks.empty() && o.base + o.chunks.front().len <= o.acked) {
     quic::Chunk c = std::move(o.chunks.front());
@@ -71,6 +74,12 @@ void RelayLink::rewind() {
     o.cur = 0;
     o.cur_at = o.base;
   }
+}
+
+bool RelayLink::stalled(std::uint64_t now, std::uint64_t rto) const noexcept {
+  for (const Out& o : out_)
+    if (o.sent > o.acked && now - o.since >= rto) return true;
+  return false;
 }
 
 std::uint64_t RelayLink::unacked() const noexcept {

@@ -44,13 +44,18 @@ class RelayLink {
   };
   /// The next segment of `lane` that the credit allows, at most `max` bytes: its stream
   /// offset and pieces (appended to `out`). False when nothing may go now.
-  bool next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out);
+  bool next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out,
+                    std::uint64_t now);
   /// The destination holds every byte of `lane` below `received` and lets us send below
   /// `limit`. Completes the chunks now wholly acknowledged. Returns false when the
   /// acknowledgement claims bytes never sent.
-  bool on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t limit);
+  bool on_ack(wire::Lane lane, std::uint64_t received, std::uint64_t limit, std::uint64_t now);
   /// Sends every unacknowledged byte again from the first (the route changed).
   void rewind();
+  /// Whether bytes are in flight that no acknowledgement has advanced on for `rto` ns
+  /// (`now` on the same clock as the `now` given to next_segment and on_ack): a relay on
+  /// the way may have died before it knew, and the origin already rerouted.
+  bool stalled(std::uint64_t now, std::uint64_t rto) const noexcept;
   /// Bytes queued and not yet acknowledged, all lanes.
   std::uint64_t unacked() const noexcept;
   /// Fails every queued chunk (the destination is gone).
@@ -85,6 +90,7 @@ class RelayLink {
     // finding the next bytes to send does not walk every unacknowledged chunk.
     std::size_t cur = 0;
     std::uint64_t cur_at = 0;
+    std::uint64_t since = 0;  // when the acknowledgements last moved (or sending began)
   };
   struct In {
     std::uint64_t received = 0;  // every byte below arrived and was delivered
