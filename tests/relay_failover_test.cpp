@@ -111,9 +111,9 @@ TEST(RelayFailover, ADeadRelayIsRoutedAround) {
   for (int r = 0; r < 8; ++r) EXPECT_EQ(status[static_cast<std::size_t>(r)], r == 2 ? 128 + SIGKILL : 0) << "rank " << r;
 }
 
-// (b) Relays 2 and 6 both die: nothing leads from rank 0 to rank 4 any more. Rank 0's
-// transfer fails within 2 s, naming rank 4 (rank 3 of its communicator) as unreachable,
-// instead of waiting for a deadline.
+// (b) Relays 2 and 6 both die: nothing leads from rank 0 to ranks 3, 4 and 5 any more.
+// Rank 0's transfer to rank 4 fails within 2 s, naming one of them as unreachable (its
+// communicator is revoked by whichever it found first), instead of waiting for a deadline.
 TEST(RelayFailover, AnUnreachableRankFailsPromptlyNamingIt) {
   shared = &nexar::testing::fresh_shared<Shared>();
   const std::vector<int> victims = {2, 6};
@@ -135,7 +135,11 @@ TEST(RelayFailover, AnUnreachableRankFailsPromptlyNamingIt) {
       } catch (const Error& e) {
         shared->failed_at.store(now_ns());
         const std::string what = e.what();
-        RANK_CHECK(r, what.find("rank 4") != std::string::npos, what);
+        // Ranks 3, 4 and 5 are all cut off; the error names whichever this rank found first.
+        const bool names_cut_off = what.find("rank 3") != std::string::npos ||
+                                   what.find("rank 4") != std::string::npos ||
+                                   what.find("rank 5") != std::string::npos;
+        RANK_CHECK(r, names_cut_off, what);
         RANK_CHECK(r, what.find("unreachable") != std::string::npos, what);
       }
     } else if (r == 4) {
