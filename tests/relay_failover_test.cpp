@@ -75,6 +75,18 @@ bool victim(int r, const std::vector<int>& victims) {
   return false;
 }
 
+// The communicator of the transfer: the world without the victims. A victim instead dies
+// (SIGKILL) once rank 0 has sent a few messages through it.
+Communicator transfer_comm(Communicator& world, int r, const std::vector<int>& victims) {
+  Communicator c = world.split(victim(r, victims) ? 1 : 0, r);
+  if (victim(r, victims)) {
+    while (shared->sent.load() < 4) std::this_thread::sleep_for(1ms);
+    shared->killed_at.store(now_ns());
+    kill(getpid(), SIGKILL);
+  }
+  return c;
+}
+
 void wait_for_done(int n) {
   while (shared->done.load() < n) std::this_thread::sleep_for(2ms);
 }
@@ -85,12 +97,7 @@ TEST(RelayFailover, ADeadRelayIsRoutedAround) {
   shared = &nexar::testing::fresh_shared<Shared>();
   const std::vector<int> victims = {2};
   auto status = nexar::testing::run_forked(8, ring_config(), [&](int r, Communicator& world) {
-    Communicator c = world.split(victim(r, victims) ? 1 : 0, r);
-    if (victim(r, victims)) {
-      while (shared->sent.load() < 4) std::this_thread::sleep_for(1ms);
-      shared->killed_at.store(now_ns());
-      kill(getpid(), SIGKILL);
-    }
+    Communicator c = transfer_comm(world, r, victims);
     if (r == 0) {
       for (int i = 0; i < kMessages; ++i) {
         auto data = payload(i);
@@ -118,12 +125,7 @@ TEST(RelayFailover, AnUnreachableRankFailsPromptlyNamingIt) {
   shared = &nexar::testing::fresh_shared<Shared>();
   const std::vector<int> victims = {2, 6};
   auto status = nexar::testing::run_forked(8, ring_config(), [&](int r, Communicator& world) {
-    Communicator c = world.split(victim(r, victims) ? 1 : 0, r);
-    if (victim(r, victims)) {
-      while (shared->sent.load() < 4) std::this_thread::sleep_for(1ms);
-      shared->killed_at.store(now_ns());
-      kill(getpid(), SIGKILL);
-    }
+    Communicator c = transfer_comm(world, r, victims);
     if (r == 0) {
       try {
         for (int i = 0; i < 100000; ++i) {

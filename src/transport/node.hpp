@@ -346,6 +346,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// the middle may have held their bytes) send their unacknowledged bytes again.
   void route_around(int r, bool failed);
   void send_relay_acks();
+  /// Passes a relay or relay_ack frame (`seg`, whole) from neighbour `from` on toward its
+  /// destination, on `lane`, one hop more.
+  void forward(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg);
   /// Sends again what relayed peers have had in flight for `rto` ns without an
   /// acknowledgement moving: bytes a relay lost by dying before it knew of an earlier
   /// failure, after the origin had already rerouted (the destination drops duplicates).

@@ -153,22 +153,29 @@ bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer se
     o->relay_in(lane, h.seq, reinterpret_cast<const std::uint8_t*>(data), len);
     return true;
   }
-  // Passing through. Dropped when it has gone as far as allowed (routes disagree while
-  // news of a failure spreads), when nothing leads on, or when an end is gone: the origin
-  // sends again once it learns of the failure that rerouted it.
+  forward(from, lane, h, std::move(seg));
+  return true;
+}
+
+void Node::forward(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
+  // Dropped when it has gone as far as allowed (routes disagree while news of a failure
+  // spreads), or when nothing leads on but back: the origin sends again once it learns of
+  // the failure that rerouted it, or when no acknowledgement moves (resend_stalled).
+  const std::uint32_t dest = wire::relay_dest(h.comm);
+  const unsigned hops = wire::relay_hops(h.comm);
   if (static_cast<int>(hops) >= hop_limit_) {
-    log::warn("rank {}: dropped a relayed segment from rank {} to rank {}: hop limit {} reached", rank_, origin, dest,
-              hop_limit_);
-    return true;
+    if (h.type == FrameType::relay)
+      log::warn("rank {}: dropped a relayed segment from rank {} to rank {}: hop limit {} reached", rank_, h.src,
+                dest, hop_limit_);
+    return;
   }
   const int next = routes_.next(static_cast<int>(dest));
   Peer* hop = next >= 0 ? peer(next) : nullptr;
-  if (!hop || next == from.rank()) return true;
+  if (!hop || next == from.rank()) return;
   FrameHeader f = h;
-  f.comm = wire::relay_route(dest, hops + 1);
+  f.comm = wire::relay_route(dest, hops + 1, static_cast<Lane>(wire::relay_lane(h.comm)));
   wire::encode_header(f, std::span<std::byte, wire::header_size>(seg.data(), wire::header_size));
   hop->send_frame(lane, std::move(seg), wire::header_size + static_cast<std::size_t>(h.length));
-  return true;
 }
 
 bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
@@ -201,14 +208,7 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
     relay_pump(*d, static_cast<Lane>(lane));
     return true;
   }
-  if (static_cast<int>(hops) >= hop_limit_) return true;
-  const int next = routes_.next(static_cast<int>(dest));
-  Peer* hop = next >= 0 ? peer(next) : nullptr;
-  if (!hop || next == from.rank()) return true;
-  FrameHeader f = h;
-  f.comm = wire::relay_route(dest, hops + 1, static_cast<Lane>(lane));
-  wire::encode_header(f, std::span<std::byte, wire::header_size>(seg.data(), wire::header_size));
-  hop->send_frame(Lane::control, std::move(seg), wire::header_size + wire::relay_mac_size);
+  forward(from, Lane::control, h, std::move(seg));
   return true;
 }
 
