@@ -4,7 +4,8 @@
 #
 #   bench/scale.sh [-r REPEATS] [-n "16 64 128 256"] [BUILD_DIR]     (default: build)
 #
-# For each world size N and each topology T of TOPOLOGIES (NEXAR_TOPOLOGY=T), two runs of
+# For each world size N and each topology T of TOPOLOGIES (NEXAR_TOPOLOGY=T; "full_mesh+lazy"
+# is a full mesh with NEXAR_LAZY_CONNECT=1, connections opened on first use), two runs of
 # nexar-bench on this host:
 #     nexar-bench all_reduce --form-stats -b 8 -e 8 -n ITERS -w WARMUP -c 1
 #     nexar-bench barrier -n ITERS -w WARMUP
@@ -16,7 +17,8 @@
 #               call (processes, the call starts when the rank process starts) or the whole
 #               bootstrap_local(N) call (threads)
 #   peers/rank  direct connections per rank (Communicator::neighbours()); "min-max" when they
-#               differ (hypercube at N not a power of two); the other peers are relayed
+#               differ (hypercube at N not a power of two); the other peers are relayed. For
+#               full_mesh+lazy: the connections opened by the end of the all_reduce run
 #   RSS/rank    resident memory per rank right after formation, MiB, median / max: each rank
 #               process's VmRSS, or for threads the process's VmRSS / N (the binary and the
 #               libraries then count once for all ranks, so threads look cheaper per rank)
@@ -74,8 +76,10 @@ run_bench() {
   else
     cmd=("$bin/nexar-bench" "$@" --ranks "$n" --timeout "$limit")
   fi
-  echo "\$ NEXAR_TOPOLOGY=$topo ${cmd[*]}" >"$log"
-  NEXAR_TOPOLOGY=$topo timeout -k 5 "$((limit + 10))" "${cmd[@]}" >>"$log" 2>&1 </dev/null &
+  local lazy=0
+  [ "${topo%+lazy}" != "$topo" ] && lazy=1
+  echo "\$ NEXAR_TOPOLOGY=${topo%+lazy} NEXAR_LAZY_CONNECT=$lazy ${cmd[*]}" >"$log"
+  NEXAR_TOPOLOGY=${topo%+lazy} NEXAR_LAZY_CONNECT=$lazy timeout -k 5 "$((limit + 10))" "${cmd[@]}" >>"$log" 2>&1 </dev/null &
   p=$!
   pids+=("$p")
   wait "$p"
@@ -85,15 +89,20 @@ run_bench() {
 # "form_ms peers_min peers_max rss_kib_median rss_kib_max ar_us" to $out/<cell>.ar and "bar_us"
 # to $out/<cell>.bar for the runs that succeeded.
 cell() {
-  local n=$1 topo=$2 rep=$3 key log rc stats row t
+  local n=$1 topo=$2 rep=$3 key log rc stats lazy row t
   key="n$n-${topo//:/-}"
   log="$out/$key-r$rep-all_reduce.log"
   run_bench "$n" "$topo" "$log" all_reduce --form-stats -b 8 -e 8 -n "$iters" -w "$warmup" -c 1
   rc=$?
   stats=$(grep '^# form-stats ranks=' "$log" | head -n 1)
+  lazy=$(grep '^# lazy-connections ' "$log" | head -n 1)
   t=$(time_of "$log")
   if [ "$rc" = 0 ] && [ -n "$stats" ] && [ -n "$t" ]; then
-    row="$(field form_ms <<<"$stats") $(field peers_min <<<"$stats") $(field peers_max <<<"$stats")"
+    if [ -n "$lazy" ]; then
+      row="$(field form_ms <<<"$stats") $(field conn_min <<<"$lazy") $(field conn_max <<<"$lazy")"
+    else
+      row="$(field form_ms <<<"$stats") $(field peers_min <<<"$stats") $(field peers_max <<<"$stats")"
+    fi
     row+=" $(field rss_kib_median <<<"$stats") $(field rss_kib_max <<<"$stats") $t"
     echo "$row" >>"$out/$key.ar"
     echo "# N=$n $topo rep $rep all_reduce: form_ms peers_min peers_max rss_kib_median rss_kib_max us = $row" >&2

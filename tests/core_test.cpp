@@ -279,6 +279,7 @@ TEST_F(EnvTest, Describe) {
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "topology = full_mesh\n"
+      "lazy_connect = off\n"
       "relay_hop_limit = auto (diameter + 4)\n"
       "relay_window = 4 MiB\n"
       "spin = 100 us\n"

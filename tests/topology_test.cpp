@@ -470,7 +470,8 @@ class RelayEnv : public ::testing::Test {
     for (const char* v : kVars) ::unsetenv(v);
     for (const auto& [k, v] : saved_) ::setenv(k.c_str(), v.c_str(), 1);
   }
-  static constexpr const char* kVars[] = {"NEXAR_TOPOLOGY", "NEXAR_RELAY_HOPS", "NEXAR_RELAY_WINDOW_BYTES"};
+  static constexpr const char* kVars[] = {"NEXAR_TOPOLOGY", "NEXAR_RELAY_HOPS", "NEXAR_RELAY_WINDOW_BYTES",
+                                          "NEXAR_LAZY_CONNECT"};
   std::vector<std::pair<std::string, std::string>> saved_;
 };
 
@@ -485,6 +486,42 @@ TEST_F(RelayEnv, Defaults) {
   EXPECT_EQ(e.relay_window, c.relay_window);
   EXPECT_NO_THROW(c.validate());
   EXPECT_TRUE(contains(c.describe(), "topology = full_mesh")) << c.describe();
+  EXPECT_FALSE(c.lazy_connect);
+  EXPECT_FALSE(e.lazy_connect);
+  EXPECT_TRUE(contains(c.describe(), "lazy_connect = off")) << c.describe();
+}
+
+// Config::lazy_connect: from NEXAR_LAZY_CONNECT, and only with a full mesh.
+TEST_F(RelayEnv, LazyConnect) {
+  {
+    nexar::testing::ScopedEnv l("NEXAR_LAZY_CONNECT", "1");
+    const Config c = Config::from_env();
+    EXPECT_TRUE(c.lazy_connect);
+    EXPECT_TRUE(contains(c.describe(), "lazy_connect = on")) << c.describe();
+  }
+  {
+    nexar::testing::ScopedEnv l("NEXAR_LAZY_CONNECT", "0");
+    EXPECT_FALSE(Config::from_env().lazy_connect);
+  }
+  {
+    nexar::testing::ScopedEnv l("NEXAR_LAZY_CONNECT", "maybe");
+    const std::string what = expect_error(Errc::invalid_argument, [] { (void)Config::from_env(); });
+    EXPECT_TRUE(contains(what, "NEXAR_LAZY_CONNECT")) << what;
+  }
+  {
+    // A sparse topology connects its neighbours at start, to relay through them.
+    nexar::testing::ScopedEnv l("NEXAR_LAZY_CONNECT", "1");
+    nexar::testing::ScopedEnv t("NEXAR_TOPOLOGY", "hypercube");
+    const std::string what = expect_error(Errc::invalid_argument, [] { (void)Config::from_env(); });
+    EXPECT_TRUE(contains(what, "Config::lazy_connect")) << what;
+    EXPECT_TRUE(contains(what, "hypercube")) << what;
+  }
+  Config c;
+  c.lazy_connect = true;
+  EXPECT_NO_THROW(c.validate());
+  c.topology = k_regular(4);
+  const std::string what = expect_error(Errc::invalid_argument, [&] { c.validate(); });
+  EXPECT_TRUE(contains(what, "k_regular:4")) << what;
 }
 
 TEST_F(RelayEnv, FromEnvironment) {

@@ -237,6 +237,12 @@ class Communicator {
   /// the topology, not of liveness: a failed neighbour stays listed. Errors: closed.
   std::vector<int> neighbours() const;
 
+  /// The ranks of this communicator, in its numbering, ascending, that this rank holds a
+  /// working connection of its own to right now: its neighbours once formed, and under
+  /// Config::lazy_connect only those it has exchanged messages with so far (the set grows
+  /// as it is used). A failed or departed rank is not listed. Errors: closed.
+  std::vector<int> connected_peers() const;
+
   // ---- failures ----------------------------------------------------------------------
   //
   // A member that fails is declared failed by the first rank that notices (its port is

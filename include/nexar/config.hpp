@@ -116,6 +116,17 @@ struct Config {
   /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
   /// see Topology. Every rank of a job must use the same.
   Topology topology;
+  /// Open the connections of a full mesh on first use instead of at start
+  /// (NEXAR_LAZY_CONNECT=1). A rank then connects only to the ranks it exchanges messages
+  /// with: a ring all_reduce over 256 ranks costs each rank 2 connections, not 255, and
+  /// forming the cluster costs no handshake at all. The first message to a rank waits for
+  /// the handshake (about one round trip, plus TLS). Either rank of a pair may dial first;
+  /// when both do at once, the lower rank's connection wins. Failures are judged for every
+  /// connected rank as usual, and a receive from a specific rank connects to it, so a dead
+  /// sender is noticed; a rank nobody exchanged anything with is noticed only when someone
+  /// first tries. Off by default; only with topology full_mesh (sparse topologies connect
+  /// their neighbours at start, to relay through them).
+  bool lazy_connect = false;
   /// Most hops a relayed message may take (NEXAR_RELAY_HOPS), 1 .. 255; 0 (the default):
   /// the topology's diameter plus 4, room to route around a few failed ranks. A message
   /// whose route is longer fails at once with Errc::invalid_argument naming the

@@ -275,9 +275,12 @@ struct Seed::Impl final : quic::ConnectionHandler {
       log::warn("seed: node {} ({}) left before the cluster formed: {}: {}", j.req.node, j.addr,
                 to_string(code), why);
     // A member that closed the connection itself has its assignment (it closes once it has
-    // read it); one whose connection broke may not.
+    // read it); one whose connection broke may not. One whose port vanished after the answer
+    // went out has it too: a member closes its socket only once its join is over, and under
+    // loss its close can be lost while the seed still resends the answer.
     if (auto m = undelivered.find(j.req.node); j.member && m != undelivered.end()) {
-      if (code != Errc::peer_closed) lost.push_back(m->second + ": " + to_string(code) + ": " + why);
+      if (code != Errc::peer_closed && !(j.answered && c.port_gone()))
+        lost.push_back(m->second + ": " + to_string(code) + ": " + why);
       undelivered.erase(m);
     }
     joiners.erase(it);

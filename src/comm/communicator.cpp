@@ -22,6 +22,7 @@ int Communicator::rank() const { return self().rank(); }
 int Communicator::size() const { return self().size(); }
 std::uint64_t Communicator::id() const { return self().id(); }
 std::vector<int> Communicator::neighbours() const { return self().neighbours(); }
+std::vector<int> Communicator::connected_peers() const { return self().connected_peers(); }
 const Config& Communicator::config() const { return self().node().config(); }
 bool Communicator::is_open() const { return group_ && group_->is_open(); }
 void Communicator::close() {

@@ -87,6 +87,19 @@ void Group::check_open(const char* op) const {
   if (is_revoked()) throw_revoked(op);
 }
 
+std::vector<int> Group::connected_peers() const {
+  if (closed_.load(std::memory_order_acquire)) {
+    ErrorContext ctx{"connected_peers", rank_, -1, {}, {}};
+    throw make_error(Errc::closed, ctx, "communicator is closed");
+  }
+  node_->check_open("connected_peers", -1);
+  std::vector<int> out;
+  const std::vector<int> world = node_->connected_peers();
+  for (int r = 0; r < size(); ++r)
+    if (r != rank_ && std::binary_search(world.begin(), world.end(), world_of(r))) out.push_back(r);
+  return out;
+}
+
 std::vector<int> Group::neighbours() const {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{"neighbours", rank_, -1, {}, {}};

@@ -59,6 +59,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// Group ranks, ascending, whose world rank has a direct connection to ours
   /// (Node::direct). Throws Errc::closed once the group or the node is closed.
   std::vector<int> neighbours() const;
+  std::vector<int> connected_peers() const;
   bool is_world() const noexcept { return id_ == 0; }
 
   /// Open until close() of this group or of the node.

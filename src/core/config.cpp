@@ -255,6 +255,7 @@ Config Config::from_env() {
       malformed("NEXAR_TOPOLOGY", *s, e.what());
     }
   }
+  if (auto s = env("NEXAR_LAZY_CONNECT")) c.lazy_connect = parse_bool("NEXAR_LAZY_CONNECT", *s);
   env_count("NEXAR_RELAY_HOPS", c.relay_hop_limit);
   env_bytes("NEXAR_RELAY_WINDOW_BYTES", c.relay_window);
   if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
@@ -332,6 +333,12 @@ void Config::validate() const {
   if (topology.kind != Topology::Kind::k_regular && topology.k != 0) {
     out_of_range("topology.k", "NEXAR_TOPOLOGY", fmt::format("{}", topology.k), "0 unless the kind is k_regular");
   }
+  if (lazy_connect && topology.kind != Topology::Kind::full_mesh) {
+    out_of_range("lazy_connect", "NEXAR_LAZY_CONNECT", "on",
+                 fmt::format("off under topology {} (only a full mesh connects lazily: sparse topologies "
+                             "connect their neighbours at start, to relay through them)",
+                             topology.to_string()));
+  }
   if (relay_hop_limit > 255) {
     out_of_range("relay_hop_limit", "NEXAR_RELAY_HOPS", fmt::format("{}", relay_hop_limit), "0 (automatic) or 1 .. 255");
   }
@@ -382,6 +389,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
   fmt::format_to(it, "topology = {}\n", topology.to_string());
+  fmt::format_to(it, "lazy_connect = {}\n", lazy_connect ? "on" : "off");
   if (relay_hop_limit == 0) {
     fmt::format_to(it, "relay_hop_limit = auto (diameter + 4)\n");
   } else {

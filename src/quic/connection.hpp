@@ -87,6 +87,9 @@ class Connection {
   bool is_server() const noexcept { return server_; }
   bool established() const noexcept { return established_; }
   bool closed() const noexcept { return closed_; }
+  /// Whether the connection ended because the peer's UDP port answered unreachable: its
+  /// process closed the socket (or is gone), as opposed to a silence or an error frame.
+  bool port_gone() const noexcept { return port_gone_; }
   const Address& remote() const noexcept { return remote_; }
   const std::string& peer_node() const noexcept { return peer_node_; }
 
@@ -179,6 +182,7 @@ class Connection {
   std::uint64_t turns_ = 0;  // packets written with stream data, for round-robin
   std::vector<ngtcp2_cid> cids_;     // our source CIDs, registered at the endpoint
   bool established_ = false;
+  bool port_gone_ = false;
   bool closed_ = false;
   bool flush_pending_ = false;
   bool fragmenting_ = false;      // the path's MTU shrank below our packets (logged once)

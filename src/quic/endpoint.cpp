@@ -118,6 +118,7 @@ void Endpoint::on_readable() {
     for (auto& c : conns_) {
       // Only established connections: during start-up a peer may not be bound yet.
       if (!c->closed() && c->established() && c->remote() == gone) {
+        c->port_gone_ = true;
         c->finish(Errc::peer_failed, "peer's port " + gone.to_string() +
                                          " is unreachable (its process is gone)");
       }

@@ -32,6 +32,10 @@ quic::ConnectionSettings settings_from(const Config& cfg) {
   s.handshake_timeout_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
   s.impair = detail::ImpairSpec::parse(cfg.impair);
+  // Lazy connections are dialled after formation, to ranks known to be running: one that
+  // does not answer within the failure timeout is a failed rank, not a slow start.
+  if (cfg.lazy_connect) s.handshake_timeout_ns = std::min(s.handshake_timeout_ns, static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.failure_timeout).count()));
   return s;
 }
 }  // namespace
@@ -49,8 +53,20 @@ class AcceptRouter final : public quic::ConnectionHandler {
   std::string on_peer_identity(quic::Connection& conn, const std::string& node) override {
     int r = n_.rank_of_node(node);
     if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
-    // Lower ranks dial higher ones; a higher rank dialling us breaks that rule.
-    if (r > n_.rank()) return "node '" + node + "' has a higher rank: it is dialled, not accepted";
+    if (n_.config().lazy_connect) {
+      // Either rank of a pair dials on first use. When both dial at once, the lower rank's
+      // connection is kept: the lower one refuses the higher's dial (which then waits for
+      // ours), and the higher one gives its own dial up for the lower's.
+      Peer* p = n_.peer(r);
+      if (p->dialling()) {
+        if (n_.rank() < r) return std::string(Peer::simultaneous_open) + ": rank " + std::to_string(n_.rank()) +
+                                  " is dialling rank " + std::to_string(r) + " itself";
+        p->abandon_dial();
+      }
+    } else if (r > n_.rank()) {
+      // Lower ranks dial higher ones; a higher rank dialling us breaks that rule.
+      return "node '" + node + "' has a higher rank: it is dialled, not accepted";
+    }
     if (!n_.direct(r)) {
       return "node '" + node + "' (rank " + std::to_string(r) + ") is no neighbour of rank " +
              std::to_string(n_.rank()) + " under topology " + n_.config().topology.to_string();
@@ -150,16 +166,22 @@ void Node::start() {
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
-    for (int r = rank_ + 1; r < size(); ++r)
-      if (direct(r)) dial(r);
-    // A joiner of a running job awaits nobody (the members dial it as they learn of it):
-    // failures are judged from now on.
-    if (late_) start_liveness();
+    if (!cfg_.lazy_connect) {
+      for (int r = rank_ + 1; r < size(); ++r)
+        if (direct(r)) dial(r);
+    }
+    // A joiner of a running job awaits nobody (the members dial it as they learn of it),
+    // and lazy connections are made on first use: failures are judged from now on.
+    if (late_ || cfg_.lazy_connect) start_liveness();
     started.set_value();
   });
   started.get_future().wait();
   if (late_) {
     log::info("rank {}: joined a running job on {}, waiting for admission", rank_, ep_->local().to_string());
+    return;
+  }
+  if (cfg_.lazy_connect) {
+    log::info("rank {}: {} peers, connected on first use, on {}", rank_, size() - 1, ep_->local().to_string());
     return;
   }
 
@@ -214,6 +236,49 @@ void Node::dial(int r) {
   if (!p || p->connection()) return;
   quic::Connection& c = ep_->connect(addrs_[static_cast<std::size_t>(r)], p->name(), p);
   p->attach(c);
+}
+
+void Node::connect_lazily(int r) {
+  if (!cfg_.lazy_connect || !ep_ || !is_open()) return;
+  Peer* p = peer_locked(r);
+  if (!p || p->gone() || p->relayed() || p->connection() || is_failed(r)) return;
+  dial(r);
+}
+
+void Node::redial_later(int r, int attempt) {
+  // The peer's own dial normally lands within a round trip; a few milliseconds more each
+  // time it did not, so a lost handshake costs little and a slow peer is not hammered.
+  auto t = std::make_shared<asio::steady_timer>(engine_.io(), std::chrono::milliseconds(std::min(5 * attempt, 200)));
+  t->async_wait(engine_.guard([this, t, r](asio::error_code ec) {
+    if (!ec) connect_lazily(r);
+  }));
+}
+
+void Node::on_peer_up(Peer& p) {
+  offer_shm(p);
+  if (!cfg_.lazy_connect) return;
+  // A failure flood reaches only the ranks connected at the time: a rank connected later
+  // hears of what it missed now, so it never waits on a member the others know is dead.
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_ || r == p.rank() || !is_failed(r)) continue;
+    FrameHeader h;
+    h.type = FrameType::failed;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.tag = static_cast<std::uint64_t>(r);
+    const std::string why = "known failed at rank " + std::to_string(rank_);
+    p.send_frame(Lane::control, encode_frame(h, std::as_bytes(std::span(why))), wire::header_size + why.size());
+  }
+}
+
+std::vector<int> Node::connected_peers() {
+  std::vector<int> out;
+  std::lock_guard lk(engine_.lock());
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    const Peer* p = peer_locked(r);
+    if (p && p->up() && !p->relayed()) out.push_back(r);
+  }
+  return out;
 }
 
 // ---- shutdown ----------------------------------------------------------------------------
@@ -596,6 +661,8 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
         return;
       }
       q.post(r);
+      // Lazy connections: waiting on a rank connects to it, so its death is noticed.
+      connect_lazily(r->source);
       return;
     }
     auto& q = queue(d);

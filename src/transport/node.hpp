@@ -122,6 +122,18 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     // caller's memory (completing when acknowledged) instead of by rendezvous; 0 = never.
     std::uint64_t eager_in_place = 0;
   };
+  /// Ranks (world) this node holds a working connection of its own to, ascending: every
+  /// neighbour once formed, and under Config::lazy_connect those used so far. Any thread.
+  std::vector<int> connected_peers();
+  /// Config::lazy_connect: dials world rank `r` unless a connection to it exists or is being
+  /// set up, or it is gone. Engine lock held.
+  void connect_lazily(int r);
+  /// Our dial to `r` was refused in a simultaneous open (`attempt` times so far): its own
+  /// dial is on the way; dial again in a few milliseconds should it not have arrived.
+  void redial_later(int r, int attempt);
+  /// A peer's connection works both ways now. Engine lock held.
+  void on_peer_up(Peer& p);
+
   /// Throws Errc::closed once close() began.
   void check_open(const char* op, int peer) const;
   Request isend(const P2p& a, int dest, std::span<const ConstBuffer> parts);

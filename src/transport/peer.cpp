@@ -74,13 +74,23 @@ void Peer::on_established(quic::Connection& c) {
   PooledBuffer b = node_.pool().acquire(wire::header_size + my_name.size());
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
-  send_frame(Lane::control, std::move(b), wire::header_size + my_name.size());
+  const auto* hp = reinterpret_cast<const std::uint8_t*>(b.data());
+  c.push(out_[static_cast<int>(Lane::control)],
+         quic::Chunk{hp, wire::header_size + my_name.size(), chunk_done(std::move(b), nullptr)});
+  // The side that accepted has taken this connection. The side that dialled knows only
+  // that its handshake ended: the acceptor may still refuse it (its check of our
+  // certificate comes after), so nothing more goes out until the acceptor's hello proves
+  // it kept the connection.
+  if (c.is_server()) confirm();
+}
+
+void Peer::confirm() {
   // What was queued while the connection was being set up follows the hello.
+  state_.store(State::up, std::memory_order_release);
   auto early = std::move(early_);
   early_.clear();
   for (auto& [lane, chunk] : early) push(lane, std::move(chunk));
-  state_.store(State::up, std::memory_order_release);
-  node_.offer_shm(*this);
+  node_.on_peer_up(*this);
   log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
 }
 
@@ -103,8 +113,9 @@ void Peer::push(Lane lane, quic::Chunk c) {
     node_.relay_pump(*this, lane);
     return;
   }
-  if (!conn_ || out_[static_cast<int>(lane)] < 0) {
+  if (!conn_ || out_[static_cast<int>(lane)] < 0 || state_.load(std::memory_order_relaxed) == State::connecting) {
     early_.emplace_back(lane, std::move(c));
+    if (!conn_) node_.connect_lazily(rank_);
     return;
   }
   const int i = ShmLink::index(lane);
@@ -113,6 +124,24 @@ void Peer::push(Lane lane, quic::Chunk c) {
     return;
   }
   conn_->push(out_[static_cast<int>(lane)], std::move(c));
+}
+
+void Peer::drop_connection() {
+  conn_ = nullptr;
+  ++conn_gen_;
+  hello_seen_ = false;
+  for (auto& id : out_) id = -1;
+  in_.clear();
+}
+
+void Peer::abandon_dial() {
+  abandoned_ = conn_;
+  drop_connection();
+  // Inside the handshake of the incoming connection: close ours once that call unwinds,
+  // unless it closed by itself meanwhile (on_closed then forgot it).
+  node_.engine().post([this, c = abandoned_] {
+    if (abandoned_ == c && c) c->close(quic::close_orderly, std::string(simultaneous_open));
+  });
 }
 
 void Peer::shm_failed() {
@@ -292,8 +321,11 @@ void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
 std::uint64_t Peer::unacked() const {
   if (gone()) return 0;
   if (relay_) return relay_->unacked();
-  if (!conn_) return 0;
   std::uint64_t n = 0;
+  // Queued before the connection was up (lazy connections, a neighbour still connecting):
+  // promised to the caller all the same.
+  for (const auto& [lane, c] : early_) n += c.len;
+  if (!conn_) return n;
   for (auto id : out_)
     if (id >= 0) n += conn_->unacked(id);
   if (shm_) n += shm_->unread();
@@ -712,6 +744,8 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
         return false;
       }
       hello_seen_ = true;
+      // The acceptor's hello: the connection we dialled is ours.
+      if (state_.load(std::memory_order_relaxed) == State::connecting && conn_ && !conn_->is_server()) confirm();
       break;
     }
     case FrameType::goodbye:
@@ -791,7 +825,21 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
 }
 
 void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
-  if (&c != conn_ && conn_) return;  // a duplicate connection we refused
+  if (&c == abandoned_) {
+    abandoned_ = nullptr;
+    return;
+  }
+  if (&c != conn_ && conn_) return;  // a duplicate connection we refused, or a dial we gave up
+  if (&c == conn_ && code == Errc::tls && !c.is_server() && !gone() &&
+      state_.load(std::memory_order_relaxed) == State::connecting &&
+      why.find(simultaneous_open) != std::string::npos) {
+    // Lazy connections: the lower rank refused our dial because its own dial to us is under
+    // way, and its connection is the one the pair keeps. It arrives by itself; should it
+    // not (lost on the way), we dial again shortly.
+    drop_connection();
+    node_.redial_later(rank_, ++refusals_);
+    return;
+  }
   conn_ = nullptr;
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
   if (code == Errc::rank_failed && !gone()) node_.on_failed_notice(rank_, node_.rank(), why);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nexar/communicator.hpp>
@@ -119,6 +120,17 @@ class Peer final : public quic::ConnectionHandler {
   /// The peer's hello arrived (it knows who we are and the world size matched).
   bool hello_seen() const noexcept { return hello_seen_; }
 
+  // ---- lazy connections (Config::lazy_connect), engine thread ----
+  /// What a rank says when it refuses a dial because its own dial to the same peer is
+  /// under way (the lower rank's connection is the one a pair keeps).
+  static constexpr std::string_view simultaneous_open = "simultaneous open";
+  /// Whether our connection to the peer is one we dialled and the peer has not confirmed.
+  bool dialling() const noexcept {
+    return conn_ && !conn_->closed() && !conn_->is_server() && state_.load(std::memory_order_relaxed) == State::connecting;
+  }
+  /// Gives up our unconfirmed dial: the peer's own dial (arriving now) is kept instead.
+  void abandon_dial();
+
   // ---- the shared-memory path (transport/shm_hub.hpp), engine thread ----
   /// An offer to share memory went out to the peer, or came from it and an attach is
   /// under way: its lanes may switch to shared memory (a shm_switch frame) any time now.
@@ -209,6 +221,10 @@ class Peer final : public quic::ConnectionHandler {
   void close_later(std::uint64_t app_code, std::string why);
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
+  /// The connection is up both ways: what waited for it goes out.
+  void confirm();
+  /// Forgets the connection (refused, or given up) while the peer stays connecting.
+  void drop_connection();
 
   Node& node_;
   int rank_;
@@ -217,6 +233,8 @@ class Peer final : public quic::ConnectionHandler {
   std::string addr_text_;
   quic::Connection* conn_ = nullptr;
   std::uint64_t conn_gen_ = 0;  // counts attach(): tells a new connection from a freed one
+  quic::Connection* abandoned_ = nullptr;  // a dial given up, until it closed
+  int refusals_ = 0;                       // dials refused by a simultaneous open
   std::atomic<State> state_{State::connecting};
   Errc gone_code_ = Errc::ok;
   std::string gone_why_;

@@ -749,6 +749,21 @@ struct Formation {
   std::int64_t rss_before_kib = -1;   ///< threads: the process's VmRSS before bootstrap_local
 };
 
+/// Under Config::lazy_connect, how many connections the ranks opened by the end of the run
+/// (counts[r]: rank r's Communicator::connected_peers()), as a header line and a
+/// `# lazy-connections key=value ...` line for bench/scale.sh. Nothing otherwise.
+void print_connections(const Config& cfg, const std::vector<std::int64_t>& counts) {
+  if (!cfg.lazy_connect || counts.empty()) return;
+  const auto [mn, mx] = std::minmax_element(counts.begin(), counts.end());
+  double mean = 0;
+  for (std::int64_t c : counts) mean += static_cast<double>(c);
+  mean /= static_cast<double>(counts.size());
+  std::printf("# lazy_connect: %.2f connections per rank opened by the end of the run (min %lld, max %lld)\n", mean,
+              static_cast<long long>(*mn), static_cast<long long>(*mx));
+  std::printf("# lazy-connections conn_min=%lld conn_mean=%.2f conn_max=%lld\n", static_cast<long long>(*mn), mean,
+              static_cast<long long>(*mx));
+}
+
 /// A multi-process run's Formation: every rank gives its own figures, {peers, form_us,
 /// rss_kib}, to an all_gather.
 Formation gather_formation(Communicator& comm, std::int64_t form_us) {
@@ -872,6 +887,13 @@ int run_launched(const CollOptions& o, const CollInfo& ci, const Config& cfg, co
   }
   if (comm.rank() == 0)
     CollectiveReport::footer(result.wrong, result.avg_busbw, o.check && ci.coll != Coll::barrier);
+  if (cfg.lazy_connect) {
+    // Counted before the gather, which may connect more.
+    const std::int64_t mine = static_cast<std::int64_t>(comm.connected_peers().size());
+    std::vector<std::int64_t> all(static_cast<std::size_t>(n));
+    comm.all_gather(std::span<const std::int64_t>(&mine, 1), std::span<std::int64_t>(all));
+    if (comm.rank() == 0) print_connections(cfg, all);
+  }
   comm.close();
   return result.wrong ? 1 : 0;
 }
@@ -947,11 +969,15 @@ int run_collective(const CollOptions& o, const CollInfo& ci) {
     });
   }
   for (auto& t : threads) t.join();
+  std::vector<std::int64_t> connections;
+  if (failed.load() == 0)
+    for (auto& c : comms) connections.push_back(static_cast<std::int64_t>(c.connected_peers().size()));
   for (auto& c : comms) c.close();
   if (failed.load() > 0) return 2;
 
   const SweepResult& r0 = results[0];
   CollectiveReport::footer(r0.wrong, r0.avg_busbw, o.check && ci.coll != Coll::barrier);
+  print_connections(cfg, connections);
   return r0.wrong ? 1 : 0;
 }
 
