@@ -25,7 +25,32 @@ ShmHub::ShmHub(Node& node) : node_(node), host_key_(shm::host_key()) {}
 
 ShmHub::~ShmHub() {
   listener_.reset();
-  for (auto& t : threads_) t.join();
+  {
+    std::lock_guard lk(jobs_mu_);
+    stop_ = true;
+    jobs_.clear();
+  }
+  jobs_cv_.notify_all();
+  if (attacher_.joinable()) attacher_.join();
+}
+
+void ShmHub::run_attach(std::function<void()> job) {
+  std::lock_guard lk(jobs_mu_);
+  jobs_.push_back(std::move(job));
+  jobs_cv_.notify_one();
+  if (attacher_.joinable()) return;
+  attacher_ = std::thread([this] {
+    std::unique_lock held(jobs_mu_);
+    for (;;) {
+      jobs_cv_.wait(held, [this] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      auto next = std::move(jobs_.front());
+      jobs_.pop_front();
+      held.unlock();
+      next();
+      held.lock();
+    }
+  });
 }
 
 void ShmHub::offer(Peer& p) {
@@ -124,7 +149,7 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
   const int me = node_.rank();
   const int peer = p.rank();
   const int bell = bell_.fd();
-  threads_.emplace_back([node, me, peer, bell, name, proof] {
+  run_attach([node, me, peer, bell, name, proof] {
     std::shared_ptr<shm::Segment> seg;
     int peer_bell = -1;
     try {

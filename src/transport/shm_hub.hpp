@@ -1,12 +1,17 @@
 // A node's side of the shared-memory path (docs/ARCHITECTURE.md, "Shared memory"): its
 // doorbell, the listener that hands out segments, and the attach attempts in flight. Of
 // each pair of ranks, the lower one offers its memory when their connection is up; the
-// higher one, if it finds the same host key in the offer, attaches on a thread of its own
-// and both then move their message lanes over (Peer::attach_shm). Anything that fails
+// higher one, if it finds the same host key in the offer, attaches on the hub's attach
+// thread (one per node, attaches one after another: a rank of a full mesh on a host of
+// hundreds of ranks must not hold a thread per peer) and both then move their message
+// lanes over (Peer::attach_shm). Anything that fails
 // before the segment changed hands leaves the pair on QUIC.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,7 +32,8 @@ class ShmHub {
  public:
   /// Throws nexar::Error(Errc::io) when the doorbell cannot be made.
   explicit ShmHub(Node& node);
-  /// Stops the listener and joins the attach threads (after the engine stopped).
+  /// Stops the listener and the attach thread (after the engine stopped); attaches not
+  /// begun are dropped.
   ~ShmHub();
   ShmHub(const ShmHub&) = delete;
   ShmHub& operator=(const ShmHub&) = delete;
@@ -35,14 +41,16 @@ class ShmHub {
   shm::Doorbell& doorbell() noexcept { return bell_; }
   /// `p`'s connection is up: offers our memory if we are the lower rank (engine thread).
   void offer(Peer& p);
-  /// `p` offered its memory (`payload` of its shm_offer frame): attaches on a thread if
-  /// it runs on this host (engine thread).
+  /// `p` offered its memory (`payload` of its shm_offer frame): attaches on the attach
+  /// thread if it runs on this host (engine thread).
   void on_offer(Peer& p, std::string_view payload);
   /// Attach requests refused so far (wrong user, unknown rank, bad proof).
   std::uint64_t refused() const noexcept { return listener_ ? listener_->refused() : 0; }
 
  private:
   std::optional<shm::Listener::Answer> serve(std::uint32_t rank, const shm::Proof& proof, int doorbell);
+  /// Runs `job` on the attach thread (started on first use), after the jobs before it.
+  void run_attach(std::function<void()> job);
 
   Node& node_;
   shm::Doorbell bell_;
@@ -50,7 +58,11 @@ class ShmHub {
   std::unique_ptr<shm::Listener> listener_;  // made at the first offer
   std::mutex mu_;                            // offered_, with the listener's thread
   std::map<std::uint32_t, shm::Proof> offered_;
-  std::vector<std::thread> threads_;
+  std::mutex jobs_mu_;  // jobs_ and stop_, with the attach thread
+  std::condition_variable jobs_cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stop_ = false;
+  std::thread attacher_;
 };
 
 }  // namespace nexar::detail
