@@ -53,6 +53,10 @@ class AcceptRouter final : public quic::ConnectionHandler {
   std::string on_peer_identity(quic::Connection& conn, const std::string& node) override {
     int r = n_.rank_of_node(node);
     if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
+    if (n_.peer(r)->gone()) {
+      // Failed, or departed: it stays so (a lazy dial from it after we gave up on it, say).
+      return "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + n_.peer(r)->gone_why();
+    }
     if (n_.config().lazy_connect) {
       // Either rank of a pair dials on first use. When both dial at once, the lower rank's
       // connection is kept: the lower one refuses the higher's dial (which then waits for
