@@ -87,29 +87,26 @@ void Group::check_open(const char* op) const {
   if (is_revoked()) throw_revoked(op);
 }
 
-std::vector<int> Group::connected_peers() const {
+std::vector<int> Group::other_members(const char* op, const std::function<bool(int)>& keep) const {
   if (closed_.load(std::memory_order_acquire)) {
-    ErrorContext ctx{"connected_peers", rank_, -1, {}, {}};
+    ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
   }
-  node_->check_open("connected_peers", -1);
+  node_->check_open(op, -1);
   std::vector<int> out;
-  const std::vector<int> world = node_->connected_peers();
   for (int r = 0; r < size(); ++r)
-    if (r != rank_ && std::binary_search(world.begin(), world.end(), world_of(r))) out.push_back(r);
+    if (r != rank_ && keep(world_of(r))) out.push_back(r);
   return out;
 }
 
+std::vector<int> Group::connected_peers() const {
+  const std::vector<int> world = node_->connected_peers();
+  return other_members("connected_peers",
+                       [&world](int w) { return std::binary_search(world.begin(), world.end(), w); });
+}
+
 std::vector<int> Group::neighbours() const {
-  if (closed_.load(std::memory_order_acquire)) {
-    ErrorContext ctx{"neighbours", rank_, -1, {}, {}};
-    throw make_error(Errc::closed, ctx, "communicator is closed");
-  }
-  node_->check_open("neighbours", -1);
-  std::vector<int> out;
-  for (int r = 0; r < size(); ++r)
-    if (r != rank_ && node_->direct(world_of(r))) out.push_back(r);
-  return out;
+  return other_members("neighbours", [this](int w) { return node_->direct(w); });
 }
 
 void Group::check_rank(const char* op, int r, bool allow_any) const {

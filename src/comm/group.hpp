@@ -8,6 +8,7 @@
 #include <nexar/communicator.hpp>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <mutex>
@@ -126,6 +127,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   static void blocking_calls(int delta) noexcept;
 
  private:
+  /// The other members, in this communicator's numbering, whose world rank `keep` accepts;
+  /// throws Errc::closed (naming `op`) once this communicator or its node closed.
+  std::vector<int> other_members(const char* op, const std::function<bool(int)>& keep) const;
   /// grow(), leave() and shrink(): one agreement on joiners (when `admit`), leavers and
   /// failures; nullptr for the leaving rank.
   std::shared_ptr<Group> change_membership(const char* op, bool leaving, bool admit);
