@@ -72,6 +72,9 @@ void register_cluster(py::module_& m) {
       .def_readwrite("udp_payload", &nexar::Config::udp_payload, "UDP payload (0: automatic).")
       .def_readwrite("udp_gso", &nexar::Config::udp_gso, "Use UDP GSO/GRO.")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
+      .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
+      .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,
+                     "Open a full mesh's connections on first use instead of at start.")
       .def_readwrite("yield_when_idle", &nexar::Config::yield_when_idle,
                      "Yield the core while spinning (oversubscribed hosts).")
       .def_readwrite("segment_bytes", &nexar::Config::segment_bytes, "Pipelining segment.")

@@ -319,6 +319,9 @@ void register_communicator(py::module_& m, CommClass& cls) {
       .def("neighbours", [](const PyComm& s) { return s.c.neighbours(); },
            "Ranks (ascending) this rank holds a direct connection to under the topology; "
            "the others are reached through relays.")
+      .def("connected_peers", [](const PyComm& s) { return s.c.connected_peers(); },
+           "Ranks (ascending) this rank holds a working connection to now; under "
+           "Config.lazy_connect only those it has exchanged messages with so far.")
 
       // failures
       .def("world_ranks", [](const PyComm& s) { return s.c.world_ranks(); },

@@ -2,6 +2,7 @@
 dtypes, requests, split, close and context managers, Config, Seed + join."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -177,3 +178,31 @@ def test_failure_api_on_healthy_world(worlds):
 
 def test_sizes_exist():
     assert SIZES == (1, 2, 3, 4)
+
+
+def test_lazy_connections():
+    # A full mesh connected on first use: nothing at start, then what the ranks used.
+    cfg = short_config()
+    cfg.lazy_connect = True
+    cfg.shm = False
+    comms = nexar.bootstrap_local(4, cfg)
+    assert [c.connected_peers() for c in comms] == [[], [], [], []]
+    assert [c.neighbours() for c in comms] == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+
+    def pair(c):
+        # 0 <-> 1 and 2 <-> 3 only.
+        peer = c.rank ^ 1
+        out = np.full(7, c.rank, dtype=np.int32)
+        got = np.zeros(7, dtype=np.int32)
+        req = c.isend(out, peer, tag=4)
+        c.recv(got, peer, tag=4)
+        req.wait()
+        return int(got[0])
+
+    assert run_ranks(comms, pair) == [1, 0, 3, 2]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and [c.connected_peers() for c in comms] != [[1], [0], [3], [2]]:
+        time.sleep(0.01)
+    assert [c.connected_peers() for c in comms] == [[1], [0], [3], [2]]
+    for c in comms:
+        c.close()
