@@ -17,7 +17,9 @@
 //     same relays and the far rank sends back;
 //   - the hop limit: on a ring of 16 with relay_hop_limit 2 a send beyond two hops fails at
 //     once with Errc::invalid_argument naming the destination and "hop limit", sends within
-//     two hops go through, and closing the ranks does not wait for the ones out of reach.
+//     two hops go through, and closing the ranks does not wait for the ones out of reach;
+//   - relays that close in order: the ranks they cut off are out of reach (peer_closed), not
+//     failed, and the rest of the ring goes on.
 //
 // Which ranks are far apart comes from src/transport/topology.hpp (its own correctness is
 // tests/topology_test.cpp's business); every expected result is computed here.
@@ -1201,6 +1203,47 @@ TEST(SparseHopLimit, ClosingDoesNotWaitForRanksBeyondTheLimit) {
   const auto slowest = std::max_element(took.begin(), took.end());
   EXPECT_LT(total, 5.0) << "closing the 16 ranks one after another took " << total
                         << " s; the slowest, rank " << (slowest - took.begin()) << ", " << *slowest << " s";
+}
+
+// Ranks that close in order are no failure, even when their leaving cuts others apart. On
+// a ring of 6 (k_regular:2), ranks 1 and 5 close: rank 0 and ranks 2, 3, 4 can no longer
+// reach each other. Nobody is declared failed and no communicator is revoked: 2, 3 and 4
+// still exchange messages (2 -> 4 through 3), and a send across the gap fails with
+// Errc::peer_closed naming the unreachable rank.
+TEST(SparseClose, RanksCutOffByDepartedRelaysAreNotFailed) {
+  Watchdog dog(std::chrono::seconds(120));
+  auto w = nexar::bootstrap_local(6, sparse_config("k_regular:2", 0, false));
+  w[1].close();
+  w[5].close();
+  auto across = [&](int from, int to) {
+    const auto deadline = Clock::now() + 20s;
+    for (;;) {
+      try {
+        std::vector<int> x{1, 2, 3};
+        w[static_cast<std::size_t>(from)].send(to, 3, x);
+      } catch (const nexar::Error& e) {
+        return std::make_pair(e.code(), std::string(e.what()));
+      }
+      if (Clock::now() > deadline) return std::make_pair(Errc::ok, std::string("every send succeeded"));
+      std::this_thread::sleep_for(5ms);
+    }
+  };
+  for (auto [from, to] : {std::pair{0, 3}, std::pair{2, 0}}) {
+    const auto [code, what] = across(from, to);
+    EXPECT_EQ(code, Errc::peer_closed) << from << " -> " << to << ": " << what;
+    EXPECT_TRUE(contains(what, "peer " + std::to_string(to))) << what;
+    EXPECT_TRUE(contains(what, "unreachable")) << what;
+  }
+  for (int r : {0, 2, 3, 4}) {
+    EXPECT_TRUE(w[static_cast<std::size_t>(r)].failed_ranks().empty()) << "rank " << r;
+    EXPECT_FALSE(w[static_cast<std::size_t>(r)].is_revoked()) << "rank " << r;
+  }
+  std::vector<int> in(3), out{7, 8, 9};
+  std::thread t([&] { w[4].recv(2, 5, in); });
+  w[2].send(4, 5, out);
+  t.join();
+  EXPECT_EQ(in, out);
+  for (int r : {0, 2, 3, 4}) w[static_cast<std::size_t>(r)].close();
 }
 
 // A destination that does not receive fills its unexpected budget and stops granting

@@ -421,6 +421,12 @@ void Peer::abort(const std::string& why) {
   if (conn_) conn_->close(quic::close_error, why);
 }
 
+void Peer::lost(const std::string& why) {
+  if (gone()) return;
+  log::info("rank {}: peer {} ({}) out of reach: {}", node_.rank(), rank_, addr_text_, why);
+  mark_gone(Errc::peer_closed, why);
+}
+
 namespace {
 // The ways a live peer's connection ends that mean the peer (or its host) failed, as
 // opposed to an orderly goodbye or our own close.

@@ -65,6 +65,10 @@ class Peer final : public quic::ConnectionHandler {
   /// Gives up on this peer from posted work (not inside packet processing): fails what is
   /// in flight with it and closes the connection, which releases every queued byte.
   void abort(const std::string& why);
+  /// The peer cannot be reached any more, though nobody failed (the ranks it was relayed
+  /// through closed): what is in flight with it fails with Errc::peer_closed, and so do later
+  /// operations. Nothing is declared or told to other ranks.
+  void lost(const std::string& why);
   /// Cancels a rendezvous send not yet under way; false if it already started.
   bool cancel_rendezvous(const OpState* op);
   /// A matched receive for an announced message: ask the peer for the data.

@@ -303,10 +303,19 @@ void Node::route_around(int r, bool failed) {
       // nothing sent to it can arrive. (While this node closes, its own connections end:
       // nothing to tell.)
       if (judging_failures()) {
-        p->abort(routes_.next(d) < 0 ? "unreachable: every route to it runs through failed or departed ranks"
-                                     : "unreachable: its shortest route around failed or departed ranks takes " +
-                                           std::to_string(routes_.hops(d)) + " hops, beyond the hop limit of " +
-                                           std::to_string(hop_limit_));
+        const std::string why = routes_.next(d) < 0
+                                    ? "unreachable: every route to it runs through failed or departed ranks"
+                                    : "unreachable: its shortest route around failed or departed ranks takes " +
+                                          std::to_string(routes_.hops(d)) + " hops, beyond the hop limit of " +
+                                          std::to_string(hop_limit_);
+        // Cut off by a failure: it counts as failed, and everyone is told (operations that
+        // need it cannot complete). Cut off by ranks that closed in order: it is alive and
+        // may still reach others, so it is only out of reach from here.
+        if (failed) {
+          p->abort(why);
+        } else {
+          p->lost(why + " (rank " + std::to_string(r) + " left)");
+        }
       }
       continue;
     }
