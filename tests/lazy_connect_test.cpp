@@ -77,7 +77,7 @@ std::vector<int> everyone_but(int r, int n) {
 }
 
 TEST(LazyConnect, FormsUnconnectedAndConnectsWhatItUses) {
-  const int n = 7;
+  constexpr int n = 7;
   auto w = nexar::bootstrap_local(n, lazy_config(false));
   for (int r = 0; r < n; ++r) {
     EXPECT_TRUE(w[r].connected_peers().empty()) << "rank " << r;
@@ -98,7 +98,7 @@ TEST(LazyConnect, FormsUnconnectedAndConnectsWhatItUses) {
     });
   }
   for (auto& t : ts) t.join();
-  expect_connected(w, [n](int r) {
+  expect_connected(w, [](int r) {
     std::vector<int> v{(r + 1) % n, (r + n - 1) % n};
     std::sort(v.begin(), v.end());
     return v;
