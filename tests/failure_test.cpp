@@ -29,6 +29,8 @@
 
 namespace {
 
+using nexar::testing::now_ns;
+
 using namespace std::chrono_literals;
 using nexar::testing::all_reduce_step;
 using nexar::testing::ranks_text;
@@ -37,11 +39,6 @@ using nexar::Errc;
 using nexar::Error;
 using nexar::FailurePolicy;
 using nexar::ReduceOp;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Written by the ranks, read by the test (MAP_SHARED survives fork).
 struct Shared {

@@ -29,6 +29,8 @@
 
 namespace {
 
+using nexar::testing::now_ns;
+
 using namespace std::chrono_literals;
 using nexar::Communicator;
 using nexar::Config;
@@ -176,10 +178,6 @@ struct Shared {
   std::atomic<std::int64_t> died_at{0};
 };
 Shared* shared = nullptr;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 // Rank 3 of 5 dies before anyone connected to it. Rank 0 waits for a message from it; ranks
 // 1, 2 and 4 run an all_reduce that needs it. Each learns rank 3 failed (by dialling it, or

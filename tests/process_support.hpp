@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -37,6 +38,13 @@
   } while (0)
 
 namespace nexar::testing {
+
+/// Now on the steady clock, in nanoseconds: a time one forked process can store in shared
+/// memory and another compare with its own.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 /// The one T of this test binary in memory shared with every process forked afterwards,
 /// constructed afresh (a test calls it before it forks, to start from a clean state).

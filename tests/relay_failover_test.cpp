@@ -25,6 +25,8 @@
 
 namespace {
 
+using nexar::testing::now_ns;
+
 using namespace std::chrono_literals;
 using nexar::Communicator;
 using nexar::Errc;
@@ -37,11 +39,6 @@ struct Shared {
   std::atomic<std::int64_t> failed_at{0};
 };
 Shared* shared = nullptr;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 nexar::Config ring_config() {
   nexar::Config c;

@@ -96,6 +96,14 @@ bool Node::is_failed(int r) const {
   return r >= 0 && static_cast<std::size_t>(r) < failed_.size() && failed_[static_cast<std::size_t>(r)];
 }
 
+FrameHeader Node::failed_header(int r) const {
+  FrameHeader h;
+  h.type = FrameType::failed;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.tag = static_cast<std::uint64_t>(r);
+  return h;
+}
+
 void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || r == except) continue;
@@ -126,11 +134,7 @@ void Node::declare_failed(int r, const std::string& why) {
   for (std::uint64_t id : hit) revoke_local(id, Errc::rank_failed, r, why);
   p->cut_off("rank " + std::to_string(r) + " failed: " + why);
   // Everyone is told, and forwards it once: the news outlives our own death half-way.
-  FrameHeader h;
-  h.type = FrameType::failed;
-  h.src = static_cast<std::uint32_t>(rank_);
-  h.tag = static_cast<std::uint64_t>(r);
-  flood(h, std::string_view(why).substr(0, 1000), r);
+  flood(failed_header(r), std::string_view(why).substr(0, 1000), r);
   if (membership_) membership_->on_rank_failed(r);
 }
 

@@ -265,12 +265,9 @@ void Node::on_peer_up(Peer& p) {
   // hears of what it missed now, so it never waits on a member the others know is dead.
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || r == p.rank() || !is_failed(r)) continue;
-    FrameHeader h;
-    h.type = FrameType::failed;
-    h.src = static_cast<std::uint32_t>(rank_);
-    h.tag = static_cast<std::uint64_t>(r);
     const std::string why = "known failed at rank " + std::to_string(rank_);
-    p.send_frame(Lane::control, encode_frame(h, std::as_bytes(std::span(why))), wire::header_size + why.size());
+    p.send_frame(Lane::control, encode_frame(failed_header(r), std::as_bytes(std::span(why))),
+                 wire::header_size + why.size());
   }
 }
 

@@ -365,6 +365,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// acknowledgement moving: bytes a relay lost by dying before it knew of an earlier
   /// failure, after the origin had already rerouted (the destination drops duplicates).
   void resend_stalled(std::uint64_t now, std::uint64_t rto);
+  /// Sends relayed peer `p`'s unacknowledged bytes again, from the first, on every lane.
+  void resend_relayed(Peer& p);
   /// Keeps a relayed frame naming a rank not announced here yet (elastic); true if kept.
   bool park_unknown(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer& seg);
   /// Handles the kept frames again (a rank was announced).
@@ -455,6 +457,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   RevokeError revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const;
   /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
   PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
+  /// The header of a `failed` frame from this rank naming world rank `r`.
+  wire::FrameHeader failed_header(int r) const;
   /// Sends a header-only or small control frame to every live peer but `except`.
   void flood(const wire::FrameHeader& h, std::string_view payload, int except);
 

@@ -283,9 +283,13 @@ void Node::resend_stalled(std::uint64_t now, std::uint64_t rto) {
   for (int d = 0; d < size(); ++d) {
     Peer* p = peer_locked(d);
     if (!p || !p->relayed() || p->gone() || !p->relay_link()->stalled(now, rto)) continue;
-    p->relay_link()->rewind();
-    for (int l = 0; l < wire::lane_count; ++l) relay_pump(*p, static_cast<Lane>(l));
+    resend_relayed(*p);
   }
+}
+
+void Node::resend_relayed(Peer& p) {
+  p.relay_link()->rewind();
+  for (int l = 0; l < wire::lane_count; ++l) relay_pump(p, static_cast<Lane>(l));
 }
 
 void Node::route_around(int r, bool failed) {
@@ -319,10 +323,7 @@ void Node::route_around(int r, bool failed) {
       }
       continue;
     }
-    if (failed || routes_.next(d) != before.next(d)) {
-      p->relay_link()->rewind();
-      for (int l = 0; l < wire::lane_count; ++l) relay_pump(*p, static_cast<Lane>(l));
-    }
+    if (failed || routes_.next(d) != before.next(d)) resend_relayed(*p);
   }
 }
 

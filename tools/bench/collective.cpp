@@ -749,19 +749,29 @@ struct Formation {
   std::int64_t rss_before_kib = -1;   ///< threads: the process's VmRSS before bootstrap_local
 };
 
+/// The least, mean and largest of per-rank counts (not empty).
+struct Spread {
+  std::int64_t min = 0;
+  double mean = 0;
+  std::int64_t max = 0;
+};
+Spread spread_of(const std::vector<std::int64_t>& v) {
+  const auto [mn, mx] = std::minmax_element(v.begin(), v.end());
+  double sum = 0;
+  for (std::int64_t x : v) sum += static_cast<double>(x);
+  return {*mn, sum / static_cast<double>(v.size()), *mx};
+}
+
 /// Under Config::lazy_connect, how many connections the ranks opened by the end of the run
 /// (counts[r]: rank r's Communicator::connected_peers()), as a header line and a
 /// `# lazy-connections key=value ...` line for bench/scale.sh. Nothing otherwise.
 void print_connections(const Config& cfg, const std::vector<std::int64_t>& counts) {
   if (!cfg.lazy_connect || counts.empty()) return;
-  const auto [mn, mx] = std::minmax_element(counts.begin(), counts.end());
-  double mean = 0;
-  for (std::int64_t c : counts) mean += static_cast<double>(c);
-  mean /= static_cast<double>(counts.size());
-  std::printf("# lazy_connect: %.2f connections per rank opened by the end of the run (min %lld, max %lld)\n", mean,
-              static_cast<long long>(*mn), static_cast<long long>(*mx));
-  std::printf("# lazy-connections conn_min=%lld conn_mean=%.2f conn_max=%lld\n", static_cast<long long>(*mn), mean,
-              static_cast<long long>(*mx));
+  const Spread c = spread_of(counts);
+  std::printf("# lazy_connect: %.2f connections per rank opened by the end of the run (min %lld, max %lld)\n", c.mean,
+              static_cast<long long>(c.min), static_cast<long long>(c.max));
+  std::printf("# lazy-connections conn_min=%lld conn_mean=%.2f conn_max=%lld\n", static_cast<long long>(c.min), c.mean,
+              static_cast<long long>(c.max));
 }
 
 /// A multi-process run's Formation: every rank gives its own figures, {peers, form_us,
@@ -788,19 +798,18 @@ Formation gather_formation(Communicator& comm, std::int64_t form_us) {
 void print_formation(const CollOptions& o, const Config& cfg, const Formation& f) {
   const auto n = static_cast<int>(f.peers.size());
   if (n == 0) return;
-  const auto [mn, mx] = std::minmax_element(f.peers.begin(), f.peers.end());
-  double mean = 0;
-  for (std::int64_t p : f.peers) mean += static_cast<double>(p);
-  mean /= n;
+  const Spread peers = spread_of(f.peers);
+  const std::int64_t mn = peers.min, mx = peers.max;
+  const double mean = peers.mean;
   std::string list;
   constexpr std::size_t shown = 32;
   for (std::size_t i = 0; i < f.first.size() && i < shown; ++i) list += fmt::format(" {}", f.first[i]);
   if (f.first.size() > shown) list += fmt::format(" ... ({} more)", f.first.size() - shown);
   if (f.first.empty()) list = " none";
-  const std::string per = *mn == *mx ? fmt::format("{}", *mn) : fmt::format("{:.2f}", mean);
+  const std::string per = mn == mx ? fmt::format("{}", mn) : fmt::format("{:.2f}", mean);
   std::printf("# topology %s: %s direct peers per rank%s (min %lld, max %lld); rank 0:%s\n",
-              cfg.topology.to_string().c_str(), per.c_str(), *mn == *mx ? "" : " on average",
-              static_cast<long long>(*mn), static_cast<long long>(*mx), list.c_str());
+              cfg.topology.to_string().c_str(), per.c_str(), mn == mx ? "" : " on average",
+              static_cast<long long>(mn), static_cast<long long>(mx), list.c_str());
   if (o.form_stats) {
     auto med = [](const std::vector<std::int64_t>& v) {
       std::vector<double> d(v.begin(), v.end());
@@ -811,7 +820,7 @@ void print_formation(const CollOptions& o, const Config& cfg, const Formation& f
         "# form-stats ranks={} mode={} topology={} form_ms={:.1f} form_ms_rank0={:.1f} peers_min={} "
         "peers_mean={:.2f} peers_max={} rss_kib_median={:.0f} rss_kib_max={}",
         n, f.threads ? "threads" : "processes", cfg.topology.to_string(), form_max / 1e3,
-        static_cast<double>(f.form_us[0]) / 1e3, *mn, mean, *mx, med(f.rss_kib),
+        static_cast<double>(f.form_us[0]) / 1e3, mn, mean, mx, med(f.rss_kib),
         *std::max_element(f.rss_kib.begin(), f.rss_kib.end()));
     if (f.threads) line += fmt::format(" rss_kib_before={}", f.rss_before_kib);
     std::printf("%s\n", line.c_str());
