@@ -18,6 +18,7 @@
 #include "support.hpp"
 #include "transport/node.hpp"
 #include "transport/shm_hub.hpp"
+#include "transport/shm_link.hpp"
 
 using namespace nexar;
 using namespace std::chrono_literals;
@@ -224,4 +225,80 @@ TEST(ShmLink, BulkTransferGoesOnWithoutSpinning) {
   EXPECT_EQ(got, big);
   // 512 turns of 64 KiB: at one heartbeat period (300 ms) per turn it would take minutes.
   EXPECT_LT(took, 10s) << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms";
+}
+
+// The bulk lane's turn shrinks while another lane moves bytes on the link, so whoever copies
+// it holds a barrier up for less; it grows back once they are quiet. Checked on the bytes
+// one flush puts in the bulk ring, through a link whose creator side writes into a real
+// segment and whose other side reads it.
+TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
+  std::shared_ptr<shm::Segment> seg = shm::Segment::create(1u << 20, 1u << 20);
+  shm::Doorbell mine, theirs;
+  detail::ShmLink writer(seg, true, ::dup(theirs.fd()), mine.fd());
+  detail::ShmLink reader(seg, false, ::dup(mine.fd()), theirs.fd());
+  const int bulk = detail::ShmLink::index(wire::Lane::bulk);
+  const int coll = detail::ShmLink::index(wire::Lane::collective);
+  std::vector<std::uint8_t> data(512 * 1024, 7);
+  bool done = false;
+  writer.push(bulk, quic::Chunk{data.data(), data.size(), [&](Errc, const std::string&) { done = true; }});
+  auto in_ring = [&] {
+    bool broken = false;
+    std::size_t n = reader.in(bulk).readable(broken).size();
+    EXPECT_FALSE(broken);
+    return n;
+  };
+  // push() wrote one quiet turn.
+  const std::size_t quiet = in_ring();
+  EXPECT_EQ(quiet, writer.quantum(bulk));
+  EXPECT_GE(quiet, 32u * 1024);
+  writer.note_moved(coll);
+  const std::size_t busy = writer.quantum(bulk);
+  EXPECT_LT(busy, quiet);
+  EXPECT_GT(busy, 0u);
+  bool moved = false, more = false;
+  ASSERT_TRUE(writer.flush(moved, more));
+  EXPECT_TRUE(moved);
+  EXPECT_TRUE(more) << "bytes are left and the turn ended at its quantum";
+  EXPECT_EQ(in_ring(), quiet + busy);
+  // Data and collective lanes are never cut into turns.
+  EXPECT_EQ(writer.quantum(coll), ~std::size_t{0});
+  EXPECT_FALSE(done);
+  // The reader's side sees its own traffic only: quiet until one of its lanes moves.
+  EXPECT_EQ(reader.quantum(bulk), quiet);
+  reader.note_moved(detail::ShmLink::index(wire::Lane::data));
+  EXPECT_EQ(reader.quantum(bulk), busy);
+  // Moving bulk bytes does not count as another lane's traffic.
+  reader.note_moved(bulk);
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(reader.quantum(bulk), quiet);
+  EXPECT_EQ(writer.quantum(bulk), quiet);
+}
+
+// Bulk data in small turns beside a stream of barriers, small all_reduces and sends in
+// both directions: every byte of the bulk transfer arrives intact and every small result
+// is right.
+TEST(ShmLink, BulkBesideSmallTrafficArrivesIntact) {
+  auto w = bootstrap_local(2, test_config());
+  ASSERT_TRUE(all_attached(w));
+  const auto big = nexar::testing::random_bytes(24'000'011, 91);
+  std::vector<std::byte> got(big.size());
+  std::thread s([&] { w[0].bulk_send(1, 4, std::span<const std::byte>(big)); });
+  std::thread r([&] { w[1].bulk_recv(0, 4, std::span<std::byte>(got)); });
+  on_ranks(w, [&](Communicator& comm, int rank) {
+    for (int i = 0; i < 300; ++i) {
+      comm.barrier();
+      std::vector<std::uint64_t> x{static_cast<std::uint64_t>(i * 2 + rank)};
+      comm.all_reduce(std::span<std::uint64_t>(x), ReduceOp::sum);
+      if (x[0] != static_cast<std::uint64_t>(i * 4 + 1)) throw std::runtime_error("all_reduce " + std::to_string(i));
+      const int peer = 1 - rank;
+      std::vector<int> out{i * 10 + rank}, in(1);
+      auto sent = comm.isend(peer, 6, std::span<const int>(out));
+      comm.recv(peer, 6, std::span<int>(in));
+      sent.wait();
+      if (in[0] != i * 10 + peer) throw std::runtime_error("send " + std::to_string(i));
+    }
+  });
+  s.join();
+  r.join();
+  EXPECT_EQ(got, big);
 }

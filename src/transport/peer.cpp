@@ -186,7 +186,8 @@ bool Peer::poll_shm() {
     // At most a quantum per lane and turn, in up to two parts (the readable bytes may
     // wrap around the ring's end).
     std::size_t turn = 0;
-    for (int part = 0; part < 2 && turn < ShmLink::quantum(i); ++part) {
+    const std::size_t limit = shm_->quantum(i);
+    for (int part = 0; part < 2 && turn < limit; ++part) {
       bool broken = false;
       auto bytes = r.readable(broken);
       if (broken) {
@@ -194,7 +195,8 @@ bool Peer::poll_shm() {
         return true;
       }
       if (bytes.empty()) break;
-      bytes = bytes.first(std::min(bytes.size(), ShmLink::quantum(i) - turn));
+      bytes = bytes.first(std::min(bytes.size(), limit - turn));
+      shm_->note_moved(i);
       const auto credit = deliver(shm_stream(i), bytes.data(), bytes.size());
       if (!credit || gone()) return true;
       r.release(bytes.size());
@@ -202,7 +204,7 @@ bool Peer::poll_shm() {
       turn += bytes.size();
       moved = true;
     }
-    if (turn >= ShmLink::quantum(i)) more = true;
+    if (turn >= limit) more = true;
     if (r.take_writer_waiting()) shm_->ring_peer();
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).

@@ -45,26 +45,30 @@ bool ShmLink::flush(bool& moved, bool& more) {
     auto& q = waiting_[i];
     shm::Ring& r = out(i);
     std::size_t turn = 0;
+    const std::size_t limit = q.empty() ? 0 : quantum(i);
     while (!q.empty()) {
-      if (turn >= quantum(i)) {
+      if (turn >= limit) {
         more = true;
         break;
       }
       Waiting& w = q.front();
       const std::ptrdiff_t n =
-          r.write(w.chunk.data + w.done, std::min(w.chunk.len - w.done, quantum(i) - turn));
+          r.write(w.chunk.data + w.done, std::min(w.chunk.len - w.done, limit - turn));
       if (n < 0) return false;
       turn += static_cast<std::size_t>(n);
       w.done += static_cast<std::size_t>(n);
       waiting_bytes_ -= static_cast<std::uint64_t>(n);
-      if (n > 0) wrote = true;
+      if (n > 0) {
+        wrote = true;
+        note_moved(i);
+      }
       if (w.done == w.chunk.len) {
         quic::Completion done = std::move(w.chunk.done);
         q.pop_front();
         if (done) done(Errc::ok, {});
         continue;
       }
-      if (turn >= quantum(i)) continue;
+      if (turn >= limit) continue;
       // Full: ask the reader to ring us when it frees room, unless it just did.
       if (!r.wait_for_room()) break;
     }
