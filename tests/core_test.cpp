@@ -38,6 +38,7 @@ const char* const kVars[] = {
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
     "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES",
+    "NEXAR_BULK_SCAVENGER",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -211,6 +212,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.stream_window, c.stream_window);
   EXPECT_EQ(e.udp_payload, c.udp_payload);
   EXPECT_EQ(e.udp_gso, c.udp_gso);
+  EXPECT_EQ(e.bulk_scavenger, c.bulk_scavenger);
   EXPECT_EQ(e.shm, c.shm);
   EXPECT_EQ(e.shm_ring_bytes, c.shm_ring_bytes);
   EXPECT_EQ(e.spin, c.spin);
@@ -276,6 +278,7 @@ TEST_F(EnvTest, Describe) {
       "collective_eager_bytes = 1 MiB\n"
       "udp_payload = auto (the path MTU)\n"
       "udp_gso = on\n"
+      "bulk_scavenger = on\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "topology = full_mesh\n"
@@ -314,6 +317,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_STREAM_WINDOW_BYTES", "4M");
   set("NEXAR_UDP_PAYLOAD_BYTES", "1452");
   set("NEXAR_UDP_GSO", "0");
+  set("NEXAR_BULK_SCAVENGER", "off");
   set("NEXAR_SPIN_US", "250");
   set("NEXAR_YIELD_WHEN_IDLE", "1");
   set("NEXAR_DEBUG", "debug");
@@ -331,6 +335,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.stream_window, 4 * MiB);
   EXPECT_EQ(c.udp_payload, 1452u);
   EXPECT_FALSE(c.udp_gso);
+  EXPECT_FALSE(c.bulk_scavenger);
   EXPECT_EQ(c.spin, 250us);
   EXPECT_TRUE(c.yield_when_idle);
   EXPECT_EQ(c.log_level, LogLevel::debug);
@@ -401,7 +406,10 @@ TEST_F(EnvTest, MalformedValuesThrow) {
                           "NEXAR_RPC_TIMEOUT_MS", "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_SPIN_US"}) {
     for (const char* v : dur_bad) check(var, v);
   }
-  for (const char* v : {"yes", "2", "enable", "tru"}) check("NEXAR_UDP_GSO", v);
+  for (const char* v : {"yes", "2", "enable", "tru"}) {
+    check("NEXAR_UDP_GSO", v);
+    check("NEXAR_BULK_SCAVENGER", v);
+  }
   for (const char* v : {"ignore", "auto", "1", "abort "}) check("NEXAR_ON_FAILURE", v);
   for (const char* v : {"6", "warning", "verbose", "-0", "00"}) check("NEXAR_DEBUG", v);
   check("NEXAR_UDP_PAYLOAD_BYTES", "4294967296");  // does not fit the 32-bit field

@@ -16,6 +16,7 @@
 #include "shm/attach.hpp"
 #include "shm/doorbell.hpp"
 #include "support.hpp"
+#include "traffic_support.hpp"
 #include "transport/node.hpp"
 #include "transport/shm_hub.hpp"
 #include "transport/shm_link.hpp"
@@ -280,25 +281,5 @@ TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
 TEST(ShmLink, BulkBesideSmallTrafficArrivesIntact) {
   auto w = bootstrap_local(2, test_config());
   ASSERT_TRUE(all_attached(w));
-  const auto big = nexar::testing::random_bytes(24'000'011, 91);
-  std::vector<std::byte> got(big.size());
-  std::thread s([&] { w[0].bulk_send(1, 4, std::span<const std::byte>(big)); });
-  std::thread r([&] { w[1].bulk_recv(0, 4, std::span<std::byte>(got)); });
-  on_ranks(w, [&](Communicator& comm, int rank) {
-    for (int i = 0; i < 300; ++i) {
-      comm.barrier();
-      std::vector<std::uint64_t> x{static_cast<std::uint64_t>(i * 2 + rank)};
-      comm.all_reduce(std::span<std::uint64_t>(x), ReduceOp::sum);
-      if (x[0] != static_cast<std::uint64_t>(i * 4 + 1)) throw std::runtime_error("all_reduce " + std::to_string(i));
-      const int peer = 1 - rank;
-      std::vector<int> out{i * 10 + rank}, in(1);
-      auto sent = comm.isend(peer, 6, std::span<const int>(out));
-      comm.recv(peer, 6, std::span<int>(in));
-      sent.wait();
-      if (in[0] != i * 10 + peer) throw std::runtime_error("send " + std::to_string(i));
-    }
-  });
-  s.join();
-  r.join();
-  EXPECT_EQ(got, big);
+  EXPECT_EQ(nexar::testing::bulk_beside_small_traffic(w, 24'000'011, 300), "");
 }

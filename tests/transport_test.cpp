@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "support.hpp"
+#include "traffic_support.hpp"
 #include "cluster/local.hpp"
 
 #include <csignal>
@@ -825,6 +826,21 @@ TEST(Transport, BulkDoesNotBlockDataLane) {
   EXPECT_TRUE(big == big_got);
 }
 
+
+// ---- bulk under the scavenger window, beside small traffic --------------------------------
+
+// On QUIC (shared memory off), the bulk lane's bytes in flight are held under the
+// scavenger's delay-based window: a transfer beside a stream of barriers, small all_reduces
+// and sends still arrives whole, and so does everything else; with the window off too.
+TEST(Transport, BulkUnderTheScavengerArrivesIntactBesideSmallTraffic) {
+  for (bool scavenger : {true, false}) {
+    nexar::Config c = test_config();
+    c.shm = false;
+    c.bulk_scavenger = scavenger;
+    auto w = nexar::bootstrap_local(2, c);
+    EXPECT_EQ(nexar::testing::bulk_beside_small_traffic(w, 20'000'003, 200), "") << "scavenger " << scavenger;
+  }
+}
 
 // ---- collectives and sends beside a bulk lane stalled on flow control -------------------
 

@@ -105,6 +105,12 @@ struct Config {
   std::uint32_t udp_payload = 0;
   /// Use UDP GSO/GRO when the kernel supports them (NEXAR_UDP_GSO=0 disables).
   bool udp_gso = true;
+  /// Hold the bulk lane's bytes in flight on QUIC under a delay-based window, so that
+  /// bulk_send yields the path to every other lane instead of filling its queues
+  /// (NEXAR_BULK_SCAVENGER=0 disables). A barrier or small message to a peer that is also
+  /// receiving a bulk transfer then waits tens of microseconds behind it on a LAN, not the
+  /// milliseconds a full queue holds. Off, bulk competes under congestion control alone.
+  bool bulk_scavenger = true;
   /// Carry the message lanes (data, bulk, collective) between ranks of one host through
   /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
   /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and

@@ -71,6 +71,8 @@ void register_cluster(py::module_& m) {
       .def_readwrite("stream_window", &nexar::Config::stream_window, "QUIC stream window.")
       .def_readwrite("udp_payload", &nexar::Config::udp_payload, "UDP payload (0: automatic).")
       .def_readwrite("udp_gso", &nexar::Config::udp_gso, "Use UDP GSO/GRO.")
+      .def_readwrite("bulk_scavenger", &nexar::Config::bulk_scavenger,
+                     "Bulk lane under a delay-based window (yields to the other lanes).")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
       .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,

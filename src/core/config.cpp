@@ -246,6 +246,7 @@ Config Config::from_env() {
   }
   if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
+  if (auto s = env("NEXAR_BULK_SCAVENGER")) c.bulk_scavenger = parse_bool("NEXAR_BULK_SCAVENGER", *s);
   if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
   env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
   if (auto s = env("NEXAR_TOPOLOGY")) {
@@ -386,6 +387,7 @@ std::string Config::describe() const {
     fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
   }
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
+  fmt::format_to(it, "bulk_scavenger = {}\n", bulk_scavenger ? "on" : "off");
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
   fmt::format_to(it, "topology = {}\n", topology.to_string());

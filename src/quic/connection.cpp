@@ -196,7 +196,7 @@ int Connection::cb_stream_close(ngtcp2_conn*, std::uint32_t, std::int64_t, std::
 
 // ---- streams ---------------------------------------------------------------------------
 
-std::int64_t Connection::open_stream(int priority) {
+std::int64_t Connection::open_stream(int priority, bool scavenger) {
   std::int64_t id = -1;
   if (int rv = ngtcp2_conn_open_uni_stream(conn_, &id, nullptr); rv != 0) {
     throw Error(Errc::protocol, std::string("open stream: ") + ngtcp2_strerror(rv));
@@ -204,6 +204,7 @@ std::int64_t Connection::open_stream(int priority) {
   auto s = std::make_unique<SendStream>();
   s->id = id;
   s->priority = priority;
+  s->scavenger = scavenger;
   auto pos = std::upper_bound(streams_.begin(), streams_.end(), priority,
                               [](int p, const std::unique_ptr<SendStream>& x) { return p < x->priority; });
   streams_.insert(pos, std::move(s));
@@ -247,6 +248,16 @@ void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len)
   SendStream* s = stream(id);
   if (!s) return;
   std::uint64_t upto = offset + len;
+  if (upto > s->acked) {
+    if (s->scavenger) {
+      const std::uint64_t n = std::min(upto - s->acked, scavenger_in_flight_);
+      scavenger_in_flight_ -= n;
+      ngtcp2_conn_info info{};
+      ngtcp2_conn_get_conn_info(conn_, &info);
+      scavenger_.on_ack(n, info.latest_rtt, info.min_rtt);
+    }
+    s->acked = upto;
+  }
   while (!s->q.empty() && s->base + s->q.front().len <= upto) {
     Chunk& c = s->q.front();
     s->base += c.len;
@@ -274,6 +285,10 @@ Connection::SendStream* Connection::next_writable() {
   for (auto& s : streams_) {
     if (best && s->priority != best->priority) break;  // streams_ is sorted by priority
     if (s->blocked || s->sent >= s->queued) continue;
+    if (s->scavenger && scavenger_in_flight_ >= scavenger_.window()) {
+      scavenger_.note_limited();
+      continue;
+    }
     if (!best || s->last_turn < best->last_turn) best = s.get();
   }
   return best;
@@ -403,6 +418,7 @@ void Connection::flush(std::uint64_t ts) {
     if (path_payload_ != 0)
       log::info("quic: the path to {} carries {}-byte datagrams", remote_.to_string(), pkt_max);
     path_payload_ = pkt_max;
+    scavenger_.set_mss(pkt_max);
   }
   const std::size_t batch_max = std::min(ep_.txbuf_.size(), UdpSocket::max_batch_bytes);
   std::size_t max_pkts =
@@ -444,6 +460,7 @@ void Connection::flush(std::uint64_t ts) {
       // Advance the unsent cursor over what ngtcp2 took.
       auto left = static_cast<std::size_t>(datalen);
       s->sent += left;
+      if (s->scavenger) scavenger_in_flight_ += left;
       s->last_turn = ++turns_;
       while (left > 0) {
         const Chunk& c = s->q[s->send_idx];

@@ -22,6 +22,7 @@
 #include "core/impair_spec.hpp"
 #include "quic/address.hpp"
 #include "quic/completion.hpp"
+#include "quic/scavenger.hpp"
 
 namespace nexar::tls {
 class TlsContext;
@@ -98,8 +99,10 @@ class Connection {
   void* user = nullptr;
 
   /// Opens a unidirectional stream; lower `priority` values are written first, and streams
-  /// of equal priority take turns, packet by packet.
-  std::int64_t open_stream(int priority);
+  /// of equal priority take turns, packet by packet. A `scavenger` stream's bytes in flight
+  /// are also held under a delay-based window (quic/scavenger.hpp), so that what it queues
+  /// on the path never holds the other streams' packets up for long.
+  std::int64_t open_stream(int priority, bool scavenger = false);
   /// Queues bytes on a stream opened with open_stream; they go out at the next flush.
   void push(std::int64_t stream, Chunk chunk);
   /// Bytes queued on `stream` and not yet acknowledged.
@@ -131,7 +134,9 @@ class Connection {
     std::uint64_t queued = 0;  // stream offset of the end of queued data
     std::uint64_t sent = 0;    // stream offset handed to ngtcp2
     std::uint64_t last_turn = 0;  // turns_ when it last got bytes into a packet
+    std::uint64_t acked = 0;      // stream offset acknowledged (contiguously) so far
     bool blocked = false;
+    bool scavenger = false;
   };
 
   Connection(Endpoint& ep, bool server, const Address& remote);
@@ -180,6 +185,8 @@ class Connection {
   std::string verify_error_;
   std::vector<std::unique_ptr<SendStream>> streams_;  // sorted by priority
   std::uint64_t turns_ = 0;  // packets written with stream data, for round-robin
+  Scavenger scavenger_{1200};
+  std::uint64_t scavenger_in_flight_ = 0;  // bytes of scavenger streams sent, not yet acked
   std::vector<ngtcp2_cid> cids_;     // our source CIDs, registered at the endpoint
   bool established_ = false;
   bool port_gone_ = false;

@@ -58,7 +58,7 @@ quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
 void Peer::on_established(quic::Connection& c) {
   attach(c);
   for (int l = 0; l < wire::lane_count; ++l) {
-    out_[l] = c.open_stream(lane_priority[l]);
+    out_[l] = c.open_stream(lane_priority[l], static_cast<Lane>(l) == Lane::bulk && node_.config().bulk_scavenger);
     PooledBuffer b = node_.pool().acquire(wire::preamble_size);
     wire::encode_preamble(static_cast<Lane>(l),
                           std::span<std::byte, wire::preamble_size>(b.data(), wire::preamble_size));

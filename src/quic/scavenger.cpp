@@ -1,0 +1,42 @@
+#include "quic/scavenger.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace nexar::quic {
+
+Scavenger::Scavenger(std::uint64_t mss) noexcept : mss_(mss), window_(initial_packets * mss) {
+  rtt_.fill(std::numeric_limits<std::uint64_t>::max());
+}
+
+std::uint64_t Scavenger::target_ns(std::uint64_t base_rtt_ns) noexcept {
+  return std::max(min_target_ns, base_rtt_ns / 4);
+}
+
+void Scavenger::set_mss(std::uint64_t mss) noexcept {
+  mss_ = mss;
+  window_ = std::max(window_, min_packets * mss_);
+}
+
+void Scavenger::on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t min_rtt_ns) noexcept {
+  if (rtt_ns == 0 || min_rtt_ns == 0 || min_rtt_ns == std::numeric_limits<std::uint64_t>::max()) return;
+  rtt_[next_] = rtt_ns;
+  next_ = (next_ + 1) % samples;
+  acked_in_round_ += acked;
+  // Move once per window of acknowledged bytes: about once a round trip.
+  if (acked_in_round_ < window_) return;
+  acked_in_round_ = 0;
+  const std::uint64_t current = *std::min_element(rtt_.begin(), rtt_.end());
+  const std::uint64_t queueing = current > min_rtt_ns ? current - min_rtt_ns : 0;
+  const std::uint64_t target = target_ns(min_rtt_ns);
+  // window x (base + target) / (base + queueing); the factor is at most 1 + 1/4 + the
+  // floor's share, and the window at most max_growth times a window ngtcp2 allowed.
+  const double factor = static_cast<double>(min_rtt_ns + target) / static_cast<double>(min_rtt_ns + queueing);
+  std::uint64_t next = static_cast<std::uint64_t>(static_cast<double>(window_) * factor);
+  next = std::min(next, window_ * max_growth);
+  if (!limited_) next = std::min(next, window_);
+  limited_ = false;
+  window_ = std::max(next, min_packets * mss_);
+}
+
+}  // namespace nexar::quic
