@@ -26,7 +26,8 @@
 # hierarchy with the flat ring). With GLOO=1 (default) when gloo_bench is built, Gloo's ring
 # runs over the same hosts too.
 #
-# Environment: RATE (default 1gbit), MTU (default 9000, so that 8952-byte payloads fit),
+# Environment: COLL (the nexar-bench collective, default all_reduce; the Gloo and Open MPI
+# baselines always run all_reduce), RATE (default 1gbit), MTU (default 9000, so that 8952-byte payloads fit),
 # HOSTS (default 4), PER_HOST (default 1), ALGOS (default automatic), GLOO (1 or 0),
 # PAYLOADS (default "default 8952"; empty for none), MPI (1 or 0), MPI_ARGS, BENCH_ARGS (default
 # "-b 1M -e 64M -f 2 -n 5 -w 1 -c 1"), TIMEOUT (seconds per run, default 600), PORT (seed
@@ -40,6 +41,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
 
 rate=${RATE:-1gbit}
+coll=${COLL:-all_reduce}
 payloads=${PAYLOADS-default 8952}
 want_mpi=${MPI:-1}
 read -r -a mpi_args <<<"${MPI_ARGS-"--mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4"}"

@@ -254,7 +254,7 @@ void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len)
       scavenger_in_flight_ -= n;
       ngtcp2_conn_info info{};
       ngtcp2_conn_get_conn_info(conn_, &info);
-      scavenger_.on_ack(n, info.latest_rtt, info.min_rtt);
+      scavenger_.on_ack(n, info.latest_rtt, ep_.now());
     }
     s->acked = upto;
   }

@@ -7,6 +7,7 @@ namespace nexar::quic {
 
 Scavenger::Scavenger(std::uint64_t mss) noexcept : mss_(mss), window_(initial_packets * mss) {
   rtt_.fill(std::numeric_limits<std::uint64_t>::max());
+  base_.fill(std::numeric_limits<std::uint64_t>::max());
 }
 
 std::uint64_t Scavenger::target_ns(std::uint64_t base_rtt_ns) noexcept {
@@ -18,8 +19,15 @@ void Scavenger::set_mss(std::uint64_t mss) noexcept {
   window_ = std::max(window_, min_packets * mss_);
 }
 
-void Scavenger::on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t min_rtt_ns) noexcept {
-  if (rtt_ns == 0 || min_rtt_ns == 0 || min_rtt_ns == std::numeric_limits<std::uint64_t>::max()) return;
+void Scavenger::on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t now_ns) noexcept {
+  if (rtt_ns == 0) return;
+  if (now_ns >= period_end_) {
+    base_[0] = base_[1];
+    base_[1] = std::numeric_limits<std::uint64_t>::max();
+    period_end_ = now_ns + base_period_ns;
+  }
+  base_[1] = std::min(base_[1], rtt_ns);
+  const std::uint64_t min_rtt_ns = base_rtt();
   rtt_[next_] = rtt_ns;
   next_ = (next_ + 1) % samples;
   acked_in_round_ += acked;

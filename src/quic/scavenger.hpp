@@ -27,6 +27,7 @@
 // Sans-I/O: it is given acknowledged bytes and RTT samples, and answers with the window.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 
@@ -40,9 +41,12 @@ class Scavenger {
   /// Bytes of scavenger streams that may be in flight now.
   std::uint64_t window() const noexcept { return window_; }
 
-  /// `acked` bytes of scavenger streams were acknowledged; `rtt_ns` is the latest RTT sample
-  /// and `min_rtt_ns` the least seen on the path (both ngtcp2's, not adjusted for ACK delay).
-  void on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t min_rtt_ns) noexcept;
+  /// `acked` bytes of scavenger streams were acknowledged at `now_ns`; `rtt_ns` is the latest
+  /// RTT sample (ngtcp2's, not adjusted for ACK delay). 0: no sample yet.
+  void on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t now_ns) noexcept;
+
+  /// The least RTT of the last one or two `base_period`s: the path with nothing queued.
+  std::uint64_t base_rtt() const noexcept { return std::min(base_[0], base_[1]); }
 
   /// A scavenger stream had bytes to write and the window held them back. The window grows
   /// only in rounds where this happened: a sender that does not use its window learns
@@ -57,11 +61,15 @@ class Scavenger {
 
   static constexpr std::uint64_t min_packets = 2;
   static constexpr std::uint64_t initial_packets = 10;
-  static constexpr std::uint64_t min_target_ns = 10'000;
+  static constexpr std::uint64_t min_target_ns = 50'000;
   /// Recent RTT samples whose least stands for the current delay (one late ACK is noise).
   static constexpr std::size_t samples = 4;
   /// Growth per round trip is capped at this factor (slow start's doubling).
   static constexpr std::uint64_t max_growth = 2;
+  /// The base RTT is the least sample of the current and the previous period, so that it
+  /// follows a path that changed (LEDBAT keeps minutes of history; a cluster's paths change
+  /// seldom but a route can).
+  static constexpr std::uint64_t base_period_ns = 30'000'000'000;
 
  private:
   std::uint64_t mss_;
@@ -70,6 +78,8 @@ class Scavenger {
   bool limited_ = false;              // note_limited() since the window last moved
   std::array<std::uint64_t, samples> rtt_{};
   std::size_t next_ = 0;
+  std::array<std::uint64_t, 2> base_{};  // least sample of the previous and current period
+  std::uint64_t period_end_ = 0;
 };
 
 }  // namespace nexar::quic
