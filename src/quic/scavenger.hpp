@@ -8,21 +8,20 @@
 // took 18.6 us idle and 7.1 ms beside a bulk_send.
 //
 // How (the idea of LEDBAT, RFC 6817, and of FAST TCP, with a target in time): the queueing
-// delay is the least of the last few RTT samples less the least RTT ever seen. Once per
-// window of acknowledged bytes (about a round trip) the window moves towards the in-flight
-// that would leave `target` of queue: window x (base + target) / (base + queueing). It grows
-// while the path is empty (by at most a quarter per round trip once the base RTT is over
-// 40 us), and falls at once in proportion when bulk bytes queue. The target is a quarter of
-// the base RTT, at least 10 us: on a LAN a latency-sensitive packet waits a few bulk packets
-// behind, on a long path a quarter of a round trip. Congestion control (CUBIC) still
-// applies on top: ngtcp2's window covers every stream.
+// delay is the least of the last few RTT samples less the base RTT, the least sample of the
+// last minute or so. Once per window of acknowledged bytes (about a round trip) the window
+// moves towards the in-flight that would leave `target` of queue: window x (base + target)
+// / (base + queueing). It grows while the path is empty (at most doubling a round trip),
+// and falls at once, in proportion, when bulk bytes queue. The target is a quarter of the
+// base RTT, at least 50 us: RTT samples on a loaded host jitter by tens of microseconds
+// (ACK delays, scheduling), and a target below that noise pinned the window at its floor,
+// which on a fast link starves the lane. Congestion control (CUBIC) still applies on top:
+// ngtcp2's window covers every stream.
 //
-// Measured, 2 hosts (network namespaces) joined by tbf-shaped 1 Gbit/s links, 8 B
-// all_reduce beside a 1 GiB bulk_send (idle 18-27 us): MTU 1500 58-83 us with the
-// scavenger, 10.1 ms without; MTU 9000 205-215 us (one 8952-byte packet alone takes 72 us
-// at 1 Gbit/s), 7.1 ms without. The bulk transfer still moved 0.11-0.12 GB/s, the link's
-// rate. On loopback, where the receiver's CPU is the bottleneck, bulk alone moves about a
-// fifth less (docs/ARCHITECTURE.md, "Decisions").
+// Measured (bench/beside_bulk.sh), 2 hosts joined by tbf-shaped 1 Gbit/s links, while a
+// bulk_send runs: 8 B all_reduce and barrier 83-104 us at MTU 1500 (idle 16-26 us; 7.5 ms
+// without the window) and 201-218 us at MTU 9000, where one 8952-byte packet alone takes
+// 72 us on the link (7.1 ms without). The bulk lane kept the link's rate (0.12 GB/s).
 //
 // Sans-I/O: it is given acknowledged bytes and RTT samples, and answers with the window.
 #pragma once
