@@ -233,14 +233,15 @@ TEST(ShmLink, BulkTransferGoesOnWithoutSpinning) {
 // one flush puts in the bulk ring, through a link whose creator side writes into a real
 // segment and whose other side reads it.
 TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
+  // Declared before the links: the writer's destructor fails the chunk still waiting.
+  std::vector<std::uint8_t> data(512 * 1024, 7);
+  bool done = false;
   std::shared_ptr<shm::Segment> seg = shm::Segment::create(1u << 20, 1u << 20);
   shm::Doorbell mine, theirs;
   detail::ShmLink writer(seg, true, ::dup(theirs.fd()), mine.fd());
   detail::ShmLink reader(seg, false, ::dup(mine.fd()), theirs.fd());
   const int bulk = detail::ShmLink::index(wire::Lane::bulk);
   const int coll = detail::ShmLink::index(wire::Lane::collective);
-  std::vector<std::uint8_t> data(512 * 1024, 7);
-  bool done = false;
   writer.push(bulk, quic::Chunk{data.data(), data.size(), [&](Errc, const std::string&) { done = true; }});
   auto in_ring = [&] {
     bool broken = false;
