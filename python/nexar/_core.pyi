@@ -162,6 +162,7 @@ class Config:
     stream_window: int
     udp_payload: int
     udp_gso: bool
+    bulk_scavenger: bool
     impair: str
     shm: bool
     lazy_connect: bool

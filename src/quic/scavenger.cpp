@@ -37,8 +37,7 @@ void Scavenger::on_ack(std::uint64_t acked, std::uint64_t rtt_ns, std::uint64_t 
   const std::uint64_t current = *std::min_element(rtt_.begin(), rtt_.end());
   const std::uint64_t queueing = current > min_rtt_ns ? current - min_rtt_ns : 0;
   const std::uint64_t target = target_ns(min_rtt_ns);
-  // window x (base + target) / (base + queueing); the factor is at most 1 + 1/4 + the
-  // floor's share, and the window at most max_growth times a window ngtcp2 allowed.
+  // window x (base + target) / (base + queueing), at most max_growth times larger.
   const double factor = static_cast<double>(min_rtt_ns + target) / static_cast<double>(min_rtt_ns + queueing);
   std::uint64_t next = static_cast<std::uint64_t>(static_cast<double>(window_) * factor);
   next = std::min(next, window_ * max_growth);

@@ -128,6 +128,9 @@ def test_config():
     assert c.rpc_threads == 4 and "op_timeout" in c.describe()
     c.failure_timeout = 2
     assert c.failure_timeout.total_seconds() == 2
+    assert c.bulk_scavenger
+    c.bulk_scavenger = False
+    assert "bulk_scavenger = off" in c.describe()
     with pytest.raises(TypeError):
         c.op_timeout = "soon"
     c.rpc_threads = 0
