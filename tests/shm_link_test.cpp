@@ -253,7 +253,11 @@ TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
   const std::size_t quiet = in_ring();
   EXPECT_EQ(quiet, writer.quantum(bulk));
   EXPECT_GE(quiet, 32u * 1024);
-  writer.note_moved(coll);
+  // Times a day away on either side, so that no pause of this thread can change the answer.
+  const auto now = std::chrono::steady_clock::now();
+  const auto busy_for_a_day = now + 24h;
+  const auto quiet_for_a_day = now - 24h;
+  writer.note_moved(coll, busy_for_a_day);
   const std::size_t busy = writer.quantum(bulk);
   EXPECT_LT(busy, quiet);
   EXPECT_GT(busy, 0u);
@@ -267,11 +271,14 @@ TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
   EXPECT_FALSE(done);
   // The reader's side sees its own traffic only: quiet until one of its lanes moves.
   EXPECT_EQ(reader.quantum(bulk), quiet);
-  reader.note_moved(detail::ShmLink::index(wire::Lane::data));
+  reader.note_moved(detail::ShmLink::index(wire::Lane::data), busy_for_a_day);
   EXPECT_EQ(reader.quantum(bulk), busy);
   // Moving bulk bytes does not count as another lane's traffic.
-  reader.note_moved(bulk);
-  std::this_thread::sleep_for(30ms);
+  reader.note_moved(bulk, busy_for_a_day + 1h);
+  EXPECT_EQ(reader.quantum(bulk), busy);
+  // Once the other lanes have been quiet longer than the window, the turn grows back.
+  reader.note_moved(detail::ShmLink::index(wire::Lane::data), quiet_for_a_day);
+  writer.note_moved(coll, quiet_for_a_day);
   EXPECT_EQ(reader.quantum(bulk), quiet);
   EXPECT_EQ(writer.quantum(bulk), quiet);
 }

@@ -56,12 +56,14 @@ class ShmLink {
   /// alone keeps the large turns (3.9-4.3 GB/s).
   std::size_t quantum(int i) const noexcept {
     if (i != kBulk) return ~std::size_t{0};
-    return busy_now() ? kBulkTurnBusy : kBulkTurn;
+    return std::chrono::steady_clock::now() - others_moved_ < kBusyWindow ? kBulkTurnBusy : kBulkTurn;
   }
-  /// A lane other than bulk moved bytes through this link (either direction) just now.
-  void note_moved(int i) noexcept {
-    if (i != kBulk) others_moved_ = std::chrono::steady_clock::now();
+  /// A lane other than bulk moved bytes through this link (either direction) at `at`.
+  void note_moved(int i, std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now()) noexcept {
+    if (i != kBulk) others_moved_ = at;
   }
+  /// How long after another lane's bytes the bulk lane keeps its small turns.
+  static constexpr std::chrono::milliseconds kBusyWindow{10};
   /// Bytes queued or in the rings out and not yet read by the peer.
   std::uint64_t unread() const noexcept;
   /// Fails every waiting chunk (the peer is gone).
@@ -79,9 +81,7 @@ class ShmLink {
   static constexpr int kBulk = 1;  // index(wire::Lane::bulk)
   static constexpr std::size_t kBulkTurn = std::size_t{64} * 1024;
   static constexpr std::size_t kBulkTurnBusy = std::size_t{8} * 1024;
-  static constexpr std::chrono::milliseconds kBusyWindow{10};
 
-  bool busy_now() const noexcept { return std::chrono::steady_clock::now() - others_moved_ < kBusyWindow; }
   shm::Ring& out(int i) const noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
 
   std::shared_ptr<shm::Segment> seg_;
