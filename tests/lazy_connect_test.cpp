@@ -24,8 +24,11 @@
 #include <thread>
 #include <vector>
 
+#include "comm/group.hpp"
+#include "core/access.hpp"
 #include "local_processes.hpp"
 #include "support.hpp"
+#include "transport/node.hpp"
 
 namespace {
 
@@ -167,6 +170,30 @@ TEST(LazyConnect, CloseRightAfterASendToANewPeer) {
   const auto out = message(0, 4, 0, 333);
   w[0].send(4, 1, out);  // eager: complete once copied
   w[0].close();
+  std::vector<std::uint32_t> in(333);
+  w[4].recv(0, 1, in);
+  EXPECT_EQ(in, out);
+  for (int r = 1; r < 5; ++r) w[r].close();
+}
+
+// The same, with the send reaching the engine only after close() began: the test holds the
+// engine lock, so the send is posted instead of run inline, and close() marks the node
+// closed before the engine runs it. The dial must still happen and the message arrive
+// (it once sat in the early queue until close gave up after 5 s).
+TEST(LazyConnect, ASendTheEngineRunsAfterCloseBeganIsDelivered) {
+  auto w = nexar::bootstrap_local(5, lazy_config(false));
+  nexar::detail::Node& n0 = nexar::detail::Access::group(w[0])->node();
+  const auto out = message(0, 4, 0, 333);
+  std::thread closer;
+  {
+    std::unique_lock lk(n0.engine().lock());
+    w[0].send(4, 1, out);  // posted: the lock is taken
+    closer = std::thread([&] { w[0].close(); });
+    while (n0.is_open()) std::this_thread::sleep_for(100us);
+  }
+  const auto t0 = Clock::now();
+  closer.join();
+  EXPECT_LT(Clock::now() - t0, 4s) << "close() waited for a send that was never dialled";
   std::vector<std::uint32_t> in(333);
   w[4].recv(0, 1, in);
   EXPECT_EQ(in, out);

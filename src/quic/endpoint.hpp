@@ -82,6 +82,8 @@ class Endpoint {
     std::uint64_t largest_datagram_out = 0, datagrams_fragmented = 0;
   };
   const Stats& stats() const noexcept { return stats_; }
+  /// Whether shutdown() ran: the endpoint dials and accepts nothing any more.
+  bool stopped() const noexcept { return stopped_; }
   /// What the impairment did (ConnectionSettings::impair); nullptr when there is none.
   const Impairment* impairment() const noexcept { return impair_.get(); }
 

@@ -243,7 +243,10 @@ void Node::dial(int r) {
 }
 
 void Node::connect_lazily(int r) {
-  if (!cfg_.lazy_connect || !ep_ || !is_open()) return;
+  // Closing still dials, until the endpoint shuts down: a send the caller made before
+  // close() may reach the engine after close() began (posted while a thread held the
+  // lock), and close() delivers what was sent before the goodbye.
+  if (!cfg_.lazy_connect || !ep_ || ep_->stopped()) return;
   Peer* p = peer_locked(r);
   if (!p || p->gone() || p->relayed() || p->connection() || is_failed(r)) return;
   dial(r);
