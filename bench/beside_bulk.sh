@@ -27,6 +27,7 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" build
 script_bench_opts beside_bulk "" "$@"
 script_need beside_bulk nexar-bench nexar-run
+script_tmp beside_bulk beside_bulk
 
 iters=${ITERS:-2000}
 read -r -a paths <<<"${PATHS:-shm quic net1500 net9000}"
@@ -46,12 +47,12 @@ one() {
         -b 8 -e 8 -n "$iters" -w 50 "$@" 2>&1)
       ;;
     net*)
-      local logs
-      logs=$(mktemp -d /tmp/beside_bulk.XXXXXX)
+      local logs="$tmp/net"
+      rm -rf "$logs"
+      mkdir -p "$logs"
       out=$(OUT=$logs HOSTS=2 MTU=${path#net} RATE=${RATE:-1gbit} MPI=0 GLOO=0 PAYLOADS=default COLL=$op \
         BENCH_ARGS="-b 8 -e 8 -n $iters -w 50 $*" timeout 600 env NEXAR_BULK_SCAVENGER="$sc" \
         "$repo/bench/netns_allreduce.sh" "$build" 2>&1; cat "$logs"/*.log)
-      rm -rf "$logs"
       ;;
   esac
   t=$(echo "$out" | grep -E '^(\[0\])? *(0|8) +[0-9]+ +float' | head -1 | awk '{print ($1 == "[0]") ? $7 : $6}')

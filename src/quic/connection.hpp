@@ -185,7 +185,7 @@ class Connection {
   std::string verify_error_;
   std::vector<std::unique_ptr<SendStream>> streams_;  // sorted by priority
   std::uint64_t turns_ = 0;  // packets written with stream data, for round-robin
-  Scavenger scavenger_{1200};
+  Scavenger scavenger_{NGTCP2_MAX_UDP_PAYLOAD_SIZE};  // until the path's size is known
   std::uint64_t scavenger_in_flight_ = 0;  // bytes of scavenger streams sent, not yet acked
   std::vector<ngtcp2_cid> cids_;     // our source CIDs, registered at the endpoint
   bool established_ = false;

@@ -185,9 +185,10 @@ bool Peer::poll_shm() {
     shm::Ring& r = shm_->in(i);
     // At most a quantum per lane and turn, in up to two parts (the readable bytes may
     // wrap around the ring's end).
-    std::size_t turn = 0;
-    const std::size_t limit = shm_->quantum(i);
-    for (int part = 0; part < 2 && turn < limit; ++part) {
+    // The quantum is read only once there is something to read: the bulk lane's looks at
+    // the clock, and this runs on every turn of a spinning loop.
+    std::size_t turn = 0, limit = 0;
+    for (int part = 0; part < 2 && (part == 0 || turn < limit); ++part) {
       bool broken = false;
       auto bytes = r.readable(broken);
       if (broken) {
@@ -195,8 +196,8 @@ bool Peer::poll_shm() {
         return true;
       }
       if (bytes.empty()) break;
+      if (part == 0) limit = shm_->quantum(i);
       bytes = bytes.first(std::min(bytes.size(), limit - turn));
-      shm_->note_moved(i);
       const auto credit = deliver(shm_stream(i), bytes.data(), bytes.size());
       if (!credit || gone()) return true;
       r.release(bytes.size());
@@ -204,7 +205,10 @@ bool Peer::poll_shm() {
       turn += bytes.size();
       moved = true;
     }
-    if (turn >= limit) more = true;
+    if (turn > 0) {
+      shm_->note_moved(i);
+      if (turn >= limit) more = true;
+    }
     if (r.take_writer_waiting()) shm_->ring_peer();
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).

@@ -58,10 +58,7 @@ bool ShmLink::flush(bool& moved, bool& more) {
       turn += static_cast<std::size_t>(n);
       w.done += static_cast<std::size_t>(n);
       waiting_bytes_ -= static_cast<std::uint64_t>(n);
-      if (n > 0) {
-        wrote = true;
-        note_moved(i);
-      }
+      if (n > 0) wrote = true;
       if (w.done == w.chunk.len) {
         quic::Completion done = std::move(w.chunk.done);
         q.pop_front();
@@ -72,6 +69,7 @@ bool ShmLink::flush(bool& moved, bool& more) {
       // Full: ask the reader to ring us when it frees room, unless it just did.
       if (!r.wait_for_room()) break;
     }
+    if (turn > 0) note_moved(i);
   }
   if (wrote) {
     ring_peer();
