@@ -235,9 +235,15 @@ TEST(ReadinessGate, ReportsInputOnlyWhileNobodyPolls) {
   p.drain();
   EXPECT_FALSE(readable(g));
 
-  // A poller closes the gate: input arriving meanwhile is not reported...
+  // Pollers alone leave it open (a short wait costs no system call)...
   gate.add_pollers(1);
   gate.add_pollers(1);
+  p.send();
+  EXPECT_TRUE(readable(g, 1000)) << "closed before a poller settled";
+  gate.consume();
+  p.drain();
+  // ...and one that settles closes it: input arriving meanwhile is not reported...
+  gate.settle();
   p.send();
   EXPECT_FALSE(readable(g, 20));
   gate.add_pollers(-1);
@@ -250,10 +256,54 @@ TEST(ReadinessGate, ReportsInputOnlyWhileNobodyPolls) {
 
   // Input a poller read itself leaves nothing to report after reopening.
   gate.add_pollers(1);
+  gate.settle();
   p.send();
   p.drain();
   gate.add_pollers(-1);
   EXPECT_FALSE(readable(g, 20));
+
+  // Settling with nobody polling leaves it open.
+  gate.settle();
+  p.send();
+  EXPECT_TRUE(readable(g, 1000));
+  gate.consume();
+  p.drain();
+}
+
+// The watch hooks run when the count of polling threads leaves zero and when it comes back:
+// user threads (add_progressing, nested included) and the engine thread while it spins
+// after activity. Each +1 is matched, so every watched is followed by one unwatched.
+TEST(Engine, WatchHooksFollowThePollingThreads) {
+  Engine e(2000us);
+  std::atomic<int> watched{0}, unwatched{0}, now{0};
+  std::atomic<bool> paired{true};
+  e.set_watch_hooks(
+      [&] {
+        if (now.fetch_add(1) != 0) paired = false;
+        ++watched;
+      },
+      [&] {
+        if (now.fetch_sub(1) != 1) paired = false;
+        ++unwatched;
+      });
+  e.add_progressing(1);
+  EXPECT_EQ(watched.load(), 1);
+  e.add_progressing(1);
+  e.add_progressing(-1);
+  EXPECT_EQ(unwatched.load(), 0) << "one thread still polls";
+  e.add_progressing(-1);
+  EXPECT_EQ(unwatched.load(), 1);
+  // The engine thread spins for a while after activity, and counts as watching meanwhile.
+  e.start();
+  e.post([&] { e.note_activity(); });
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while ((watched.load() < 2 || unwatched.load() < 2) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_GE(watched.load(), 2) << "the spinning engine thread was not counted";
+  EXPECT_EQ(watched.load(), unwatched.load()) << "it still counts itself after the spin ended";
+  e.stop();
+  EXPECT_TRUE(paired.load());
+  EXPECT_EQ(now.load(), 0);
 }
 
 TEST(ReadinessGate, EveryNewEventReportsAgainAfterConsume) {

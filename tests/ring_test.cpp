@@ -99,6 +99,33 @@ TEST(Ring, WriterWaitingIsSeenOrRoomIsThere) {
   EXPECT_TRUE(m.ring.wait_for_room()) << "room: write again instead of waiting";
 }
 
+// What a side about to sleep asks of a ring (transport/shm_presence.hpp): the reader whether
+// bytes wait; the writer whether room came for the mark it left, which the reader may not
+// have rung for. The mark can be read without taking it, and the writer takes back a mark
+// it no longer needs.
+TEST(Ring, ASideAboutToSleepSeesBytesAndRoomItWaitsFor) {
+  Memory m(64 * 1024);
+  m.ring.init(1u << 30);
+  EXPECT_FALSE(m.ring.has_bytes());
+  EXPECT_FALSE(m.ring.writer_waits_with_room()) << "no mark";
+  const auto data = random_bytes(64 * 1024, 5);
+  ASSERT_EQ(m.ring.write(data.data(), 10), 10);
+  EXPECT_TRUE(m.ring.has_bytes());
+  ASSERT_EQ(m.ring.write(data.data() + 10, data.size() - 10), static_cast<std::ptrdiff_t>(data.size() - 10));
+  EXPECT_FALSE(m.ring.wait_for_room());
+  EXPECT_TRUE(m.ring.writer_waiting());
+  EXPECT_TRUE(m.ring.writer_waiting()) << "reading the mark leaves it";
+  EXPECT_FALSE(m.ring.writer_waits_with_room()) << "full: nothing to write yet";
+  std::vector<std::uint8_t> out;
+  drain(m.ring, out);
+  EXPECT_FALSE(m.ring.has_bytes());
+  EXPECT_TRUE(m.ring.writer_waits_with_room()) << "room came for the mark";
+  m.ring.clear_writer_waiting();
+  EXPECT_FALSE(m.ring.writer_waiting());
+  EXPECT_FALSE(m.ring.writer_waits_with_room());
+  EXPECT_FALSE(m.ring.take_writer_waiting());
+}
+
 // A writer and a reader on two threads, the writer sleeping on the mark the way the
 // transport does (here: spinning on a flag the reader sets when it takes the mark).
 TEST(Ring, TwoThreadsMoveEveryByteWithoutLosingAWakeUp) {

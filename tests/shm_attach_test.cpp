@@ -84,6 +84,31 @@ TEST(Segment, TheOpenerSeesTheCreatorsRings) {
   EXPECT_TRUE(b->ring(0, 1).readable(broken).empty());
 }
 
+// Each side's asleep word starts set (a writer rings until told otherwise), is shared
+// between the two mappings, and lies apart from the rings.
+TEST(Segment, EachSidesAsleepWordIsSharedAndStartsSet) {
+  auto a = shm::Segment::create(64 * 1024, 1u << 20);
+  auto b = shm::Segment::open(::dup(a->fd()));
+  for (int side = 0; side < 2; ++side) {
+    EXPECT_NE(a->asleep(side).load(), 0u) << "side " << side;
+    EXPECT_NE(b->asleep(side).load(), 0u) << "side " << side;
+  }
+  a->asleep(0).store(0);
+  EXPECT_EQ(b->asleep(0).load(), 0u);
+  EXPECT_NE(b->asleep(1).load(), 0u) << "the sides' words are separate";
+  b->asleep(1).store(0);
+  EXPECT_EQ(a->asleep(1).load(), 0u);
+  // The words are not in any ring's bytes or indices.
+  const std::uint8_t msg[] = "x";
+  for (int dir = 0; dir < 2; ++dir)
+    for (int lane = 0; lane < shm::Segment::lanes; ++lane) {
+      ASSERT_EQ(a->ring(dir, lane).write(msg, sizeof msg), static_cast<std::ptrdiff_t>(sizeof msg));
+      EXPECT_TRUE(b->ring(dir, lane).has_bytes());
+    }
+  EXPECT_EQ(a->asleep(0).load(), 0u);
+  EXPECT_EQ(a->asleep(1).load(), 0u);
+}
+
 TEST(Segment, RefusesWhatIsNotASealedSegment) {
   EXPECT_EQ(error_of([] { shm::Segment::create(100 * 1024, 1); }), Errc::invalid_argument);
   EXPECT_EQ(error_of([] { shm::Segment::create(32 * 1024, 1); }), Errc::invalid_argument);

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -290,4 +291,51 @@ TEST(ShmLink, BulkBesideSmallTrafficArrivesIntact) {
   auto w = bootstrap_local(2, test_config());
   ASSERT_TRUE(all_attached(w));
   EXPECT_EQ(nexar::testing::bulk_beside_small_traffic(w, 24'000'011, 300), "");
+}
+
+// Ranks that keep starting and stopping to poll (a spin of a few microseconds, and pauses
+// between operations) while small and ring-filling messages cross: every hand-over between
+// a polling rank and a sleeping one must keep its wake-up (transport/shm_presence.hpp).
+// Heartbeats, which would otherwise rescue a lost wake-up within a few hundred
+// milliseconds, are made rare, and each operation's deadline is short: a lost wake-up fails
+// the operation instead of slowing it down.
+TEST(ShmLink, NoWakeUpIsLostWhileRanksStartAndStopPolling) {
+  Config c = test_config();
+  c.spin = std::chrono::microseconds(5);
+  c.failure_timeout = std::chrono::seconds(60);
+  c.op_timeout = std::chrono::seconds(5);
+  c.shm_ring_bytes = 64 * 1024;
+  // Two ranks: with more ranks than cores, bootstrap_local would make waits spin for 1 ms.
+  auto w = bootstrap_local(2, c);
+  ASSERT_TRUE(all_attached(w));
+  const auto big = nexar::testing::random_bytes(200'003, 11);
+  on_ranks(w, [&](Communicator& comm, int r) {
+    const int n = comm.size();
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    std::mt19937 rng(static_cast<unsigned>(r) + 1);
+    std::uniform_int_distribution<int> pause_us(0, 30);
+    std::vector<std::byte> got(big.size());
+    for (std::uint64_t round = 0; round < 1500; ++round) {
+      std::uint64_t out[8], in[8] = {};
+      for (auto& v : out) v = round * 8 + static_cast<std::uint64_t>(r);
+      auto s = comm.isend(right, 1, out, sizeof out);
+      comm.recv(left, 1, in, sizeof in);
+      s.wait();
+      for (auto v : in)
+        if (v != round * 8 + static_cast<std::uint64_t>(left)) throw std::runtime_error("wrong message in round " + std::to_string(round));
+      if (round % 100 == 7) {
+        // Larger than the ring: the writer waits for room the reader frees.
+        auto sb = comm.isend(right, 2, big.data(), big.size());
+        comm.recv(left, 2, got.data(), got.size());
+        sb.wait();
+        if (got != big) throw std::runtime_error("wrong large message in round " + std::to_string(round));
+      }
+      if (round % 50 == 3) {
+        double x = r + 1.0;
+        comm.all_reduce(std::span<double>(&x, 1), ReduceOp::sum);
+        if (x != n * (n + 1) / 2.0) throw std::runtime_error("wrong sum in round " + std::to_string(round));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(pause_us(rng)));
+    }
+  });
 }

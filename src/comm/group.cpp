@@ -201,6 +201,9 @@ class CollectiveHelper final : public Progress {
   void waiting(int delta) override {
     if (auto g = g_.lock()) g->node().waiting(delta);
   }
+  void settle() override {
+    if (auto g = g_.lock()) g->node().settle();
+  }
   void sleeping() override {
     if (auto g = g_.lock()) {
       g->runner().kick(task_);

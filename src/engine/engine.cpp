@@ -66,9 +66,16 @@ void Engine::stop() {
 
 void Engine::run() {
   thread_id_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  bool spinning = false;  // counted among the watchers
   while (!stopping_.load(std::memory_order_relaxed)) {
-    if (spin_.count() > 0 && gate_.pollers() == 0 &&
-        std::chrono::steady_clock::now() < busy_until_.load(std::memory_order_relaxed)) {
+    const bool spin = spin_.count() > 0 && gate_.pollers() == 0 &&
+                      std::chrono::steady_clock::now() < busy_until_.load(std::memory_order_relaxed);
+    if (spin != spinning) {
+      // Leaving: before the reactor may block, so that peers ring again.
+      count_watchers(spin ? 1 : -1);
+      spinning = spin;
+    }
+    if (spin) {
       if (io_.poll() == 0) {
         if (spin_hook_) {
           std::unique_lock lk(mu_, std::try_to_lock);
@@ -81,6 +88,7 @@ void Engine::run() {
       io_.run_one();
     }
   }
+  if (spinning) count_watchers(-1);
   // Let handlers already queued (completions, close notifications) run once more.
   io_.poll();
   thread_id_.store(std::thread::id{}, std::memory_order_relaxed);

@@ -78,8 +78,26 @@ class Engine final : public EventLoop {
   bool engine_waiting() const noexcept { return wanting_.load(std::memory_order_relaxed) > 0; }
 
   /// While non-zero, user threads are polling for progress themselves: the engine thread
-  /// neither spins nor wakes for the watched socket's packets (see ReadinessGate).
-  void add_progressing(int d) noexcept { gate_.add_pollers(d); }
+  /// does not spin, and once they settle() it does not wake for the watched socket's
+  /// packets either (see ReadinessGate).
+  void add_progressing(int d) noexcept {
+    gate_.add_pollers(d);
+    count_watchers(d);
+  }
+
+  /// A progressing thread has polled for a while: the engine thread stops waking for the
+  /// socket's packets, which that thread will read (ReadinessGate::settle).
+  void settle() noexcept { gate_.settle(); }
+
+  /// Run when the number of threads polling the node (user threads counted by
+  /// add_progressing, and the engine thread while it spins) leaves zero (`watched`) and when
+  /// it comes back to zero (`unwatched`), on the thread that changed it, with or without the
+  /// engine lock: the shared-memory path tells same-host peers whether a write needs a
+  /// doorbell (transport/shm_presence.hpp). Set before start().
+  void set_watch_hooks(std::function<void()> watched, std::function<void()> unwatched) {
+    watched_ = std::move(watched);
+    unwatched_ = std::move(unwatched);
+  }
 
   // EventLoop. The watched descriptors (a socket and its timer) sit in the readiness gate,
   // whose one descriptor the engine thread waits on; `ready` runs under the engine lock.
@@ -112,6 +130,13 @@ class Engine final : public EventLoop {
  private:
   void run();
   void wait_ready();
+  // Each thread adds and takes back its own +1, so a watched hook always runs before the
+  // unwatched hook of the next return to zero.
+  void count_watchers(int d) noexcept {
+    const int before = watchers_.fetch_add(d, std::memory_order_acq_rel);
+    if (d > 0 && before == 0 && watched_) watched_();
+    if (d < 0 && before + d == 0 && unwatched_) unwatched_();
+  }
 
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> guard_;
@@ -127,6 +152,8 @@ class Engine final : public EventLoop {
   std::function<void()> extra_ready_;
   std::atomic<int> wanting_{0};
   std::function<void()> spin_hook_;
+  std::function<void()> watched_, unwatched_;
+  std::atomic<int> watchers_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
   std::thread thread_;

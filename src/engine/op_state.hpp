@@ -27,6 +27,10 @@ class Progress {
   /// not watch the socket, so a waiter counted here must really poll (or stop counting
   /// before it blocks on anything else).
   virtual void waiting(int delta) = 0;
+  /// A counted waiter has polled for a while without finishing: the engine thread should
+  /// stop waking for what the waiter will read itself. Waits shorter than that (most on
+  /// shared memory) then cost no system call for it.
+  virtual void settle() {}
   /// Before polling: runs the work that completes the operation on the waiting thread, if
   /// it can; returns whether it ran. Not for bounded waits.
   virtual bool run_here() { return false; }

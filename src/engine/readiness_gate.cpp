@@ -35,9 +35,9 @@ int ReadinessGate::watch(std::vector<int> fds) {
   if (outer_ < 0) {
     inner_ = new_epoll();
     outer_ = new_epoll();
-    const bool open = pollers() == 0;
-    if (open && !add(outer_, inner_)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
-    open_ = open;
+    // Open from the start: pollers close it only once they settle().
+    if (!add(outer_, inner_)) throw std::system_error(errno, std::generic_category(), "epoll_ctl(ADD)");
+    open_.store(true, std::memory_order_relaxed);
   }
   for (int fd : fds_) ::epoll_ctl(inner_, EPOLL_CTL_DEL, fd, nullptr);
   fds_ = std::move(fds);
@@ -56,14 +56,17 @@ void ReadinessGate::add_pollers(int delta) {
   std::lock_guard lk(mu_);
   const int pollers = pollers_.fetch_add(delta, std::memory_order_relaxed) + delta;
   if (outer_ < 0) return;
-  // One syscall either way: the watched descriptors stay in the inner set, and only the
-  // inner set enters or leaves the outer one the reactor waits on.
-  if (pollers == 0 && !open_) {
-    open_ = add(outer_, inner_);
-  } else if (pollers > 0 && open_) {
-    ::epoll_ctl(outer_, EPOLL_CTL_DEL, inner_, nullptr);
-    open_ = false;
-  }
+  // One syscall: the watched descriptors stay in the inner set, and only the inner set
+  // enters or leaves the outer one the reactor waits on.
+  if (pollers == 0 && !open_.load(std::memory_order_relaxed)) open_.store(add(outer_, inner_), std::memory_order_relaxed);
+}
+
+void ReadinessGate::settle() {
+  if (!open_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lk(mu_);
+  if (outer_ < 0 || pollers_.load(std::memory_order_relaxed) == 0 || !open_.load(std::memory_order_relaxed)) return;
+  ::epoll_ctl(outer_, EPOLL_CTL_DEL, inner_, nullptr);
+  open_.store(false, std::memory_order_relaxed);
 }
 
 void ReadinessGate::consume() {

@@ -27,10 +27,14 @@ class ReadinessGate {
   /// Stops watching; call before the watched descriptors are closed. Idempotent.
   void unwatch();
   /// A thread starts (+1) or stops (-1) polling the descriptors itself; any thread. The
-  /// gate is closed (the reactor does not see them) while any does. Reopening while input
-  /// is pending makes the gate readable at once, so nothing that arrived while it was
-  /// closed is left unseen.
+  /// gate may be closed (the reactor does not see them) only while some thread polls, and
+  /// it reopens when the last one stops. Reopening while input is pending makes the gate
+  /// readable at once, so nothing that arrived while it was closed is left unseen.
   void add_pollers(int delta);
+  /// Closes the gate if some thread polls; any thread. Pollers call it once they have
+  /// polled for a while: most short waits end before it, and then cost no system call at
+  /// all (closing and reopening take one each).
+  void settle();
   /// Threads polling now (a snapshot; any thread).
   int pollers() const noexcept { return pollers_.load(std::memory_order_relaxed); }
 
@@ -44,7 +48,7 @@ class ReadinessGate {
   int outer_ = -1;  // what the reactor waits on; holds inner_ while the gate is open
   std::vector<int> fds_;
   std::atomic<int> pollers_{0};  // changed under mu_ only
-  bool open_ = false;
+  std::atomic<bool> open_{false};  // changed under mu_ only
 };
 
 }  // namespace nexar::detail

@@ -74,7 +74,7 @@ bool Endpoint::on_ready() {
   return true;
 }
 
-void Endpoint::on_readable() {
+bool Endpoint::on_readable() {
   Batch batch(*this);
   bool check_errors = false;
   bool got = false;
@@ -126,6 +126,7 @@ void Endpoint::on_readable() {
   });
   // Only packets count as activity: an empty poll must not keep the loop spinning.
   if (got) loop_.note_activity();
+  return got;
 }
 
 void Endpoint::dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts) {

@@ -61,8 +61,8 @@ class Endpoint {
   /// Connections not closed yet, those still in their handshake included.
   std::size_t live_connections() const noexcept;
   /// Reads whatever the socket holds, runs due ngtcp2 timers (through flush_dirty's
-  /// re-arm) and sends what that produced (loop lock held).
-  void poll() { on_readable(); }
+  /// re-arm) and sends what that produced (loop lock held). Returns whether packets came.
+  bool poll() { return on_readable(); }
   /// Handles connections whose ngtcp2 expiry has passed (loop lock held).
   void service_timers();
   /// Sends what connections have queued now rather than from posted work.
@@ -95,7 +95,7 @@ class Endpoint {
                 std::vector<std::uint16_t>& probes) const;
   /// The socket or the timer may be readable; false once stopped (stop watching).
   bool on_ready();
-  void on_readable();
+  bool on_readable();
   void dispatch(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   Connection* accept(const Address& from, std::uint8_t* pkt, std::size_t len, std::uint64_t ts);
   void rearm_timer();

@@ -53,6 +53,18 @@ bool Ring::wait_for_room() noexcept {
   return head - tail < cap_ && credit > head;
 }
 
+void Ring::clear_writer_waiting() noexcept {
+  if (ix_->writer_waiting.load(std::memory_order_relaxed) != 0) ix_->writer_waiting.store(0, std::memory_order_relaxed);
+}
+
+bool Ring::writer_waits_with_room() const noexcept {
+  if (ix_->writer_waiting.load(std::memory_order_seq_cst) == 0) return false;
+  const std::uint64_t head = ix_->head.load(std::memory_order_seq_cst);
+  const std::uint64_t tail = ix_->tail.load(std::memory_order_seq_cst);
+  const std::uint64_t credit = ix_->credit.load(std::memory_order_seq_cst);
+  return head - tail < cap_ && credit > head;
+}
+
 std::span<const std::uint8_t> Ring::readable(bool& broken) const noexcept {
   const std::uint64_t head = ix_->head.load(std::memory_order_acquire);
   const std::uint64_t tail = ix_->tail.load(std::memory_order_relaxed);
@@ -77,6 +89,14 @@ std::uint64_t Ring::unread() const noexcept {
   const std::uint64_t head = ix_->head.load(std::memory_order_relaxed);
   const std::uint64_t tail = ix_->tail.load(std::memory_order_acquire);
   return tail <= head && head - tail <= cap_ ? head - tail : 0;
+}
+
+bool Ring::writer_waiting() const noexcept {
+  return ix_->writer_waiting.load(std::memory_order_seq_cst) != 0;
+}
+
+bool Ring::has_bytes() const noexcept {
+  return ix_->head.load(std::memory_order_seq_cst) != ix_->tail.load(std::memory_order_relaxed);
 }
 
 bool Ring::take_writer_waiting() noexcept {

@@ -37,6 +37,12 @@ class Ring {
   /// Marks the writer as waiting for room, then re-checks: true if room appeared meanwhile
   /// (write again), false if the reader will see the mark when it frees some.
   bool wait_for_room() noexcept;
+  /// Takes back the mark wait_for_room() left (the writer wrote again, or has nothing left
+  /// to write), so nobody rings it for room it no longer waits for.
+  void clear_writer_waiting() noexcept;
+  /// The writer's mark is set and room and credit are there now: a writer about to sleep
+  /// must write again rather than wait for a ring that the reader may have skipped.
+  bool writer_waits_with_room() const noexcept;
 
   // ---- reader ----
   /// The bytes written and not yet released, from the oldest, up to the end of the ring
@@ -49,6 +55,10 @@ class Ring {
   void grant(std::uint64_t n) noexcept;
   /// True (once) if the writer waits for room or credit: ring its doorbell.
   bool take_writer_waiting() noexcept;
+  /// Whether the writer waits for room or credit, leaving the mark in place.
+  bool writer_waiting() const noexcept;
+  /// Whether bytes are written and not yet released (a reader about to sleep looks).
+  bool has_bytes() const noexcept;
   /// Writer: bytes written and not yet released by the reader (0 if its index is broken).
   std::uint64_t unread() const noexcept;
 

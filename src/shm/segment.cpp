@@ -16,7 +16,7 @@ namespace nexar::shm {
 
 namespace {
 constexpr std::uint32_t kMagic = 0x4853584e;  // "NXSH"
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 
 // The first 64 bytes: what the opener checks before it trusts the layout.
 struct Header {
@@ -26,10 +26,14 @@ struct Header {
   std::uint32_t lanes;
 };
 constexpr std::size_t kHeaderBytes = 64;
+// Then each side's asleep word, on a line of its own: each is stored by one side and read
+// by the other on every write.
+constexpr std::size_t kAsleepBytes = 2 * 64;
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
 
 std::size_t slot_bytes(std::size_t ring_bytes) { return (Ring::footprint(ring_bytes) + 63) & ~std::size_t{63}; }
 std::size_t total_bytes(std::size_t ring_bytes) {
-  return kHeaderBytes + 2 * Segment::lanes * slot_bytes(ring_bytes);
+  return kHeaderBytes + kAsleepBytes + 2 * Segment::lanes * slot_bytes(ring_bytes);
 }
 
 [[noreturn]] void fail_io(const char* what) {
@@ -55,6 +59,8 @@ void* map_or_close(int fd, std::size_t size) {
 Segment::Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes)
     : fd_(fd), base_(base), size_(size) {
   auto* p = static_cast<std::uint8_t*>(base) + kHeaderBytes;
+  for (int side = 0; side < 2; ++side) asleep_[side] = reinterpret_cast<std::atomic<std::uint32_t>*>(p + 64 * side);
+  p += kAsleepBytes;
   rings_.reserve(2 * lanes);
   for (int i = 0; i < 2 * lanes; ++i) rings_.emplace_back(p + i * slot_bytes(ring_bytes), ring_bytes);
 }
@@ -84,6 +90,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
   h->lanes = lanes;
   auto seg = std::unique_ptr<Segment>(new Segment(fd, base, size, ring_bytes));
   for (int i = 0; i < 2 * lanes; ++i) seg->rings_[i].init(window);
+  for (int side = 0; side < 2; ++side) seg->asleep(side).store(1, std::memory_order_release);
   return seg;
 }
 

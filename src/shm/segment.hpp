@@ -2,8 +2,13 @@
 // carries, one ring per direction. The rank that offers the path creates it; the other
 // maps the descriptor it receives, after checking that its size and header describe a
 // segment it can use.
+//
+// Besides the rings, each side has a word saying whether it may be asleep: a writer that
+// finds the reader's word set rings the reader's doorbell, and one that finds it clear
+// leaves the reader to find the bytes by polling (transport/shm_presence.hpp).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -35,6 +40,9 @@ class Segment {
   int fd() const noexcept { return fd_; }
   /// The ring of `lane` (0 .. lanes-1) in direction `dir`: 0 from the creator, 1 to it.
   Ring& ring(int dir, int lane) noexcept { return rings_[dir * lanes + lane]; }
+  /// Side `side`'s word (0: the creator's): non-zero while that side may sleep without
+  /// looking at its rings, so whoever hands it work must ring its doorbell. Starts set.
+  std::atomic<std::uint32_t>& asleep(int side) noexcept { return *asleep_[side]; }
 
  private:
   Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes);
@@ -42,6 +50,7 @@ class Segment {
   void* base_;
   std::size_t size_;
   std::vector<Ring> rings_;
+  std::atomic<std::uint32_t>* asleep_[2];
 };
 
 }  // namespace nexar::shm

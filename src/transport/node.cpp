@@ -160,6 +160,7 @@ void Node::start() {
     poll_shm();
   });
   if (shm_) {
+    engine_.set_watch_hooks([this] { presence_.watched(); }, [this] { stop_watching(); });
     engine_.watch_extra(shm_->doorbell().fd(), [this] {
       shm_->doorbell().drain();
       poll_shm();
@@ -439,9 +440,28 @@ bool Node::poll(bool) {
   if (engine_.engine_waiting()) return false;
   std::unique_lock lk(engine_.lock(), std::try_to_lock);
   if (!lk.owns_lock() || !ep_ || !is_open()) return false;
-  ep_->poll();
+  // With peers on shared memory the socket mostly carries heartbeats, and reading it (a
+  // system call that finds nothing) would be most of what a small collective costs: read
+  // it every fourth poll, unless its last read found packets.
+  if (socket_busy_ || shm_peers_.empty() || ++socket_skips_ % 4 == 0) socket_busy_ = ep_->poll();
   poll_shm();
   return true;
+}
+
+void Node::stop_watching() {
+  if (!presence_.unwatched()) return;
+  // What came while this thread polled and was not read yet (often a peer one step ahead:
+  // the next collective's bytes) is read here, if the engine is free, rather than waking
+  // the engine thread for it: the wake-up would cost both cores a context switch.
+  for (int tries = 0; tries < 2; ++tries) {
+    {
+      std::unique_lock lk(engine_.lock(), std::try_to_lock);
+      if (!lk.owns_lock() || !is_open()) break;
+      poll_shm();
+    }
+    if (!presence_.has_work()) return;
+  }
+  presence_.ring();
 }
 
 void Node::offer_shm(Peer& p) {

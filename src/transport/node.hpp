@@ -36,6 +36,7 @@
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/rpc_lanes.hpp"
+#include "transport/shm_presence.hpp"
 #include "transport/topology.hpp"
 #include "wire/ballot.hpp"
 
@@ -235,6 +236,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void waiting(int delta) override {
     if (t_scope_ != this) engine_.add_progressing(delta);
   }
+  void settle() override { engine_.settle(); }
   void sleeping() override {
     if (t_scope_ == this && !t_scope_asleep_) {
       t_scope_asleep_ = true;
@@ -311,6 +313,11 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Moves bytes through the shared-memory rings of every peer on this host; returns
   /// whether any moved. Engine lock held.
   bool poll_shm();
+  /// No thread polls this node any more (Engine::set_watch_hooks): publishes that to
+  /// same-host peers and sees to work that came meanwhile. Any thread, without the lock.
+  void stop_watching();
+  /// Whether this node polls its rings now, as its same-host peers see it.
+  ShmPresence& shm_presence() noexcept { return presence_; }
   /// Peers whose message lanes run through shared memory (world ranks; engine lock held).
   const std::vector<int>& shm_peers() const noexcept { return shm_peers_; }
   /// This node's host as a number (FNV-1a of shm::host_key()): equal for ranks that can
@@ -480,10 +487,13 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::vector<RelayKey> keys_;  // by world rank; grown with names_ (elastic)
   std::unique_ptr<tls::TlsContext> tls_;
   BufferPool pool_;
+  ShmPresence presence_;  // outlives the engine: its hooks run on user threads until the end
   Engine engine_;
   std::unique_ptr<quic::Endpoint> ep_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unique_ptr<ShmHub> shm_;  // when Config::shm
+  bool socket_busy_ = false;         // poll(): the last read of the socket found packets
+  std::uint32_t socket_skips_ = 0;   // poll(): calls that could skip the socket
   std::vector<int> shm_peers_;
   std::uint64_t host_id_ = 0;
   int formed_;                  // world size at formation (topology)

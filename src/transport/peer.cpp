@@ -166,6 +166,7 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
     h.src = static_cast<std::uint32_t>(node_.rank());
     send_header(ShmLink::lane(i), h);
     shm_->start_sending(i);
+    if (shm_in_[i]) shm_->start_reading(i);
   }
   node_.on_shm_attached(rank_);
   // The peer may have switched and written before we held the segment.
@@ -209,7 +210,7 @@ bool Peer::poll_shm() {
       shm_->note_moved(i);
       if (turn >= limit) more = true;
     }
-    if (r.take_writer_waiting()) shm_->ring_peer();
+    shm_->wake_writer(i);
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
   if (more) {
@@ -228,9 +229,8 @@ void Peer::credit(std::int64_t id, std::uint64_t n) {
   }
   if (id < 0) {
     if (!shm_) return;
-    shm::Ring& r = shm_->in(shm_ring(id));
-    r.grant(n);
-    if (r.take_writer_waiting()) shm_->ring_peer();
+    shm_->in(shm_ring(id)).grant(n);
+    shm_->wake_writer(shm_ring(id));
     return;
   }
   if (conn_ && !conn_->closed()) conn_->consumed(id, n);
@@ -667,7 +667,10 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       }
       shm_in_[i] = true;
       // What the peer wrote after the switch may have rung us before the switch was read.
-      if (shm_) shm_->ring_self();
+      if (shm_) {
+        shm_->start_reading(i);
+        shm_->ring_self();
+      }
       return true;
     }
     case FrameType::failed:

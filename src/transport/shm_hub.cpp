@@ -113,7 +113,7 @@ std::optional<shm::Listener::Answer> ShmHub::serve(std::uint32_t rank, const shm
         if (p) p->shm_failed();
         return;
       }
-      p->attach_shm(std::make_unique<ShmLink>(std::move(seg), true, doorbell, own));
+      p->attach_shm(std::make_unique<ShmLink>(std::move(seg), true, doorbell, own, &node->shm_presence()));
     });
   };
   return a;
@@ -172,7 +172,7 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
         ::close(peer_bell);
         return;
       }
-      q->attach_shm(std::make_unique<ShmLink>(std::move(seg), false, peer_bell, bell));
+      q->attach_shm(std::make_unique<ShmLink>(std::move(seg), false, peer_bell, bell, &node->shm_presence()));
     });
   });
 }

@@ -3,13 +3,21 @@
 #include <unistd.h>
 
 #include "shm/doorbell.hpp"
+#include "transport/shm_presence.hpp"
 
 namespace nexar::detail {
 
 using wire::Lane;
 
-ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell)
-    : seg_(std::move(seg)), creator_(creator), peer_doorbell_(peer_doorbell), own_doorbell_(own_doorbell) {}
+ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell,
+                 ShmPresence* presence)
+    : seg_(std::move(seg)),
+      creator_(creator),
+      peer_doorbell_(peer_doorbell),
+      own_doorbell_(own_doorbell),
+      presence_(presence) {
+  if (presence_) presence_->add(*this);
+}
 
 ShmLink::~ShmLink() {
   fail_pending(Errc::closed, "connection closed");
@@ -46,6 +54,7 @@ bool ShmLink::flush(bool& moved, bool& more) {
     shm::Ring& r = out(i);
     std::size_t turn = 0;
     const std::size_t limit = q.empty() ? 0 : quantum(i);
+    bool marked = false;  // left waiting for room, with the mark set
     while (!q.empty()) {
       if (turn >= limit) {
         more = true;
@@ -67,15 +76,44 @@ bool ShmLink::flush(bool& moved, bool& more) {
       }
       if (turn >= limit) continue;
       // Full: ask the reader to ring us when it frees room, unless it just did.
-      if (!r.wait_for_room()) break;
+      if (!r.wait_for_room()) {
+        marked = true;
+        break;
+      }
     }
+    // A mark left from an earlier turn would have the reader ring for room nobody awaits.
+    if (!marked) r.clear_writer_waiting();
     if (turn > 0) note_moved(i);
   }
   if (wrote) {
-    ring_peer();
+    if (peer_asleep()) ring_peer();
     moved = true;
   }
   return true;
+}
+
+void ShmLink::wake_writer(int i) const noexcept {
+  shm::Ring& r = in(i);
+  // The room or credit was published (sequentially consistent) before these reads.
+  if (r.writer_waiting() && peer_asleep() && r.take_writer_waiting()) ring_peer();
+}
+
+bool ShmLink::peer_asleep() const noexcept {
+  // Our bytes, room or credit were stored before: order those stores before this read.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return seg_->asleep(creator_ ? 1 : 0).load(std::memory_order_seq_cst) != 0;
+}
+
+void ShmLink::set_asleep(bool asleep) noexcept {
+  seg_->asleep(creator_ ? 0 : 1).store(asleep ? 1 : 0, std::memory_order_seq_cst);
+}
+
+bool ShmLink::has_work() const noexcept {
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    if (reading(i) && in(i).has_bytes()) return true;
+    if (out(i).writer_waits_with_room()) return true;
+  }
+  return false;
 }
 
 std::uint64_t ShmLink::unread() const noexcept {
@@ -85,7 +123,14 @@ std::uint64_t ShmLink::unread() const noexcept {
 }
 
 void ShmLink::fail_pending(Errc code, const std::string& why) {
-  for (auto& q : waiting_) {
+  if (presence_) {
+    presence_->remove(*this);
+    presence_ = nullptr;
+    set_asleep(true);
+  }
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    auto& q = waiting_[i];
+    out(i).clear_writer_waiting();
     while (!q.empty()) {
       quic::Completion done = std::move(q.front().chunk.done);
       q.pop_front();

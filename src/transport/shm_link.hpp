@@ -6,6 +6,7 @@
 // frame, so the lane's order holds across the switch. Engine thread only.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -20,11 +21,16 @@
 
 namespace nexar::detail {
 
+class ShmPresence;
+
 class ShmLink {
  public:
   /// `creator`: this side made the segment (it writes direction 0). Owns `peer_doorbell`;
   /// `own_doorbell` (this node's, not owned) is rung to come back to unfinished work.
-  ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell);
+  /// `presence` (may be null: this side's word then stays set, and the peer always rings)
+  /// keeps this side's asleep word in step with the node's pollers; it must outlive the link.
+  ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell,
+          ShmPresence* presence = nullptr);
   ~ShmLink();
   ShmLink(const ShmLink&) = delete;
   ShmLink& operator=(const ShmLink&) = delete;
@@ -66,12 +72,24 @@ class ShmLink {
   static constexpr std::chrono::milliseconds kBusyWindow{10};
   /// Bytes queued or in the rings out and not yet read by the peer.
   std::uint64_t unread() const noexcept;
-  /// Fails every waiting chunk (the peer is gone).
+  /// Fails every waiting chunk, and takes the link out of the node's presence (the peer is
+  /// gone: nothing on this link is worth waking for any more).
   void fail_pending(Errc code, const std::string& why);
 
   shm::Ring& in(int i) const noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
-  /// Wakes the peer (room freed or credit granted in one of its rings out).
-  void ring_peer() const noexcept;
+  /// The peer switched lane `i` to its ring: this side reads it from now on.
+  void start_reading(int i) noexcept { reading_.fetch_or(1u << i, std::memory_order_relaxed); }
+  bool reading(int i) const noexcept { return (reading_.load(std::memory_order_relaxed) >> i) & 1u; }
+  /// Room was freed or credit granted in ring in(i): wakes the peer if it waits for that and
+  /// may be asleep (otherwise it finds the room by polling).
+  void wake_writer(int i) const noexcept;
+
+  // ---- this side's presence (transport/shm_presence.hpp); any thread ----
+  /// Sets or clears this side's asleep word.
+  void set_asleep(bool asleep) noexcept;
+  /// Whether a ring holds work for this side: bytes in a lane it reads, or room for a
+  /// writer of this side that waits for it.
+  bool has_work() const noexcept;
   /// Wakes this node's engine: work is left that no event of the peer's will announce (a
   /// lane stopped at its quantum; a lane just switched, whose bytes may have been announced
   /// before the switch was read).
@@ -83,11 +101,16 @@ class ShmLink {
   static constexpr std::size_t kBulkTurnBusy = std::size_t{8} * 1024;
 
   shm::Ring& out(int i) const noexcept { return seg_->ring(creator_ ? 0 : 1, i); }
+  /// Whether the peer may be asleep: read after this side's bytes or room are published.
+  bool peer_asleep() const noexcept;
+  void ring_peer() const noexcept;
 
   std::shared_ptr<shm::Segment> seg_;
   bool creator_;
   int peer_doorbell_;
   int own_doorbell_;
+  ShmPresence* presence_;
+  std::atomic<unsigned> reading_{0};  // bit i: lane i is read from its ring
   bool sending_[shm::Segment::lanes] = {};
   struct Waiting {
     quic::Chunk chunk;
