@@ -204,6 +204,10 @@ class CollectiveHelper final : public Progress {
   void settle() override {
     if (auto g = g_.lock()) g->node().settle();
   }
+  std::chrono::microseconds settle_delay() override {
+    auto g = g_.lock();
+    return g ? g->node().settle_delay() : std::chrono::microseconds(0);
+  }
   void sleeping() override {
     if (auto g = g_.lock()) {
       g->runner().kick(task_);

@@ -88,6 +88,19 @@ class Engine final : public EventLoop {
   /// A progressing thread has polled for a while: the engine thread stops waking for the
   /// socket's packets, which that thread will read (ReadinessGate::settle).
   void settle() noexcept { gate_.settle(); }
+  /// How long a waiter polls before it settles(): at once while packets come from the
+  /// socket (within the last millisecond), since the reply it waits for may be the next
+  /// one; otherwise a few microseconds, which most waits on shared memory finish within.
+  std::chrono::microseconds settle_delay() const noexcept {
+    const auto since = std::chrono::steady_clock::now().time_since_epoch().count() -
+                       packets_at_.load(std::memory_order_relaxed);
+    return since < std::chrono::duration_cast<std::chrono::steady_clock::duration>(kSocketBusy).count()
+               ? std::chrono::microseconds(0)
+               : kSettleAfter;
+  }
+  void note_packets() noexcept override {
+    packets_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
 
   /// Run when the number of threads polling the node (user threads counted by
   /// add_progressing, and the engine thread while it spins) leaves zero (`watched`) and when
@@ -128,6 +141,12 @@ class Engine final : public EventLoop {
   }
 
  private:
+  // A socket that carried packets this recently is busy (settle_delay).
+  static constexpr std::chrono::milliseconds kSocketBusy{1};
+  // Longer than most waits on shared memory (a few microseconds), shorter than a round
+  // trip through a QUIC connection (15 us or more on loopback).
+  static constexpr std::chrono::microseconds kSettleAfter{4};
+
   void run();
   void wait_ready();
   // Each thread adds and takes back its own +1, so a watched hook always runs before the
@@ -154,6 +173,7 @@ class Engine final : public EventLoop {
   std::function<void()> spin_hook_;
   std::function<void()> watched_, unwatched_;
   std::atomic<int> watchers_{0};
+  std::atomic<std::chrono::steady_clock::rep> packets_at_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
   std::thread thread_;

@@ -30,12 +30,6 @@ void futex_wake_all(std::atomic<std::uint32_t>& word) {
           nullptr, nullptr, 0);
 }
 
-// How long a waiter polls before the engine thread stops waking for the socket: longer
-// than most waits on shared memory (a few microseconds), shorter than a round trip
-// through a QUIC connection (15 us or more on loopback), whose reply the waiter should
-// read itself.
-constexpr std::chrono::microseconds kSettleAfter{4};
-
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -74,7 +68,7 @@ bool OpState::wait_until(Clock::time_point until, std::chrono::microseconds spin
     // Poll the engine ourselves: picking the reply off the socket here saves the two
     // thread wake-ups of the engine thread handing it to us.
     if (engine) engine->waiting(1);
-    auto settle_at = Clock::now() + kSettleAfter;
+    auto settle_at = engine ? Clock::now() + engine->settle_delay() : Clock::time_point::max();
     for (Clock::time_point now; (now = Clock::now()) < spin_end && !done();) {
       if (engine && now >= settle_at) {
         engine->settle();

@@ -31,6 +31,8 @@ class Progress {
   /// stop waking for what the waiter will read itself. Waits shorter than that (most on
   /// shared memory) then cost no system call for it.
   virtual void settle() {}
+  /// How long a waiter polls before it settle()s.
+  virtual std::chrono::microseconds settle_delay() { return std::chrono::microseconds(0); }
   /// Before polling: runs the work that completes the operation on the waiting thread, if
   /// it can; returns whether it ran. Not for bounded waits.
   virtual bool run_here() { return false; }

@@ -125,7 +125,10 @@ bool Endpoint::on_readable() {
     }
   });
   // Only packets count as activity: an empty poll must not keep the loop spinning.
-  if (got) loop_.note_activity();
+  if (got) {
+    loop_.note_activity();
+    loop_.note_packets();
+  }
   return got;
 }
 
