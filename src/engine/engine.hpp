@@ -90,7 +90,7 @@ class Engine final : public EventLoop {
   void settle() noexcept { gate_.settle(); }
   /// How long a waiter polls before it settles(): at once while packets come from the
   /// socket (within the last millisecond), since the reply it waits for may be the next
-  /// one; otherwise a few microseconds, which most waits on shared memory finish within.
+  /// one; otherwise 50 us, which waits on shared memory mostly finish within.
   std::chrono::microseconds settle_delay() const noexcept {
     const auto since = std::chrono::steady_clock::now().time_since_epoch().count() -
                        packets_at_.load(std::memory_order_relaxed);
@@ -143,9 +143,10 @@ class Engine final : public EventLoop {
  private:
   // A socket that carried packets this recently is busy (settle_delay).
   static constexpr std::chrono::milliseconds kSocketBusy{1};
-  // Longer than most waits on shared memory (a few microseconds), shorter than a round
-  // trip through a QUIC connection (15 us or more on loopback).
-  static constexpr std::chrono::microseconds kSettleAfter{4};
+  // A quiet socket rarely wakes the engine thread, so the gate can stay open through waits
+  // on shared memory, long ones included (ranks waiting for a descheduled peer when there
+  // are more ranks than cores); the first packet that does come makes the socket busy.
+  static constexpr std::chrono::microseconds kSettleAfter{50};
 
   void run();
   void wait_ready();
