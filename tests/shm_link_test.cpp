@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <future>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -12,6 +13,7 @@
 
 #include <nexar/nexar.hpp>
 
+#include "cluster/local.hpp"
 #include "comm/group.hpp"
 #include "core/access.hpp"
 #include "shm/attach.hpp"
@@ -81,6 +83,51 @@ TEST(ShmLink, ConfigOffKeepsEveryPairOnQuic) {
     comm.all_reduce(std::span<float>(y), ReduceOp::sum);
   });
   for (auto& comm : w) EXPECT_EQ(shm_peers(comm), 0u);
+}
+
+// A communicator is returned once its same-host peers are on shared memory, so its first
+// operations are as fast as its later ones: no waiting here.
+TEST(ShmLink, ACommunicatorStartsOnSharedMemory) {
+  auto w = bootstrap_local(3, test_config());
+  for (std::size_t r = 0; r < w.size(); ++r) EXPECT_EQ(shm_peers(w[r]), w.size() - 1) << "rank " << r;
+}
+
+// Ranks with shared memory off, below and above ranks with it on: the lower one says it
+// offers none, the higher one declines the offer it gets. Every start returns with each
+// pair's question answered (none gave up waiting), the pairs that can share memory do, and
+// the world works.
+TEST(ShmLink, PeersWithoutSharedMemoryAnswerSoNobodyWaits) {
+  const Config on = test_config();
+  Config off = on;
+  off.shm = false;
+  const std::vector<Config> cfg = {off, on, on, off};
+  auto plans = cluster::plan_local(4, on);
+  std::vector<std::future<Communicator>> started;
+  for (int r = 0; r < 4; ++r)
+    started.push_back(std::async(std::launch::async, [&, r] {
+      return cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), cfg[static_cast<std::size_t>(r)]);
+    }));
+  std::vector<Communicator> w;
+  for (auto& f : started) w.push_back(f.get());
+  for (int r = 0; r < 4; ++r) {
+    auto& n = node_of(w[static_cast<std::size_t>(r)]);
+    const int settled = nexar::testing::on_engine(n.engine(), [&] {
+      int k = 0;
+      for (int q = 0; q < 4; ++q)
+        if (q != r && n.peer(q)->shm_settled()) ++k;
+      return k;
+    });
+    EXPECT_EQ(settled, 3) << "rank " << r << " gave up waiting for an answer";
+  }
+  EXPECT_EQ(shm_peers(w[1]), 1u);
+  EXPECT_EQ(shm_peers(w[2]), 1u);
+  EXPECT_EQ(shm_peers(w[0]), 0u);
+  EXPECT_EQ(shm_peers(w[3]), 0u);
+  on_ranks(w, [&](Communicator& comm, int r) {
+    std::vector<double> y{r + 1.0};
+    comm.all_reduce(std::span<double>(y), ReduceOp::sum);
+    if (y[0] != 10.0) throw std::runtime_error("wrong sum");
+  });
 }
 
 // Messages from the first moment on, so that the switch falls in the middle of the stream:

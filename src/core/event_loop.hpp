@@ -22,9 +22,6 @@ class EventLoop {
   virtual void post(std::function<void()> f) = 0;
   /// Packets moved: the loop may keep polling a while rather than sleep at once.
   virtual void note_activity() noexcept = 0;
-  /// Packets came in from the watched socket (not only moved through memory): a thread
-  /// waiting for a reply should keep the loop from waking for the next ones at once.
-  virtual void note_packets() noexcept {}
 
  protected:
   ~EventLoop() = default;

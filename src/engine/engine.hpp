@@ -88,7 +88,7 @@ class Engine final : public EventLoop {
   /// A progressing thread has polled for a while: the engine thread stops waking for the
   /// socket's packets, which that thread will read (ReadinessGate::settle).
   void settle() noexcept { gate_.settle(); }
-  /// How long a waiter polls before it settles(): at once while packets come from the
+  /// How long a waiter polls before it settles(): at once while messages come through the
   /// socket (within the last millisecond), since the reply it waits for may be the next
   /// one; otherwise 50 us, which waits on shared memory mostly finish within.
   std::chrono::microseconds settle_delay() const noexcept {
@@ -98,7 +98,9 @@ class Engine final : public EventLoop {
                ? std::chrono::microseconds(0)
                : kSettleAfter;
   }
-  void note_packets() noexcept override {
+  /// Message bytes (any lane but control: heartbeats and connection set-up do not count)
+  /// came in through the socket; engine lock held.
+  void note_socket_messages() noexcept {
     packets_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 
@@ -141,7 +143,7 @@ class Engine final : public EventLoop {
   }
 
  private:
-  // A socket that carried packets this recently is busy (settle_delay).
+  // A socket that carried messages this recently is busy (settle_delay).
   static constexpr std::chrono::milliseconds kSocketBusy{1};
   // A quiet socket rarely wakes the engine thread, so the gate can stay open through waits
   // on shared memory, long ones included (ranks waiting for a descheduled peer when there

@@ -125,10 +125,7 @@ bool Endpoint::on_readable() {
     }
   });
   // Only packets count as activity: an empty poll must not keep the loop spinning.
-  if (got) {
-    loop_.note_activity();
-    loop_.note_packets();
-  }
+  if (got) loop_.note_activity();
   return got;
 }
 

@@ -234,6 +234,31 @@ void Node::start() {
   }
   log::info("rank {}: connected to {} neighbours of {} peers ({}) on {}", rank_, direct_peers().size(), world - 1,
             cfg_.topology.to_string(), ep_->local().to_string());
+  if (shm_) wait_shm_settled();
+}
+
+void Node::wait_shm_settled() {
+  // Peers on this host move to shared memory within milliseconds of connecting; waiting for
+  // that here makes the first operations as fast as the later ones. Bounded: a pair whose
+  // attach is slow keeps QUIC meanwhile and switches later, in order.
+  const auto deadline = std::chrono::steady_clock::now() + kShmSettleLimit;
+  for (;;) {
+    int unsettled = 0;
+    {
+      std::lock_guard lk(engine_.lock());
+      for (int r = 0; r < size(); ++r) {
+        Peer* p = r == rank_ ? nullptr : peer(r);
+        if (p && !p->relayed() && !p->gone() && !p->shm_settled()) ++unsettled;
+      }
+    }
+    if (unsettled == 0) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      log::info("rank {}: {} peers still settling shared memory after {} ms; going on", rank_, unsettled,
+                kShmSettleLimit.count());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 void Node::dial(int r) {
@@ -465,11 +490,25 @@ void Node::stop_watching() {
 }
 
 void Node::offer_shm(Peer& p) {
-  if (shm_) shm_->offer(p);
+  if (shm_) {
+    shm_->offer(p);
+  } else if (p.rank() > rank_) {
+    ShmHub::say_no(*this, p);  // so the peer does not wait for an offer
+  }
 }
 
 void Node::on_shm_offer(Peer& p, std::string_view payload) {
-  if (shm_) shm_->on_offer(p, payload);
+  if (p.rank() > rank_) {
+    // From the higher rank, only an empty one: it declines ours.
+    if (payload.empty() && shm_ && p.shm_expected() && !p.has_shm()) shm_->declined(p);
+    return;
+  }
+  if (shm_) {
+    shm_->on_offer(p, payload);
+  } else {
+    if (!payload.empty()) ShmHub::say_no(*this, p);
+    p.settle_shm();
+  }
 }
 
 void Node::on_shm_attached(int rank) { shm_peers_.push_back(rank); }

@@ -314,6 +314,10 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Moves bytes through the shared-memory rings of every peer on this host; returns
   /// whether any moved. Engine lock held.
   bool poll_shm();
+  /// start(): waits until every connected peer's shared-memory question is answered (at
+  /// most kShmSettleLimit), so the first operations already run on shared memory.
+  void wait_shm_settled();
+  static constexpr std::chrono::milliseconds kShmSettleLimit{3000};
   /// No thread polls this node any more (Engine::set_watch_hooks): publishes that to
   /// same-host peers and sees to work that came meanwhile. Any thread, without the lock.
   void stop_watching();

@@ -147,6 +147,7 @@ void Peer::abandon_dial() {
 void Peer::shm_failed() {
   if (shm_) return;
   shm_expected_ = false;
+  shm_settled_ = true;
   for (bool moved : shm_in_)
     if (moved) {
       abort("shared memory attach failed after the peer moved its lanes");
@@ -158,6 +159,7 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
   if (shm_ || gone() || !conn_) return;
   shm_ = std::move(link);
   shm_expected_ = true;
+  shm_settled_ = true;
   // Each lane's last QUIC frame is the switch; its later frames go through the ring, and
   // the peer reads the ring only after the switch, so the lane keeps its order.
   for (int i = 0; i < shm::Segment::lanes; ++i) {
@@ -530,6 +532,10 @@ bool Peer::receiving(const OpState* op) const {
 }
 
 bool Peer::on_header(InStream& s, const FrameHeader& h) {
+  // Messages over QUIC are moving (not control frames, nor the switch to shared memory):
+  // waiters keep the engine thread from waking for the replies (Engine::settle_delay).
+  if (s.id >= 0 && s.reader.lane() != Lane::control && h.type != FrameType::shm_switch)
+    node_.engine().note_socket_messages();
   // Relayed frames name their origin, which need not be this neighbour.
   if (h.type == FrameType::relay || h.type == FrameType::relay_ack) {
     if (is_relay_stream(s.id)) {

@@ -140,6 +140,10 @@ class Peer final : public quic::ConnectionHandler {
   /// under way: its lanes may switch to shared memory (a shm_switch frame) any time now.
   void expect_shm() noexcept { shm_expected_ = true; }
   bool shm_expected() const noexcept { return shm_expected_; }
+  /// Whether this connection's shared-memory question is answered: attached, failed,
+  /// declined, or no offer made (Node::start waits for it, so a communicator starts warm).
+  bool shm_settled() const noexcept { return shm_settled_; }
+  void settle_shm() noexcept { shm_settled_ = true; }
   /// The attach failed before it was confirmed: the pair stays on QUIC. Should the peer
   /// have moved a lane anyway (its confirmation raced our failure), its messages would wait
   /// in memory nobody maps: the connection ends instead.
@@ -259,6 +263,7 @@ class Peer final : public quic::ConnectionHandler {
   std::uint64_t last_heartbeat_ = 0;
   std::unique_ptr<ShmLink> shm_;
   bool shm_expected_ = false;
+  bool shm_settled_ = false;
   std::unique_ptr<RelayLink> relay_;
   // Chunks queued before the connection's streams exist (a relay forwarding to a
   // neighbour still connecting), sent once it is established.

@@ -67,6 +67,7 @@ void ShmHub::offer(Peer& p) {
     }
   } catch (const Error& e) {
     log::info("rank {}: no shared memory with peer {}: {}", node_.rank(), p.rank(), e.what());
+    say_no(node_, p);
     return;
   }
   const std::string payload = host_key_ + "\n" + listener_->name();
@@ -76,6 +77,23 @@ void ShmHub::offer(Peer& p) {
   p.expect_shm();
   p.send_frame(wire::Lane::control, node_.encode_frame(h, std::as_bytes(std::span(payload))),
                wire::header_size + payload.size());
+}
+
+void ShmHub::say_no(Node& node, Peer& p) {
+  p.settle_shm();
+  if (!p.connection()) return;
+  wire::FrameHeader h;
+  h.type = wire::FrameType::shm_offer;
+  h.src = static_cast<std::uint32_t>(node.rank());
+  p.send_frame(wire::Lane::control, node.encode_frame(h, {}), wire::header_size);
+}
+
+void ShmHub::declined(Peer& p) {
+  {
+    std::lock_guard lk(mu_);
+    offered_.erase(static_cast<std::uint32_t>(p.rank()));
+  }
+  p.shm_failed();
 }
 
 std::optional<shm::Listener::Answer> ShmHub::serve(std::uint32_t rank, const shm::Proof& proof, int doorbell) {
@@ -135,13 +153,18 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
   // Offers come from the lower rank of a pair, once per connection.
   if (p.rank() >= node_.rank() || p.shm_expected() || !p.connection()) return;
   const auto nl = payload.find('\n');
-  if (nl == std::string_view::npos || payload.substr(0, nl) != host_key_ || !valid_name(payload.substr(nl + 1)))
+  if (nl == std::string_view::npos || payload.substr(0, nl) != host_key_ || !valid_name(payload.substr(nl + 1))) {
+    // Another host (or no offer at all): say so, so that neither side waits for an attach.
+    if (!payload.empty()) say_no(node_, p);
+    p.settle_shm();
     return;
+  }
   const std::string name(payload.substr(nl + 1));
   shm::Proof proof;
   try {
     proof = p.connection()->export_secret(kProofLabel);
   } catch (const Error&) {
+    say_no(node_, p);
     return;
   }
   p.expect_shm();
@@ -162,7 +185,10 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
     } catch (const Error& e) {
       log::info("rank {}: no shared memory with peer {}: {}", me, peer, e.what());
       node->engine().post([node, peer] {
-        if (Peer* q = node->peer_locked(peer)) q->shm_failed();
+        if (Peer* q = node->peer_locked(peer)) {
+          q->shm_failed();
+          say_no(*node, *q);
+        }
       });
       return;
     }

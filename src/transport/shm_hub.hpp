@@ -41,6 +41,11 @@ class ShmHub {
   shm::Doorbell& doorbell() noexcept { return bell_; }
   /// `p`'s connection is up: offers our memory if we are the lower rank (engine thread).
   void offer(Peer& p);
+  /// Sends `p` an empty shm_offer: from the lower rank, "none from me"; from the higher, "I
+  /// decline yours" (engine thread). Settles `p`'s question on this side.
+  static void say_no(Node& node, Peer& p);
+  /// The higher rank `p` declined our offer: forget it (engine thread).
+  void declined(Peer& p);
   /// `p` offered its memory (`payload` of its shm_offer frame): attaches on the attach
   /// thread if it runs on this host (engine thread).
   void on_offer(Peer& p, std::string_view payload);
