@@ -109,6 +109,37 @@ TEST(Segment, EachSidesAsleepWordIsSharedAndStartsSet) {
   EXPECT_EQ(a->asleep(1).load(), 0u);
 }
 
+// A populated segment is resident from the start in both processes' view (no page fault
+// on the first pass through a ring); an unpopulated one only where it was touched.
+TEST(Segment, APopulatedSegmentIsResidentFromTheStart) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto pages_in = [&](int fd) {
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0);
+    // Map it once more, unpopulated, and ask which pages the memfd holds.
+    const auto size = static_cast<std::size_t>(st.st_size);
+    void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    EXPECT_NE(m, MAP_FAILED);
+    std::vector<unsigned char> v((size + static_cast<std::size_t>(page) - 1) / static_cast<std::size_t>(page));
+    EXPECT_EQ(::mincore(m, size, v.data()), 0);
+    ::munmap(m, size);
+    std::size_t n = 0;
+    for (auto b : v) n += b & 1;
+    return std::pair<std::size_t, std::size_t>{n, v.size()};
+  };
+  auto lazy = shm::Segment::create(1u << 20, 1u << 20);
+  auto [lazy_in, lazy_all] = pages_in(lazy->fd());
+  EXPECT_LT(lazy_in, lazy_all / 2) << "an unpopulated segment holds only the pages touched";
+  auto eager = shm::Segment::create(1u << 20, 1u << 20, true);
+  auto [eager_in, eager_all] = pages_in(eager->fd());
+  EXPECT_EQ(eager_in, eager_all);
+  // The opener may populate its own mapping too: the segment still works.
+  auto opened = shm::Segment::open(::dup(eager->fd()), true);
+  const std::uint8_t msg[] = "populated";
+  ASSERT_EQ(eager->ring(1, 0).write(msg, sizeof msg), static_cast<std::ptrdiff_t>(sizeof msg));
+  EXPECT_TRUE(opened->ring(1, 0).has_bytes());
+}
+
 TEST(Segment, RefusesWhatIsNotASealedSegment) {
   EXPECT_EQ(error_of([] { shm::Segment::create(100 * 1024, 1); }), Errc::invalid_argument);
   EXPECT_EQ(error_of([] { shm::Segment::create(32 * 1024, 1); }), Errc::invalid_argument);

@@ -49,8 +49,8 @@ std::size_t total_bytes(std::size_t ring_bytes) {
 }
 
 // Maps `size` bytes of `fd`; closes it and throws on failure.
-void* map_or_close(int fd, std::size_t size) {
-  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+void* map_or_close(int fd, std::size_t size, bool populate) {
+  void* base = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (base == MAP_FAILED) close_and_fail(fd, "mmap");
   return base;
 }
@@ -70,7 +70,7 @@ Segment::~Segment() {
   ::close(fd_);
 }
 
-std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t window) {
+std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t window, bool populate) {
   if (!std::has_single_bit(ring_bytes) || ring_bytes < min_ring || ring_bytes > max_ring)
     throw Error(Errc::invalid_argument, "shared memory: ring size " + std::to_string(ring_bytes) +
                                             " is not a power of two in [64 KiB, 256 MiB]");
@@ -82,7 +82,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
       ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     close_and_fail(fd, "sizing the segment");
   }
-  void* base = map_or_close(fd, size);
+  void* base = map_or_close(fd, size, populate);
   auto* h = static_cast<Header*>(base);
   h->magic = kMagic;
   h->version = kVersion;
@@ -94,7 +94,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
   return seg;
 }
 
-std::unique_ptr<Segment> Segment::open(int fd) {
+std::unique_ptr<Segment> Segment::open(int fd, bool populate) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) close_and_fail(fd, "fstat");
   // A memfd that can still shrink could be truncated under us later: refuse it.
@@ -107,7 +107,7 @@ std::unique_ptr<Segment> Segment::open(int fd) {
     ::close(fd);
     throw Error(Errc::protocol, "shared memory: the peer's segment is not a nexar segment of this version");
   }
-  void* base = map_or_close(fd, size);
+  void* base = map_or_close(fd, size, populate);
   return std::unique_ptr<Segment>(new Segment(fd, base, size, static_cast<std::size_t>(h.ring_bytes)));
 }
 

@@ -111,7 +111,7 @@ std::optional<shm::Listener::Answer> ShmHub::serve(std::uint32_t rank, const shm
   }
   std::shared_ptr<shm::Segment> seg;
   try {
-    seg = shm::Segment::create(node_.config().shm_ring_bytes, node_.config().stream_window);
+    seg = shm::Segment::create(node_.config().shm_ring_bytes, node_.config().stream_window, populate_next());
   } catch (const Error& e) {
     ::close(doorbell);
     log::info("rank {}: no shared memory with peer {}: {}", node_.rank(), rank, e.what());
@@ -172,13 +172,14 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
   const int me = node_.rank();
   const int peer = p.rank();
   const int bell = bell_.fd();
-  run_attach([node, me, peer, bell, name, proof] {
+  const bool populate = populate_next();
+  run_attach([node, me, peer, bell, name, proof, populate] {
     std::shared_ptr<shm::Segment> seg;
     int peer_bell = -1;
     try {
       shm::Attached a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kAttachStep);
       if (!shm::adopt_doorbell(a.doorbell_fd)) throw Error(Errc::protocol, "the peer's doorbell is not an eventfd");
-      seg = shm::Segment::open(std::exchange(a.segment_fd, -1));
+      seg = shm::Segment::open(std::exchange(a.segment_fd, -1), populate);
       // Confirmed, the peer moves its lanes; unconfirmed, neither side does.
       a.confirm();
       peer_bell = std::exchange(a.doorbell_fd, -1);

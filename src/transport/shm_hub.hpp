@@ -57,7 +57,14 @@ class ShmHub {
   /// Runs `job` on the attach thread (started on first use), after the jobs before it.
   void run_attach(std::function<void()> job);
 
+  /// Whether the next segment is populated at once (Segment::create): for this node's first
+  /// kPopulated pairs only, so that a host with very many ranks does not commit six rings
+  /// for every pair up front (pairs beyond that fault their pages in as they use them).
+  bool populate_next() noexcept { return segments_.fetch_add(1, std::memory_order_relaxed) < kPopulated; }
+  static constexpr int kPopulated = 16;
+
   Node& node_;
+  std::atomic<int> segments_{0};
   shm::Doorbell bell_;
   const std::string host_key_;
   std::unique_ptr<shm::Listener> listener_;  // made at the first offer
