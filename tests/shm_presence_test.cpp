@@ -64,6 +64,12 @@ struct Pair {
   }
 };
 
+// Whether `p`'s node, polled once more and stopping again, finds work.
+bool finds_work(ShmPresence& p) {
+  p.watched();
+  return p.unwatched();
+}
+
 const int coll = ShmLink::index(wire::Lane::collective);
 const int data = ShmLink::index(wire::Lane::data);
 
@@ -97,11 +103,11 @@ TEST(ShmPresence, StoppingFindsBytesThatCameOnALaneItReads) {
   p.b_presence.watched();
   p.b->start_reading(coll);
   EXPECT_TRUE(p.b_presence.unwatched()) << "100 unread bytes on a lane it reads";
-  EXPECT_TRUE(p.b_presence.has_work());
+  EXPECT_TRUE(finds_work(p.b_presence));
   p.b_presence.ring();
   EXPECT_EQ(rings(p.b_bell), 1u) << "ring() wakes B's own engine";
   EXPECT_EQ(p.b_reads(coll), 100u);
-  EXPECT_FALSE(p.b_presence.has_work());
+  EXPECT_FALSE(finds_work(p.b_presence));
 }
 
 TEST(ShmPresence, AWaitingWriterIsRungOrFindsTheRoomItself) {
@@ -120,7 +126,7 @@ TEST(ShmPresence, AWaitingWriterIsRungOrFindsTheRoomItself) {
   ASSERT_TRUE(p.a->flush(moved, more));
   EXPECT_TRUE(moved);
   // Full again, A asleep now: B's read rings it.
-  EXPECT_FALSE(p.a_presence.has_work()) << "full again: nothing to write yet";
+  EXPECT_FALSE(finds_work(p.a_presence)) << "full again: nothing to write yet";
   p.b_reads(data);
   EXPECT_EQ(rings(p.a_bell), 1u);
   // Once everything is written, the mark goes and nothing is pending.
@@ -130,7 +136,7 @@ TEST(ShmPresence, AWaitingWriterIsRungOrFindsTheRoomItself) {
   }
   EXPECT_FALSE(p.a->in(data).writer_waiting());
   EXPECT_FALSE(p.b->in(data).writer_waiting()) << "A took back its mark";
-  EXPECT_FALSE(p.a_presence.has_work());
+  EXPECT_FALSE(finds_work(p.a_presence));
 }
 
 TEST(ShmPresence, ALinkJoinsInItsNodesStateAndLeavesWhenItsPeerIsGone) {
@@ -149,4 +155,20 @@ TEST(ShmPresence, ALinkJoinsInItsNodesStateAndLeavesWhenItsPeerIsGone) {
   EXPECT_FALSE(b_presence.unwatched()) << "the link left: its bytes are nobody's work";
   a.push(coll, quic::Chunk{msg.data(), msg.size(), {}});
   EXPECT_EQ(rings(b_bell), 1u) << "a link that left keeps its word set";
+}
+
+// A lane that stops at its quantum with bytes left is taken up again by a thread that polls
+// the node, so only an unpolled node rings its own doorbell for it; a poller that stops
+// first finds the mark.
+TEST(ShmPresence, ALaneLeftAtItsQuantumRingsOnlyAnUnpolledNode) {
+  Pair p;
+  const int bulk = ShmLink::index(wire::Lane::bulk);
+  p.a_presence.watched();
+  p.a_sends(bulk, 200 * 1024);  // more than one turn
+  EXPECT_EQ(rings(p.a_bell), 0u) << "A is polled: the poller goes on with the turns";
+  EXPECT_TRUE(p.a_presence.unwatched()) << "stopping, A finds the turn it left";
+  p.a->left_over(true);
+  EXPECT_EQ(rings(p.a_bell), 1u) << "nobody polls A: its engine is rung";
+  p.a->left_over(false);
+  EXPECT_FALSE(finds_work(p.a_presence)) << "the last pass finished its turns";
 }

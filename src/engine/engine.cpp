@@ -86,6 +86,11 @@ void Engine::run() {
       }
     } else {
       io_.run_one();
+      // Handlers that keep re-arming (a bulk transfer's turns ring this node's doorbell
+      // after each one) would otherwise hold the core until the scheduler's tick, while a
+      // polling user thread that shares it (more ranks than cores, or a rank bound to one
+      // core) waits: 4 ms per barrier beside a bulk transfer in that case.
+      if (gate_.pollers() > 0) std::this_thread::yield();
     }
   }
   if (spinning) count_watchers(-1);

@@ -474,19 +474,10 @@ bool Node::poll(bool) {
 }
 
 void Node::stop_watching() {
-  if (!presence_.unwatched()) return;
-  // What came while this thread polled and was not read yet (often a peer one step ahead:
-  // the next collective's bytes) is read here, if the engine is free, rather than waking
-  // the engine thread for it: the wake-up would cost both cores a context switch.
-  for (int tries = 0; tries < 2; ++tries) {
-    {
-      std::unique_lock lk(engine_.lock(), std::try_to_lock);
-      if (!lk.owns_lock() || !is_open()) break;
-      poll_shm();
-    }
-    if (!presence_.has_work()) return;
-  }
-  presence_.ring();
+  // Work that came while this thread polled and was not read yet goes to the engine
+  // thread. (Reading it here instead made each operation's end pay for whatever was
+  // there: beside a bulk transfer, a bulk turn's copy per barrier.)
+  if (presence_.unwatched()) presence_.ring();
 }
 
 void Node::offer_shm(Peer& p) {

@@ -319,7 +319,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void wait_shm_settled();
   static constexpr std::chrono::milliseconds kShmSettleLimit{3000};
   /// No thread polls this node any more (Engine::set_watch_hooks): publishes that to
-  /// same-host peers and sees to work that came meanwhile. Any thread, without the lock.
+  /// same-host peers, and rings the engine for work that came meanwhile. Any thread.
   void stop_watching();
   /// Whether this node polls its rings now, as its same-host peers see it.
   ShmPresence& shm_presence() noexcept { return presence_; }

@@ -215,10 +215,8 @@ bool Peer::poll_shm() {
     shm_->wake_writer(i);
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
-  if (more) {
-    node_.engine().note_activity();
-    shm_->ring_self();
-  }
+  if (more) node_.engine().note_activity();
+  shm_->left_over(more);
   return moved;
 }
 

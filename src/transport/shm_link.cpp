@@ -44,7 +44,13 @@ void ShmLink::push(int i, quic::Chunk c) {
   bool moved = false, more = false;
   // A broken ring shows at the next poll too, which reports it.
   (void)flush(moved, more);
-  if (more) ring_self();
+  if (more) left_over(true);
+}
+
+void ShmLink::left_over(bool more) noexcept {
+  left_over_.store(more, std::memory_order_seq_cst);
+  // Published before the presence is read: a poller that stops after this read finds it.
+  if (more && !(presence_ && presence_->is_watched())) ring_self();
 }
 
 bool ShmLink::flush(bool& moved, bool& more) {
@@ -109,6 +115,7 @@ void ShmLink::set_asleep(bool asleep) noexcept {
 }
 
 bool ShmLink::has_work() const noexcept {
+  if (left_over_.load(std::memory_order_seq_cst)) return true;
   for (int i = 0; i < shm::Segment::lanes; ++i) {
     if (reading(i) && in(i).has_bytes()) return true;
     if (out(i).writer_waits_with_room()) return true;

@@ -9,7 +9,7 @@ namespace nexar::detail {
 void ShmPresence::add(ShmLink& link) {
   std::lock_guard lk(mu_);
   links_.push_back(&link);
-  link.set_asleep(!watched_);
+  link.set_asleep(!watched_.load(std::memory_order_relaxed));
 }
 
 void ShmPresence::remove(ShmLink& link) {
@@ -19,21 +19,16 @@ void ShmPresence::remove(ShmLink& link) {
 
 void ShmPresence::watched() {
   std::lock_guard lk(mu_);
-  watched_ = true;
+  watched_.store(true, std::memory_order_seq_cst);
   for (ShmLink* l : links_) l->set_asleep(false);
 }
 
 bool ShmPresence::unwatched() {
   std::lock_guard lk(mu_);
-  watched_ = false;
+  watched_.store(false, std::memory_order_seq_cst);
   // Every word first, then every ring: a writer that read a word before it was set
   // published its bytes before that, so they show in the look that follows.
   for (ShmLink* l : links_) l->set_asleep(true);
-  return work_locked();
-}
-
-bool ShmPresence::has_work() {
-  std::lock_guard lk(mu_);
   return work_locked();
 }
 

@@ -15,6 +15,7 @@
 // waiting writer, with the roles swapped.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -37,13 +38,12 @@ class ShmPresence {
   /// stop ringing. Any thread.
   void watched();
   /// No thread polls them any more: every word is set, then every ring is looked at once
-  /// more. Returns whether work was found there (bytes in, or room that a waiting writer may
-  /// not have been rung for): the caller must then see to it, by reading it (and asking
-  /// has_work() again) or by ring(). Any thread.
+  /// more. Returns whether work was found there (bytes in, room that a waiting writer may
+  /// not have been rung for, a lane left at its quantum): the caller must then ring().
+  /// Any thread.
   bool unwatched();
-  /// Whether a ring holds work for this node (after unwatched(): a peer rings for anything
-  /// that comes later). Any thread.
-  bool has_work();
+  /// Whether some thread polls the rings now (a snapshot; any thread).
+  bool is_watched() const noexcept { return watched_.load(std::memory_order_seq_cst); }
   /// Rings this node's own doorbell, so its engine comes back for the work. Any thread.
   void ring();
 
@@ -52,7 +52,7 @@ class ShmPresence {
 
   std::mutex mu_;
   std::vector<ShmLink*> links_;
-  bool watched_ = false;
+  std::atomic<bool> watched_{false};  // changed under mu_ only
 };
 
 }  // namespace nexar::detail
