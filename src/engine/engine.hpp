@@ -93,7 +93,7 @@ class Engine final : public EventLoop {
   /// one; otherwise 50 us, which waits on shared memory mostly finish within.
   std::chrono::microseconds settle_delay() const noexcept {
     const auto since = std::chrono::steady_clock::now().time_since_epoch().count() -
-                       packets_at_.load(std::memory_order_relaxed);
+                       messages_at_.load(std::memory_order_relaxed);
     return since < std::chrono::duration_cast<std::chrono::steady_clock::duration>(kSocketBusy).count()
                ? std::chrono::microseconds(0)
                : kSettleAfter;
@@ -101,7 +101,7 @@ class Engine final : public EventLoop {
   /// Message bytes (any lane but control: heartbeats and connection set-up do not count)
   /// came in through the socket; engine lock held.
   void note_socket_messages() noexcept {
-    packets_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    messages_at_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
 
   /// Run when the number of threads polling the node (user threads counted by
@@ -176,7 +176,7 @@ class Engine final : public EventLoop {
   std::function<void()> spin_hook_;
   std::function<void()> watched_, unwatched_;
   std::atomic<int> watchers_{0};
-  std::atomic<std::chrono::steady_clock::rep> packets_at_{0};
+  std::atomic<std::chrono::steady_clock::rep> messages_at_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> exited_{false};
   std::thread thread_;

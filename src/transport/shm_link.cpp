@@ -48,6 +48,8 @@ void ShmLink::push(int i, quic::Chunk c) {
 }
 
 void ShmLink::left_over(bool more) noexcept {
+  // Runs after every pass of a spinning poller: nothing to store in the usual case.
+  if (!more && !left_over_.load(std::memory_order_relaxed)) return;
   left_over_.store(more, std::memory_order_seq_cst);
   // Published before the presence is read: a poller that stops after this read finds it.
   if (more && !(presence_ && presence_->is_watched())) ring_self();

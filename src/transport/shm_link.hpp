@@ -90,16 +90,16 @@ class ShmLink {
   /// Whether a ring holds work for this side: bytes in a lane it reads, room for a writer
   /// of this side that waits for it, or a lane that stopped at its quantum.
   bool has_work() const noexcept;
+  /// Wakes this node's engine: work is left that no event of the peer's will announce (a
+  /// lane stopped at its quantum; a lane just switched, whose bytes may have been announced
+  /// before the switch was read).
+  void ring_self() const noexcept;
   /// After a pass over the rings (engine lock held): whether a lane stopped at its quantum
   /// with work left. If so and no thread polls this node, its doorbell brings the engine
   /// back; a thread that polls goes on with the work itself (waking the engine for it
   /// would take the lock, and on a shared core the core, from that thread: a barrier
   /// beside a bulk transfer 20 us instead of 12), and if it stops first, it finds the mark
   /// (has_work).
-  /// Wakes this node's engine: work is left that no event of the peer's will announce (a
-  /// lane stopped at its quantum; a lane just switched, whose bytes may have been announced
-  /// before the switch was read).
-  void ring_self() const noexcept;
   void left_over(bool more) noexcept;
 
  private:

@@ -29,13 +29,7 @@ bool ShmPresence::unwatched() {
   // Every word first, then every ring: a writer that read a word before it was set
   // published its bytes before that, so they show in the look that follows.
   for (ShmLink* l : links_) l->set_asleep(true);
-  return work_locked();
-}
-
-bool ShmPresence::work_locked() const {
-  for (ShmLink* l : links_)
-    if (l->has_work()) return true;
-  return false;
+  return std::any_of(links_.begin(), links_.end(), [](const ShmLink* l) { return l->has_work(); });
 }
 
 void ShmPresence::ring() {

@@ -48,8 +48,6 @@ class ShmPresence {
   void ring();
 
  private:
-  bool work_locked() const;
-
   std::mutex mu_;
   std::vector<ShmLink*> links_;
   std::atomic<bool> watched_{false};  // changed under mu_ only
