@@ -95,12 +95,15 @@ def check(comm):
 def kill(comm, victim, sig):
     pids = np.zeros(comm.size, np.int64)
     comm.all_gather(np.array([os.getpid()], np.int64), pids)
-    comm.barrier()
-    if comm.rank == victim:
-        os.kill(os.getpid(), sig)
     start = time.monotonic()
     x = np.ones(1000, np.float32)
     try:
+        # Inside the try: the victim stops right after its own barrier returns, and its
+        # last barrier message may still wait in its engine's queue (a small send completes
+        # once copied), so a survivor's barrier can be the operation that finds it failed.
+        comm.barrier()
+        if comm.rank == victim:
+            os.kill(os.getpid(), sig)
         while time.monotonic() - start < 60:
             comm.all_reduce(x)
     except nexar.RankFailedError as e:
