@@ -40,10 +40,15 @@ clang_tree() {
   fi
 }
 
+# What failed, kept for the closing summary: CI shows only the tail of the output, and a
+# failing test's name scrolls far out of it behind the later stages.
+summary=()
+
 run_ctest() {  # <build dir> <label>
   echo "== ctest ($2)"
   if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j1); then
     failed+=("$2")
+    summary+=("$2: $(tr '\n' ' ' < "$1/Testing/Temporary/LastTestsFailed.log" 2>/dev/null)")
   fi
 }
 
@@ -51,7 +56,7 @@ for stage in $stages; do
   case $stage in
     layers)
       echo "== layers (cmake/layers.txt)"
-      bash scripts/check_layers.sh || failed+=(layers)
+      bash scripts/check_layers.sh || { failed+=(layers); summary+=("layers: see its output above"); }
       ;;
     release)
       cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON >/dev/null
@@ -65,9 +70,11 @@ for stage in $stages; do
       cmake --build build -j"$jobs" --target nexar_python nexar-run
       echo "== python (pytest tests/python, $python)"
       # No bytecode or pytest cache in the source tree.
+      # -rfE lists each failure and error with its message in pytest's closing summary.
       if ! PYTHONPATH="$root/build/python" PYTHONDONTWRITEBYTECODE=1 \
-        "$python" -m pytest -q -p no:cacheprovider tests/python; then
+        "$python" -m pytest -q -rfE -p no:cacheprovider tests/python 2>&1 | tee build/pytest.log; then
         failed+=(python)
+        summary+=("python: $(grep -E '^(FAILED|ERROR) ' build/pytest.log | cut -c1-400 | tr '\n' ' ')")
       fi
       ;;
     fuzz)
@@ -77,7 +84,7 @@ for stage in $stages; do
         -DNEXAR_BUILD_PYTHON=OFF >/dev/null
       cmake --build build-fuzz -j"$jobs" --target frame_fuzz
       echo "== fuzz (frame decoder)"
-      bash tests/fuzz_smoke.sh build-fuzz/bin/frame_fuzz || failed+=(fuzz)
+      bash tests/fuzz_smoke.sh build-fuzz/bin/frame_fuzz || { failed+=(fuzz); summary+=("fuzz: see its output above"); }
       ;;
     asan)
       clang_tree build-asan
@@ -93,6 +100,7 @@ for stage in $stages; do
 done
 
 if [ ${#failed[@]} -gt 0 ]; then
+  printf '%s\n' "${summary[@]}"
   echo "FAILED stages: ${failed[*]}"
   exit 1
 fi

@@ -202,11 +202,14 @@ def main():
         print(f"TORCH OK {r} {n}", flush=True)
     else:
         victim = int(sys.argv[2])
-        dist.barrier()
-        if r == victim:
-            os.kill(os.getpid(), signal.SIGKILL)
         start = time.monotonic()
         try:
+            # Inside the try, as in core_worker.py: the victim dies right after its own
+            # barrier returns, while its last barrier message may still wait in its
+            # engine's queue, so a survivor's barrier can be what finds it failed.
+            dist.barrier()
+            if r == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
             while time.monotonic() - start < 60:
                 dist.all_reduce(torch.ones(100))
         except RuntimeError as e:
