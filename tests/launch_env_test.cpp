@@ -667,7 +667,8 @@ TEST(LaunchEnv, OtherSettings) {
                {"NEXAR_ADVERTISE_ADDR", "node5.example"},
                {"NEXAR_SOCKET_IFNAME", "^docker,lo"},
                {"NEXAR_JOIN_TIMEOUT_MS", "1500"},
-               {"NEXAR_FORMATION_TIMEOUT_MS", "60000"}});
+               {"NEXAR_FORMATION_TIMEOUT_MS", "60000"},
+               {"NEXAR_LOCAL_CPUS", "6"}});
   EXPECT_EQ(e.seed_fingerprint, "sha256:" + std::string(32, 'a') + std::string(32, 'f'));
   EXPECT_EQ(e.seed_ca_pem, pem);
   EXPECT_EQ(e.bind, "10.0.0.5:0");
@@ -675,6 +676,8 @@ TEST(LaunchEnv, OtherSettings) {
   EXPECT_EQ(e.ifname, "^docker,lo");
   EXPECT_EQ(e.join_timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(e.formation_timeout, std::chrono::milliseconds(60000));
+  EXPECT_EQ(e.local_cpus, 6);
+  EXPECT_EQ(resolve({{"NEXAR_SEED_ADDR", "s:1"}, {"NEXAR_CLUSTER_TOKEN", "t"}}).local_cpus, 0);
 }
 
 TEST(LaunchEnv, OtherSettingErrors) {
@@ -702,6 +705,9 @@ TEST(LaunchEnv, OtherSettingErrors) {
     bad("NEXAR_JOIN_TIMEOUT_MS", t, {std::string("'") + t + "'"});
     bad("NEXAR_FORMATION_TIMEOUT_MS", t, {std::string("'") + t + "'"});
   }
+  bad("NEXAR_LOCAL_CPUS", "0", {"at least 1"});
+  bad("NEXAR_LOCAL_CPUS", "-2", {"at least 1"});
+  bad("NEXAR_LOCAL_CPUS", "two", {"'two'"});
 }
 
 TEST(LaunchEnv, Launched) {

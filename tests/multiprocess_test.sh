@@ -9,6 +9,8 @@
 #      NEXAR_WORLD_SIZE=4 but no NEXAR_RANK: the seed assigns the ranks.
 #  (c) nexar-run --bind-to core / none / auto: each rank's allowed CPUs (the program is a
 #      shell printing them; binding needs no nexar program).
+#  (d) polite waiting follows how the ranks share CPUs, not the one CPU a bound rank sees:
+#      off for as many ranks as CPUs, bound or not; on for one rank more (bound or not).
 # Every process runs under `timeout` (MP_TIMEOUT seconds, default 120) and everything still
 # running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
 set -uo pipefail
@@ -162,8 +164,30 @@ part_c() {
   return $ok
 }
 
+# ---- (d) polite waiting --------------------------------------------------------------------
+# The effective config rank 0 logs at info level says whether waiters yield.
+polite() {  # <ranks> <bind mode>: prints "on" or "off"
+  env -u NEXAR_SPIN_US -u NEXAR_YIELD_WHEN_IDLE -u NEXAR_LOCAL_CPUS NEXAR_DEBUG=info \
+    timeout -k 5 "$limit" "$bin/nexar-run" -n "$1" --bind-to "$2" -- "$bin/nexar-cluster-check" --quick \
+    2>&1 | sed -n 's/.*yield_when_idle = \(on\|off\).*/\1/p' | head -n 1
+}
+part_d() {
+  local n ok=0 mode want got
+  n=$(nproc)
+  echo "== (d) polite waiting with $n CPUs"
+  for mode in "$n auto off" "$n core off" "$n none off" "$((n + 1)) core on" "$((n + 1)) auto on"; do
+    set -- $mode
+    got=$(polite "$1" "$2")
+    echo "   $1 ranks, --bind-to $2: yield_when_idle = ${got:-?} (want $3)"
+    [ "$got" = "$3" ] || ok=1
+  done
+  if [ "$ok" = 0 ]; then echo "(d) PASS"; else echo "(d) FAIL"; fi
+  return $ok
+}
+
 part_a || status=1
 part_b || status=1
 part_c || status=1
+part_d || status=1
 if [ "$status" = 0 ]; then echo "multiprocess test: PASS"; else echo "multiprocess test: FAIL"; fi
 exit $status

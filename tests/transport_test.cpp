@@ -140,6 +140,23 @@ TEST(Transport, WorldSizeZeroRejected) {
   expect_error(Errc::invalid_argument, [] { nexar::bootstrap_local(0, test_config()); });
 }
 
+// Ranks wait politely only when they outnumber their cores: this process's CPUs, or the
+// job's CPUs on the host as a launcher that bound each rank reports them (NEXAR_LOCAL_CPUS).
+TEST(Transport, OversubscribedCountsTheJobsCpus) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int mine = CPU_COUNT(&set);
+  using nexar::cluster::oversubscribed;
+  EXPECT_FALSE(oversubscribed(1));
+  EXPECT_FALSE(oversubscribed(mine));
+  EXPECT_TRUE(oversubscribed(mine + 1));
+  // A rank bound to some of the job's CPUs: the job's count decides.
+  EXPECT_FALSE(oversubscribed(mine + 3, mine + 3));
+  EXPECT_TRUE(oversubscribed(mine + 4, mine + 3));
+  // A smaller count never makes a rank think it has fewer cores than it may run on.
+  EXPECT_FALSE(oversubscribed(mine, 1));
+}
+
 // ---- payload sizes across all pairs ---------------------------------------------------
 
 class AllPairs : public ::testing::TestWithParam<int> {};

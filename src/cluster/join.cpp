@@ -526,7 +526,7 @@ Communicator join_from_env(const Config& config) {
   // More ranks on this host than cores: waiters that spin without yielding take the cores
   // from the ranks they wait for (as in bootstrap_local), unless the user chose otherwise.
   Config cfg = config;
-  if (cluster::oversubscribed(env.local_world) && std::getenv("NEXAR_SPIN_US") == nullptr &&
+  if (cluster::oversubscribed(env.local_world, env.local_cpus) && std::getenv("NEXAR_SPIN_US") == nullptr &&
       std::getenv("NEXAR_YIELD_WHEN_IDLE") == nullptr)
     cluster::wait_politely(cfg);
   std::shared_ptr<Seed> seed;

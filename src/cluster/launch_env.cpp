@@ -451,6 +451,11 @@ LaunchEnv resolve_launch_env(const EnvLookup& lookup) {
   out.world = ranks.world.value;
   out.local_rank = ranks.local_rank.value;
   out.local_world = ranks.local_world.value;
+  if (auto c = env.get("NEXAR_LOCAL_CPUS")) {
+    out.local_cpus = parse_int("NEXAR_LOCAL_CPUS", *c);
+    if (out.local_cpus < 1)
+      fail(fmt::format("NEXAR_LOCAL_CPUS={}: the CPU count must be at least 1", out.local_cpus));
+  }
 
   // Seed address.
   std::optional<int> port_override;

@@ -85,6 +85,9 @@ struct LaunchEnv {
   int world = 0;        ///< 0: unknown
   int local_rank = -1;  ///< -1: unknown
   int local_world = 0;  ///< 0: unknown
+  /// NEXAR_LOCAL_CPUS: how many CPUs the job's ranks on this host have between them, when a
+  /// launcher that binds each rank to its own CPUs says so (nexar-run does); 0: unknown.
+  int local_cpus = 0;
   /// The seed to dial, "host:port" or "[ipv6]:port".
   std::string seed;
   /// This process runs the seed (rank 0 when the seed address came from MASTER_ADDR or

@@ -87,12 +87,12 @@ void wait_politely(Config& config) {
   config.spin = std::chrono::milliseconds(1);
 }
 
-bool oversubscribed(int local_ranks) {
+bool oversubscribed(int local_ranks, int local_cpus) {
   cpu_set_t set;
   int cores = 0;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
   if (cores <= 0) cores = static_cast<int>(std::thread::hardware_concurrency());
-  return local_ranks > std::max(1, cores);
+  return local_ranks > std::max({1, cores, local_cpus});
 }
 
 Communicator start_member(detail::NodeOptions o, const Config& config, const NodeStarted& started) {

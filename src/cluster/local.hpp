@@ -34,10 +34,12 @@ struct NodePlan {
 /// Throws nexar::Error (invalid_argument for n < 1, io, tls).
 std::vector<NodePlan> plan_local(int n, const Config& config);
 
-/// Whether `local_ranks` ranks on this host exceed the cores this process may run on: then
-/// waiters must give up their core between polls, or they take it from the ranks they wait
-/// for.
-bool oversubscribed(int local_ranks);
+/// Whether `local_ranks` ranks on this host exceed their cores: then waiters must give up
+/// their core between polls, or they take it from the ranks they wait for. The cores are
+/// those this process may run on, or `local_cpus` (the job's CPUs on this host, from a
+/// launcher that bound each rank to its own: NEXAR_LOCAL_CPUS) where that is more. A rank
+/// bound to one CPU of several would otherwise count itself oversubscribed.
+bool oversubscribed(int local_ranks, int local_cpus = 0);
 
 /// The waiting behaviour for more ranks than cores: poll for up to 1 ms, yielding the core
 /// after every poll (measured, 4 processes on 2 cores: 8 B all_reduce 0.16-0.21 ms, against

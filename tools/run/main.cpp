@@ -5,7 +5,9 @@
 //
 // Without --seed it runs a seed inside the launcher (on 127.0.0.1) and hands every rank
 // NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_SEED_FINGERPRINT, NEXAR_RANK, NEXAR_WORLD_SIZE,
-// NEXAR_LOCAL_RANK and NEXAR_LOCAL_WORLD_SIZE, which nexar::join_from_env() picks up. With
+// NEXAR_LOCAL_RANK, NEXAR_LOCAL_WORLD_SIZE and NEXAR_LOCAL_CPUS (the CPUs it may use: a
+// rank bound to one of them still knows whether the ranks share CPUs), which
+// nexar::join_from_env() picks up. With
 // --seed the ranks join that seed instead (started by nexar-seed, possibly for several
 // hosts each running nexar-run), which assigns their ranks.
 //
@@ -147,8 +149,8 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                  "formation timeout of the embedded seed: how long the ranks get to join")
       ->capture_default_str();
   app.footer(
-      "Each rank gets NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_LOCAL_RANK and "
-      "NEXAR_LOCAL_WORLD_SIZE; with the embedded seed also NEXAR_SEED_FINGERPRINT, NEXAR_RANK "
+      "Each rank gets NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_LOCAL_RANK, "
+      "NEXAR_LOCAL_WORLD_SIZE and NEXAR_LOCAL_CPUS; with the embedded seed also NEXAR_SEED_FINGERPRINT, NEXAR_RANK "
       "and NEXAR_WORLD_SIZE.\n"
       "With --on-failure fail-fast, after a rank fails the others get NEXAR_RUN_GRACE_MS "
       "(default 3000) to finish, then SIGTERM, then SIGKILL 5 s later. With continue they run "
@@ -315,6 +317,7 @@ int launch(const Options& o) {
   std::vector<std::string> drop = {
       "NEXAR_SEED_ADDR",  "NEXAR_CLUSTER_TOKEN", "NEXAR_CLUSTER_TOKEN_FILE", "NEXAR_RANK",
       "NEXAR_WORLD_SIZE", "NEXAR_LOCAL_RANK",    "NEXAR_LOCAL_WORLD_SIZE",   "NEXAR_SEED_PORT",
+      "NEXAR_LOCAL_CPUS",
       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
       "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMIX_RANK", "PMI_SIZE", "PMI_LOCAL_RANK",
@@ -356,6 +359,11 @@ int launch(const Options& o) {
   // 100-700 iterations in about one run in four; bound, 20 runs out of 20 at 9-11 us).
   const std::vector<int> cpus = allowed_cpus();
   const bool bind = o.bind_to == "core" || (o.bind_to == "auto" && cpus.size() >= static_cast<std::size_t>(o.nprocs));
+  // A bound rank sees one CPU of its own; the CPUs of the whole job tell it whether ranks
+  // share them (more ranks than CPUs: wait politely, docs/CONFIG.md). Without this, two
+  // ranks bound to two CPUs each counted themselves oversubscribed and yielded after every
+  // poll: a barrier beside a bulk transfer took 2.2-3x its idle time instead of 1.4x.
+  if (!cpus.empty()) common.push_back("NEXAR_LOCAL_CPUS=" + std::to_string(cpus.size()));
   for (int i = 0; i < o.nprocs; ++i) {
     std::vector<std::string> extra = common;
     extra.push_back("NEXAR_LOCAL_RANK=" + std::to_string(i));
