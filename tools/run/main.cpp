@@ -150,8 +150,8 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.footer(
       "Each rank gets NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_LOCAL_RANK, "
-      "NEXAR_LOCAL_WORLD_SIZE and NEXAR_LOCAL_CPUS; with the embedded seed also NEXAR_SEED_FINGERPRINT, NEXAR_RANK "
-      "and NEXAR_WORLD_SIZE.\n"
+      "NEXAR_LOCAL_WORLD_SIZE and NEXAR_LOCAL_CPUS; with the embedded seed also "
+      "NEXAR_SEED_FINGERPRINT, NEXAR_RANK and NEXAR_WORLD_SIZE.\n"
       "With --on-failure fail-fast, after a rank fails the others get NEXAR_RUN_GRACE_MS "
       "(default 3000) to finish, then SIGTERM, then SIGKILL 5 s later. With continue they run "
       "on; a seed failure and SIGINT/SIGTERM/SIGHUP still stop them all.\n"
