@@ -302,7 +302,7 @@ TEST(ShmLink, BulkTakesSmallTurnsWhileOtherLanesMove) {
   EXPECT_EQ(quiet, writer.quantum(bulk));
   EXPECT_GE(quiet, 32u * 1024);
   // Times a day away on either side, so that no pause of this thread can change the answer.
-  const auto now = std::chrono::steady_clock::now();
+  const auto now = detail::ShmLink::Clock::now();
   const auto busy_for_a_day = now + 24h;
   const auto quiet_for_a_day = now - 24h;
   writer.note_moved(coll, busy_for_a_day);

@@ -76,6 +76,7 @@ bool Endpoint::on_ready() {
 
 bool Endpoint::on_readable() {
   Batch batch(*this);
+  rearm_due_ = true;
   bool check_errors = false;
   bool got = false;
   // Bounded batch so timers and submitted work are not starved under a flood.
@@ -293,7 +294,7 @@ void Endpoint::schedule_flush(Connection& c) {
 void Endpoint::flush_dirty() {
   flush_posted_ = false;
   if (dirty_.empty()) {
-    rearm_timer();
+    if (rearm_due_) rearm_timer();
     return;
   }
   std::uint64_t ts = now();
@@ -308,6 +309,7 @@ void Endpoint::flush_dirty() {
 }
 
 void Endpoint::rearm_timer() {
+  rearm_due_ = false;
   std::uint64_t next = UINT64_MAX;
   for (int round = 0; round < 4; ++round) {
     next = UINT64_MAX;

@@ -123,6 +123,11 @@ class Endpoint {
   std::vector<std::unique_ptr<Connection>> conns_;
   std::vector<Connection*> dirty_;
   bool flush_posted_ = false;
+  // A read happened since the last re-arm, so flush_dirty() must re-arm (and run due
+  // timers) even with nothing to flush. Without a read or a flush no connection's expiry
+  // moved, and the armed timer still stands: a batch that only touched shared memory (an
+  // 8 B message to a same-host peer) then asks no connection for its expiry.
+  bool rearm_due_ = true;
   int batching_ = 0;
   bool stopped_ = false;
   // A refused send queued an error report (IP_RECVERR): read it out with the next read.

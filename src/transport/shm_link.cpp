@@ -1,5 +1,6 @@
 #include "transport/shm_link.hpp"
 
+#include <time.h>
 #include <unistd.h>
 
 #include "shm/doorbell.hpp"
@@ -8,6 +9,12 @@
 namespace nexar::detail {
 
 using wire::Lane;
+
+ShmLink::Clock::time_point ShmLink::Clock::now() noexcept {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return time_point(duration(static_cast<rep>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec));
+}
 
 ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell,
                  ShmPresence* presence)
