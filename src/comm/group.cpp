@@ -204,9 +204,9 @@ class CollectiveHelper final : public Progress {
   void settle() override {
     if (auto g = g_.lock()) g->node().settle();
   }
-  std::chrono::microseconds settle_delay() override {
+  std::chrono::microseconds settle_delay(std::chrono::steady_clock::time_point now) override {
     auto g = g_.lock();
-    return g ? g->node().settle_delay() : std::chrono::microseconds(0);
+    return g ? g->node().settle_delay(now) : std::chrono::microseconds(0);
   }
   void sleeping() override {
     if (auto g = g_.lock()) {
@@ -248,8 +248,9 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
                      std::function<void(const Coll&)> body) {
   check_open(name);
   const Config& cfg = node_->config();
-  auto deadline = Clock::now() + o.timeout.value_or(cfg.op_timeout);
-  auto st = std::make_shared<OpState>(name, deadline);
+  const auto now = Clock::now();
+  auto deadline = now + o.timeout.value_or(cfg.op_timeout);
+  auto st = std::make_shared<OpState>(name, deadline, now);
   st->spin = cfg.spin;
   st->yield_when_idle = cfg.yield_when_idle;
   // Collectives start in the same order on every rank, so the n-th one gets the same tag

@@ -91,14 +91,13 @@ class Engine final : public EventLoop {
   /// How long a waiter polls before it settles(): at once while messages come through the
   /// socket (within the last millisecond), since the reply it waits for may be the next
   /// one; otherwise 50 us, which waits on shared memory mostly finish within.
-  std::chrono::microseconds settle_delay() const noexcept {
-    return socket_busy() ? std::chrono::microseconds(0) : kSettleAfter;
+  std::chrono::microseconds settle_delay(std::chrono::steady_clock::time_point now) const noexcept {
+    return socket_busy(now) ? std::chrono::microseconds(0) : kSettleAfter;
   }
-  /// Messages came through the socket within the last millisecond (note_socket_messages);
-  /// any thread.
-  bool socket_busy() const noexcept {
-    const auto since = std::chrono::steady_clock::now().time_since_epoch().count() -
-                       messages_at_.load(std::memory_order_relaxed);
+  /// Messages came through the socket within the millisecond before `now`
+  /// (note_socket_messages); any thread.
+  bool socket_busy(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) const noexcept {
+    const auto since = now.time_since_epoch().count() - messages_at_.load(std::memory_order_relaxed);
     return since < std::chrono::duration_cast<std::chrono::steady_clock::duration>(kSocketBusy).count();
   }
   /// Message bytes (any lane but control: heartbeats and connection set-up do not count)

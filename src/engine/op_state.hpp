@@ -31,8 +31,10 @@ class Progress {
   /// stop waking for what the waiter will read itself. Waits shorter than that (most on
   /// shared memory) then cost no system call for it.
   virtual void settle() {}
-  /// How long a waiter polls before it settle()s.
-  virtual std::chrono::microseconds settle_delay() { return std::chrono::microseconds(0); }
+  /// How long a waiter that starts polling at `now` polls before it settle()s.
+  virtual std::chrono::microseconds settle_delay(std::chrono::steady_clock::time_point /*now*/) {
+    return std::chrono::microseconds(0);
+  }
   /// Before polling: runs the work that completes the operation on the waiting thread, if
   /// it can; returns whether it ran. Not for bounded waits.
   virtual bool run_here() { return false; }
@@ -47,7 +49,10 @@ class OpState {
  public:
   using Clock = std::chrono::steady_clock;
 
-  OpState(const char* op, Clock::time_point deadline) : op_(op), start_(Clock::now()), deadline_(deadline) {}
+  /// `start` defaults to now; a caller that just read the clock for `deadline` passes that
+  /// reading instead of paying for a second one (tens of ns, per operation).
+  OpState(const char* op, Clock::time_point deadline, Clock::time_point start = Clock::now())
+      : op_(op), start_(start), deadline_(deadline) {}
 
   /// Finishes the operation; the first call wins, later ones are ignored. Any thread.
   /// Returns true if this call finished it.

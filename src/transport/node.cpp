@@ -454,7 +454,8 @@ void Node::check_open(const char* op, int peer_rank) const {
 }
 
 std::shared_ptr<OpState> Node::new_op(const char* op, std::chrono::milliseconds timeout) {
-  auto s = std::make_shared<OpState>(op, std::chrono::steady_clock::now() + timeout);
+  const auto now = std::chrono::steady_clock::now();
+  auto s = std::make_shared<OpState>(op, now + timeout, now);
   s->spin = cfg_.spin;
   s->yield_when_idle = cfg_.yield_when_idle;
   s->progress = weak_from_this();

@@ -237,7 +237,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     if (t_scope_ != this) engine_.add_progressing(delta);
   }
   void settle() override { engine_.settle(); }
-  std::chrono::microseconds settle_delay() override { return engine_.settle_delay(); }
+  std::chrono::microseconds settle_delay(std::chrono::steady_clock::time_point now) override {
+    return engine_.settle_delay(now);
+  }
   void sleeping() override {
     if (t_scope_ == this && !t_scope_asleep_) {
       t_scope_asleep_ = true;
