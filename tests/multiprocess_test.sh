@@ -172,7 +172,7 @@ polite() {  # <ranks> <bind mode>: prints "on" or "off"
     2>&1 | sed -n 's/.*yield_when_idle = \(on\|off\).*/\1/p' | head -n 1
 }
 part_d() {
-  local n ok=0 mode want got
+  local n ok=0 mode got
   n=$(nproc)
   echo "== (d) polite waiting with $n CPUs"
   for mode in "$n auto off" "$n core off" "$n none off" "$((n + 1)) core on" "$((n + 1)) auto on"; do
