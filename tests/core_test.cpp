@@ -37,7 +37,7 @@ const char* const kVars[] = {
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
-    "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES",
+    "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES", "NEXAR_SHM_COLLECTIVE_BYTES",
     "NEXAR_BULK_SCAVENGER",
 };
 
@@ -215,6 +215,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.bulk_scavenger, c.bulk_scavenger);
   EXPECT_EQ(e.shm, c.shm);
   EXPECT_EQ(e.shm_ring_bytes, c.shm_ring_bytes);
+  EXPECT_EQ(e.shm_collective_bytes, c.shm_collective_bytes);
   EXPECT_EQ(e.spin, c.spin);
   EXPECT_EQ(e.yield_when_idle, c.yield_when_idle);
   EXPECT_EQ(e.log_level, c.log_level);
@@ -281,6 +282,7 @@ TEST_F(EnvTest, Describe) {
       "bulk_scavenger = on\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
+      "shm_collective_bytes = 448 bytes\n"
       "topology = full_mesh\n"
       "lazy_connect = off\n"
       "relay_hop_limit = auto (diameter + 4)\n"
@@ -448,6 +450,7 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"udp_payload", [](Config& c) { c.udp_payload = 65528; }},
       {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 3u << 20; }},
       {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 32u << 10; }},
+      {"shm_collective_bytes", [](Config& c) { c.shm_collective_bytes = 449; }},
       {"spin", [](Config& c) { c.spin = 10s + 1us; }},
       {"spin", [](Config& c) { c.spin = -1us; }},
       {"log_level", [](Config& c) { c.log_level = static_cast<LogLevel>(9); }},

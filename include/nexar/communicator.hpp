@@ -441,16 +441,17 @@ class Communicator {
   Request iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
                                  ErrorFeedback& state, const CollectiveOptions& o = {});
 
-  /// Blocking forms: the non-blocking call followed by wait().
+  /// Blocking forms: the non-blocking call followed by wait(), with one difference for
+  /// all_reduce, broadcast and barrier. When every rank of the communicator shares memory
+  /// with every other (one host, Config::shm), the small ones (up to
+  /// Config::shm_collective_bytes per rank, algorithm automatic) run in the calling thread
+  /// through mailboxes in shared memory, which no non-blocking call uses. So, as in MPI,
+  /// a blocking collective matches only the same blocking collective on the other ranks:
+  /// one rank's all_reduce() and another's iall_reduce().wait() may not meet (each then
+  /// fails at its deadline). Errors as the non-blocking forms.
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                  const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    iall_reduce(send, recv, count, t, op, o).wait();
-  }
-  void broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    ibroadcast(buf, count, t, root, o).wait();
-  }
+                  const CollectiveOptions& o = {});
+  void broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o = {});
   void reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op, int root,
               const CollectiveOptions& o = {}) {
     BlockingCall b;
@@ -491,10 +492,7 @@ class Communicator {
     BlockingCall b;
     iexclusive_scan(send, recv, count, t, op, o).wait();
   }
-  void barrier(const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    ibarrier(o).wait();
-  }
+  void barrier(const CollectiveOptions& o = {});
 
   // ---- typed collectives ---------------------------------------------------------------
   //
@@ -510,7 +508,7 @@ class Communicator {
   // Errc::invalid_argument naming the collective ("all_gather: recv holds 3 elements, 8
   // needed"). Outputs may be larger than needed; the rest is left untouched. Otherwise
   // contract and errors as the untyped forms. Each blocking form is its i-form followed
-  // by wait().
+  // by wait(), but for all_reduce and broadcast, which call the untyped blocking forms.
 
   /// In place: `data` is replaced by its element-wise reduction over the ranks.
   template <CollectiveOutput R>
@@ -620,19 +618,21 @@ class Communicator {
   /// Blocking typed forms: the i-form above followed by wait(). Inputs may be temporaries.
   template <CollectiveOutput R>
   void all_reduce(R&& data, ReduceOp op, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    iall_reduce(data, op, o).wait();
+    const std::span d(data);
+    all_reduce(d.data(), d.data(), d.size(), dtype_of_v<range_element_t<R>>, op, o);
   }
   template <CollectiveInput In, CollectiveOutput Out>
     requires SameElementType<In, Out>
   void all_reduce(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    iall_reduce(send, recv, op, o).wait();
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("all_reduce", "recv", r.size(), s.size());
+    all_reduce(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
   }
   template <CollectiveOutput R>
   void broadcast(R&& data, int root, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    ibroadcast(data, root, o).wait();
+    const std::span d(data);
+    broadcast(d.data(), d.size(), dtype_of_v<range_element_t<R>>, root, o);
   }
   template <CollectiveInput In, CollectiveOutput Out>
     requires SameElementType<In, Out>

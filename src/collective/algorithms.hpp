@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <span>
 #include <utility>
 
@@ -13,6 +14,17 @@
 #include "collective/context.hpp"
 
 namespace nexar::detail::coll {
+
+// The mailbox path (small.cpp), after the arguments were checked: the call as a Request if
+// it goes through the port's mailboxes (blocking: already done, the Request is empty),
+// nothing if it takes the ordinary algorithms. Each call asks the port once.
+std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
+                                                   const CollectiveOptions& o, bool blocking);
+std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                        std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
+std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t,
+                                       int root, const CollectiveOptions& o);
+std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o);
 
 /// {offset, length} in elements of block b of a concatenated buffer.
 using BlockFn = std::function<std::pair<std::size_t, std::size_t>(int b)>;

@@ -261,14 +261,26 @@ void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard
   if (recv) ring_all_gather(c, work, block);
 }
 
-Request iall_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                    ReduceOp op, const CollectiveOptions& o) {
+namespace {
+Request call_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
+                        DataType t, ReduceOp op, const CollectiveOptions& o) {
   const char* name = "all_reduce";
   check_op(p, name, t, op);
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, count);
   check_all_reduce_algorithm(p, name, o.algorithm);
+  if (auto r = small_all_reduce(p, blocking, send, recv, count, t, op, o)) return *r;
   return p.start(name, o, t, op, [=](const Coll& c) { all_reduce(c, send, recv, count); });
+}
+}  // namespace
+
+Request iall_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                    ReduceOp op, const CollectiveOptions& o) {
+  return call_all_reduce(p, false, send, recv, count, t, op, o);
+}
+void blocking_all_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                         ReduceOp op, const CollectiveOptions& o) {
+  call_all_reduce(p, true, send, recv, count, t, op, o).wait();
 }
 
 Request iall_reduce_bucketed(CollectivePort& p, std::span<const MutableBuffer> buffers, DataType t,

@@ -17,9 +17,15 @@ void barrier(const Coll& c) {
   for (int k = 1; k < n; k <<= 1) c.sendrecv((r + k) % n, nullptr, 0, (r - k + n) % n, nullptr, 0);
 }
 
-Request ibarrier(CollectivePort& p, const CollectiveOptions& o) {
+namespace {
+Request call_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
   check_algorithm(p, "barrier", o.algorithm, {Algorithm::dissemination});
+  if (auto r = small_barrier(p, blocking, o)) return *r;
   return p.start("barrier", o, DataType::u8, ReduceOp::sum, [](const Coll& c) { barrier(c); });
 }
+}  // namespace
+
+Request ibarrier(CollectivePort& p, const CollectiveOptions& o) { return call_barrier(p, false, o); }
+void blocking_barrier(CollectivePort& p, const CollectiveOptions& o) { call_barrier(p, true, o).wait(); }
 
 }  // namespace nexar::detail::coll

@@ -64,13 +64,25 @@ void broadcast(const Coll& c, void* buf, std::size_t count, int root) {
   }
 }
 
-Request ibroadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
-                   const CollectiveOptions& o) {
+namespace {
+Request call_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t, int root,
+                       const CollectiveOptions& o) {
   const char* name = "broadcast";
   check_root(p, name, root);
   check_buffer(p, name, "", buf, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::tree, Algorithm::ring});
+  if (auto r = small_broadcast(p, blocking, buf, count, t, root, o)) return *r;
   return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) { broadcast(c, buf, count, root); });
+}
+}  // namespace
+
+Request ibroadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
+                   const CollectiveOptions& o) {
+  return call_broadcast(p, false, buf, count, t, root, o);
+}
+void blocking_broadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
+                        const CollectiveOptions& o) {
+  call_broadcast(p, true, buf, count, t, root, o).wait();
 }
 
 }  // namespace nexar::detail::coll

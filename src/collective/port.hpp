@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 namespace nexar::detail {
@@ -60,6 +61,36 @@ class CollectivePort {
   /// Errc::closed when the communicator is closed.
   virtual Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                         std::function<void(const Coll&)> body) = 0;
+
+  // ---- mailboxes: small blocking collectives inside one host (collective/small.cpp) ----
+  /// Largest message a mailbox holds.
+  static constexpr std::size_t kMailboxBytes = 448;
+  /// One blocking collective that runs through the mailboxes.
+  struct Ticket {
+    const char* op;  ///< names every error
+    std::uint64_t seq;
+    Clock::time_point deadline;
+  };
+  /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank at most
+  /// kMailboxBytes) is about to start: a Ticket if its messages go through the mailboxes
+  /// this rank shares with every other member (shared memory), nothing if it takes the
+  /// ordinary path. Every member answers alike for the same sequence of calls, blocking or
+  /// not (the communicator agrees on it with its members, through collectives it starts
+  /// here and waits for at the next such call), so the ranks never disagree on the path.
+  /// `blocking`: the caller runs it itself, without start(). Throws what start() throws.
+  /// By default there are none (a port inside a running collective, coll::SubPort).
+  virtual std::optional<Ticket> mailboxes(const char* /*op*/, std::size_t /*bytes*/, const CollectiveOptions&,
+                                          bool /*blocking*/) {
+    return std::nullopt;
+  }
+  /// Posts `len` bytes (at most the `bytes` of mailboxes()) as `t`'s message to rank `to`;
+  /// waits while the peer has not taken enough earlier messages. Throws nexar::Error: the
+  /// communicator revoked (a member failed), closed, or `t`'s deadline passed (naming `to`).
+  /// (Only called with a Ticket this port gave.)
+  virtual void post(const Ticket& t, int to, const void* data, std::size_t len);
+  /// Takes `t`'s message from rank `from` into `out`, waiting for it; it must be `len`
+  /// bytes (Errc::invalid_argument naming both sizes otherwise). Throws as post().
+  virtual void take(const Ticket& t, int from, void* out, std::size_t len);
 
  protected:
   ~CollectivePort() = default;

@@ -196,6 +196,20 @@ Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t 
   return coll::iscan(self(), send, recv, count, t, op, true, o);
 }
 Request Communicator::ibarrier(const CollectiveOptions& o) { return coll::ibarrier(self(), o); }
+
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                              const CollectiveOptions& o) {
+  BlockingCall b;
+  coll::blocking_all_reduce(self(), send, recv, count, t, op, o);
+}
+void Communicator::broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o) {
+  BlockingCall b;
+  coll::blocking_broadcast(self(), buf, count, t, root, o);
+}
+void Communicator::barrier(const CollectiveOptions& o) {
+  BlockingCall b;
+  coll::blocking_barrier(self(), o);
+}
 Request Communicator::iall_gather_v(const void* send, std::size_t send_count, void* recv,
                                     std::span<const std::size_t> counts,
                                     std::span<const std::size_t> displs, DataType t,

@@ -246,6 +246,11 @@ std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch
 
 Request Group::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                      std::function<void(const Coll&)> body) {
+  return start_task(name, o, t, op, std::move(body), t_blocking_calls > 0);
+}
+
+Request Group::start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+                          std::function<void(const Coll&)> body, bool caller_waits) {
   check_open(name);
   const Config& cfg = node_->config();
   const auto now = Clock::now();
@@ -260,7 +265,7 @@ Request Group::start(const char* name, const CollectiveOptions& o, DataType t, R
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
-  std::uint64_t id = runner().submit(t_blocking_calls > 0, CollectiveRunner::Task{
+  std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
       [c, st, body = std::move(body), node = node_.get()]() {
         try {
           Node::PollScope scope(*node);

@@ -88,6 +88,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void set_hosts(std::vector<std::uint64_t> ids) override { hosts_ = std::move(ids); }
   Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                 std::function<void(const Coll&)> body) override;
+  // The mailboxes (comm/group_mailboxes.cpp).
+  std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o,
+                                  bool blocking) override;
+  void post(const Ticket& t, int to, const void* data, std::size_t len) override;
+  void take(const Ticket& t, int from, void* out, std::size_t len) override;
+  /// Collectives this rank ran through the mailboxes so far (tests look).
+  std::uint64_t mailbox_collectives() const noexcept { return mailbox_seq_.load(std::memory_order_relaxed); }
 
   /// Collective: the members passing the same `color` form a new group ranked by (`key`,
   /// rank here); nullptr for a negative color.
@@ -139,6 +146,14 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void on_event(int failed_world, Errc code, const std::string& why);
   /// Throws the error that revoked the group, naming `op`.
   [[noreturn]] void throw_revoked(const char* op) const;
+  /// A call that could use the mailboxes while the members have not agreed on them: at the
+  /// 1st, 2nd, 4th ... such call it starts an agreement (a collective), and at the call after
+  /// that it waits for it. Returns the bytes up to which they apply from this call on (0:
+  /// not yet, or not every member shares memory with every other, or one turned it off).
+  std::size_t vote_mailboxes();
+  /// start(), with the caller running the collective when it waits for it (`caller_waits`).
+  Request start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+                     std::function<void(const Coll&)> body, bool caller_waits);
   /// Under FailurePolicy::automatic: `r`'s failure, when thrown to the application, marks
   /// the failure seen (the next call rebuilds). Returns `r`.
   Request watch_for_failure(Request r);
@@ -181,6 +196,18 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::uint64_t> agreements_{0};
   std::mutex rebuild_mu_;
   std::shared_ptr<Group> successor_;  // under FailurePolicy::automatic, once rebuilt
+  // The mailbox path. Its collectives are blocking calls, made by one thread at a time
+  // (collectives of one communicator are ordered), so the boxes need no lock: they are set
+  // before the limit is published and never change after.
+  std::atomic<std::uint64_t> mailbox_candidates_{0};  // calls that could have used it
+  std::atomic<std::uint64_t> mailbox_seq_{0};         // calls that did
+  std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
+  std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank
+  // The agreement in flight (vote_mailboxes): started at call number pending_at_ (0: none).
+  std::uint64_t mailbox_pending_at_ = 0;
+  Request mailbox_pending_;
+  std::uint64_t mailbox_vote_ = 0, mailbox_agreed_ = 0;
+  std::vector<Node::Mailboxes> mailbox_offered_;
 };
 
 /// Id of a group split from `parent` at its `seq`-th split with `color`: a 64-bit mix of

@@ -249,6 +249,7 @@ Config Config::from_env() {
   if (auto s = env("NEXAR_BULK_SCAVENGER")) c.bulk_scavenger = parse_bool("NEXAR_BULK_SCAVENGER", *s);
   if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
   env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
+  env_bytes("NEXAR_SHM_COLLECTIVE_BYTES", c.shm_collective_bytes);
   if (auto s = env("NEXAR_TOPOLOGY")) {
     try {
       c.topology = Topology::parse(*s);
@@ -328,6 +329,10 @@ void Config::validate() const {
     out_of_range("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", format_bytes(shm_ring_bytes),
                  "a power of two, 64 KiB .. 256 MiB");
   }
+  if (shm_collective_bytes > 448) {
+    out_of_range("shm_collective_bytes", "NEXAR_SHM_COLLECTIVE_BYTES", format_bytes(shm_collective_bytes),
+                 "0 .. 448 bytes");
+  }
   if (topology.kind == Topology::Kind::k_regular && (topology.k < 2 || topology.k % 2 != 0 || topology.k > 65536)) {
     out_of_range("topology", "NEXAR_TOPOLOGY", topology.to_string(), "k_regular:K with K even, 2 .. 65536");
   }
@@ -390,6 +395,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "bulk_scavenger = {}\n", bulk_scavenger ? "on" : "off");
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
+  fmt::format_to(it, "shm_collective_bytes = {}\n", format_bytes(shm_collective_bytes));
   fmt::format_to(it, "topology = {}\n", topology.to_string());
   fmt::format_to(it, "lazy_connect = {}\n", lazy_connect ? "on" : "off");
   if (relay_hop_limit == 0) {

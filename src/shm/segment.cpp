@@ -16,7 +16,7 @@ namespace nexar::shm {
 
 namespace {
 constexpr std::uint32_t kMagic = 0x4853584e;  // "NXSH"
-constexpr std::uint32_t kVersion = 2;
+constexpr std::uint32_t kVersion = 3;
 
 // The first 64 bytes: what the opener checks before it trusts the layout.
 struct Header {
@@ -29,11 +29,14 @@ constexpr std::size_t kHeaderBytes = 64;
 // Then each side's asleep word, on a line of its own: each is stored by one side and read
 // by the other on every write.
 constexpr std::size_t kAsleepBytes = 2 * 64;
+// Then a mailbox per direction (shm/mailbox.hpp), then the rings.
+constexpr std::size_t kMailboxBytes = 2 * Mailbox::footprint();
+static_assert(Mailbox::footprint() % 64 == 0);
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared words must be lock-free");
 
 std::size_t slot_bytes(std::size_t ring_bytes) { return (Ring::footprint(ring_bytes) + 63) & ~std::size_t{63}; }
 std::size_t total_bytes(std::size_t ring_bytes) {
-  return kHeaderBytes + kAsleepBytes + 2 * Segment::lanes * slot_bytes(ring_bytes);
+  return kHeaderBytes + kAsleepBytes + kMailboxBytes + 2 * Segment::lanes * slot_bytes(ring_bytes);
 }
 
 [[noreturn]] void fail_io(const char* what) {
@@ -61,6 +64,8 @@ Segment::Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes)
   auto* p = static_cast<std::uint8_t*>(base) + kHeaderBytes;
   for (int side = 0; side < 2; ++side) asleep_[side] = reinterpret_cast<std::atomic<std::uint32_t>*>(p + 64 * side);
   p += kAsleepBytes;
+  for (int dir = 0; dir < 2; ++dir) mailboxes_.emplace_back(p + dir * Mailbox::footprint());
+  p += kMailboxBytes;
   rings_.reserve(2 * lanes);
   for (int i = 0; i < 2 * lanes; ++i) rings_.emplace_back(p + i * slot_bytes(ring_bytes), ring_bytes);
 }
@@ -90,6 +95,7 @@ std::unique_ptr<Segment> Segment::create(std::size_t ring_bytes, std::uint64_t w
   h->lanes = lanes;
   auto seg = std::unique_ptr<Segment>(new Segment(fd, base, size, ring_bytes));
   for (int i = 0; i < 2 * lanes; ++i) seg->rings_[i].init(window);
+  for (auto& m : seg->mailboxes_) m.init();
   for (int side = 0; side < 2; ++side) seg->asleep(side).store(1, std::memory_order_release);
   return seg;
 }

@@ -3,9 +3,10 @@
 // maps the descriptor it receives, after checking that its size and header describe a
 // segment it can use.
 //
-// Besides the rings, each side has a word saying whether it may be asleep: a writer that
-// finds the reader's word set rings the reader's doorbell, and one that finds it clear
-// leaves the reader to find the bytes by polling (transport/shm_presence.hpp).
+// Besides the rings there is a mailbox per direction for the small messages of blocking
+// collectives (shm/mailbox.hpp), and each side has a word saying whether it may be asleep:
+// a writer that finds the reader's word set rings the reader's doorbell, and one that
+// finds it clear leaves the reader to find the bytes by polling (transport/shm_presence.hpp).
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "shm/mailbox.hpp"
 #include "shm/ring.hpp"
 
 namespace nexar::shm {
@@ -48,6 +50,8 @@ class Segment {
   /// Side `side`'s word (0: the creator's): non-zero while that side may sleep without
   /// looking at its rings, so whoever hands it work must ring its doorbell. Starts set.
   std::atomic<std::uint32_t>& asleep(int side) noexcept { return *asleep_[side]; }
+  /// The mailbox of small collective messages in direction `dir` (0: from the creator).
+  Mailbox& mailbox(int dir) noexcept { return mailboxes_[static_cast<std::size_t>(dir)]; }
 
  private:
   Segment(int fd, void* base, std::size_t size, std::size_t ring_bytes);
@@ -55,6 +59,7 @@ class Segment {
   void* base_;
   std::size_t size_;
   std::vector<Ring> rings_;
+  std::vector<Mailbox> mailboxes_;
   std::atomic<std::uint32_t>* asleep_[2];
 };
 

@@ -436,6 +436,10 @@ void Node::on_peer_closed(Peer& p) {
     }
   }
   if (rpc_) rpc_->on_peer_gone(p.rank(), p.gone_code(), p.gone_why());
+  {
+    std::lock_guard lk(mailbox_mu_);
+    departed_.emplace(p.rank(), std::make_pair(p.gone_code(), p.gone_why()));
+  }
   // Routes avoid it from now on (a failed relay's bytes are sent again around it).
   route_around(p.rank(), p.gone_code() == Errc::rank_failed);
   // A peer that went away in an orderly way is no failure, but an agreement waiting for it
@@ -508,7 +512,25 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
   }
 }
 
-void Node::on_shm_attached(int rank) { shm_peers_.push_back(rank); }
+void Node::on_shm_attached(int rank, const ShmLink& link) {
+  shm_peers_.push_back(rank);
+  std::lock_guard lk(mailbox_mu_);
+  if (mailboxes_.size() <= static_cast<std::size_t>(rank)) mailboxes_.resize(static_cast<std::size_t>(rank) + 1);
+  const int out = link.creator() ? 0 : 1;
+  mailboxes_[static_cast<std::size_t>(rank)] = {link.segment(), &link.segment()->mailbox(out), &link.segment()->mailbox(1 - out)};
+}
+
+std::optional<std::pair<Errc, std::string>> Node::departure(int r) const {
+  std::lock_guard lk(mailbox_mu_);
+  auto it = departed_.find(r);
+  if (it == departed_.end()) return std::nullopt;
+  return it->second;
+}
+
+Node::Mailboxes Node::mailboxes(int r) const {
+  std::lock_guard lk(mailbox_mu_);
+  return r >= 0 && static_cast<std::size_t>(r) < mailboxes_.size() ? mailboxes_[static_cast<std::size_t>(r)] : Mailboxes{};
+}
 
 bool Node::poll_shm() {
   bool moved = false;

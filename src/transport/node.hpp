@@ -312,7 +312,20 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
   void offer_shm(Peer& p);
   void on_shm_offer(Peer& p, std::string_view payload);
-  void on_shm_attached(int rank);
+  void on_shm_attached(int rank, const ShmLink& link);
+  /// The mailboxes of small collective messages (shm/mailbox.hpp) shared with world rank
+  /// `r`: `out` written by this rank, `in` by r; `segment` keeps them mapped. All null
+  /// until r's shared memory is attached (and always without it). Any thread.
+  struct Mailboxes {
+    std::shared_ptr<shm::Segment> segment;
+    shm::Mailbox* out = nullptr;
+    shm::Mailbox* in = nullptr;
+  };
+  Mailboxes mailboxes(int r) const;
+  /// Why world rank `r`'s connection ended in an orderly way (it closed; Errc::peer_closed
+  /// and the reason), for waits that no operation state of the node covers (the mailboxes);
+  /// nothing while it is up. Any thread.
+  std::optional<std::pair<Errc, std::string>> departure(int r) const;
   /// Moves bytes through the shared-memory rings of every peer on this host; returns
   /// whether any moved. Engine lock held.
   bool poll_shm();
@@ -502,6 +515,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   bool socket_busy_ = false;         // poll(): the last read of the socket found packets
   std::uint32_t socket_skips_ = 0;   // poll(): calls that could skip the socket
   std::vector<int> shm_peers_;
+  mutable std::mutex mailbox_mu_;
+  std::vector<Mailboxes> mailboxes_;  // by world rank, under mailbox_mu_
+  std::map<int, std::pair<Errc, std::string>> departed_;  // under mailbox_mu_
   std::uint64_t host_id_ = 0;
   int formed_;                  // world size at formation (topology)
   std::vector<char> down_;      // engine thread: ranks routes avoid

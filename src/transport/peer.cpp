@@ -170,7 +170,7 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
     shm_->start_sending(i);
     if (shm_in_[i]) shm_->start_reading(i);
   }
-  node_.on_shm_attached(rank_);
+  node_.on_shm_attached(rank_, *shm_);
   // The peer may have switched and written before we held the segment.
   shm_->ring_self();
   log::info("rank {}: peer {} is on this host: message lanes through shared memory", node_.rank(), rank_);

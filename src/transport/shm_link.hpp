@@ -92,6 +92,9 @@ class ShmLink {
   void fail_pending(Errc code, const std::string& why);
 
   shm::Ring& in(int i) const noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
+  const std::shared_ptr<shm::Segment>& segment() const noexcept { return seg_; }
+  /// This side made the segment (it writes direction 0).
+  bool creator() const noexcept { return creator_; }
   /// The peer switched lane `i` to its ring: this side reads it from now on.
   void start_reading(int i) noexcept { reading_.fetch_or(1u << i, std::memory_order_relaxed); }
   bool reading(int i) const noexcept { return (reading_.load(std::memory_order_relaxed) >> i) & 1u; }

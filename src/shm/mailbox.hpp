@@ -1,0 +1,75 @@
+// Small messages of blocking collectives between two ranks of one host, one direction: a
+// handful of slots in the pair's shared segment, each holding at most one message of up
+// to kPayload bytes labelled with a key (the communicator) and a sequence number (the
+// collective's number on it). Any thread of the writing process posts into a free slot; a
+// thread of the reading process takes the message with the key and number it waits for,
+// wherever it lies. There is no ring, no framing and no engine in the way: a post is one
+// compare-and-swap, a copy and a store, a take is a scan of the slots, a copy and a store.
+//
+// Waiting: two counters (messages posted, messages taken) are futex words, so a waiter
+// that stops spinning sleeps on the counter it needs to change and is woken by the other
+// process. The other process can write anything into the shared memory at any time: a
+// length it wrote is checked before it is used, and a counter it does not advance only
+// makes a waiter wait until its own deadline.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace nexar::shm {
+
+class Mailbox {
+ public:
+  static constexpr std::size_t kSlots = 16;
+  static constexpr std::size_t kSlotBytes = 512;
+  /// Largest message a slot holds (the rest of the slot is its label).
+  static constexpr std::size_t kPayload = kSlotBytes - 64;
+
+  /// Shared bytes one mailbox occupies (64-byte aligned).
+  static constexpr std::size_t footprint() noexcept { return 2 * 64 + kSlots * kSlotBytes; }
+
+  /// A view of the mailbox at `base` (footprint() bytes, 64-byte aligned).
+  explicit Mailbox(void* base) noexcept;
+  /// Empties every slot and zeroes the counters; the creator calls it once, before the other
+  /// process maps the memory.
+  void init() noexcept;
+
+  // ---- writer ----
+  /// Posts `len` bytes (at most kPayload) as message (`key`, `seq`) into a free slot; false
+  /// if every slot is in use (wait on taken() and try again).
+  bool try_post(std::uint64_t key, std::uint64_t seq, const void* data, std::size_t len) noexcept;
+
+  // ---- reader ----
+  /// What try_take found.
+  enum class Take { absent, taken, wrong_length };
+  /// If message (`key`, `seq`) is there and `want` bytes long, copies it into `out` and
+  /// frees its slot: Take::taken. Take::absent if it is not there yet. Take::wrong_length
+  /// if it has another length (set in `len`): nothing is copied, the slot is freed (the
+  /// ranks disagree on the operation). Also frees messages of `key` numbered below `seq`:
+  /// left by collectives that failed on this side after the writer posted.
+  Take try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want, std::size_t& len) noexcept;
+
+  // ---- waiting (either side) ----
+  /// Counters of messages posted and taken so far (wrapping). Read one before trying, then
+  /// wait on the same value: a change in between is not missed.
+  std::uint32_t posted() const noexcept;
+  std::uint32_t taken() const noexcept;
+  /// Sleeps until posted() (or taken()) differs from `seen`, for at most `timeout`
+  /// (spurious returns are allowed: try again, then wait again).
+  void wait_posted(std::uint32_t seen, std::chrono::microseconds timeout) noexcept;
+  void wait_taken(std::uint32_t seen, std::chrono::microseconds timeout) noexcept;
+
+ private:
+  struct Counter;
+  struct Slot;
+  static void wait_on(Counter& c, std::uint32_t seen, std::chrono::microseconds timeout) noexcept;
+  static void bump(Counter& c) noexcept;
+
+  Counter* posted_;
+  Counter* taken_;
+  Slot* slots_;
+};
+
+}  // namespace nexar::shm

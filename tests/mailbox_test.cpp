@@ -1,0 +1,172 @@
+// shm::Mailbox: the slots that carry the small messages of blocking collectives between two
+// ranks of a host. A message comes out as it went in, only for its own key and number;
+// older messages of a key are dropped; a length the ranks disagree on is reported without
+// copying; full slots hold the writer back; a sleeping waiter is woken through a second
+// mapping of the memory (as another process maps it); writers and readers of several keys
+// at once never mix their messages up.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shm/segment.hpp"
+
+using nexar::shm::Mailbox;
+using nexar::shm::Segment;
+using Take = Mailbox::Take;
+
+namespace {
+
+std::unique_ptr<Segment> make() { return Segment::create(Segment::min_ring, Segment::min_ring); }
+
+Take take(Mailbox& m, std::uint64_t key, std::uint64_t seq, std::string& out, std::size_t want) {
+  out.assign(want, '?');
+  std::size_t len = 0;
+  Take t = m.try_take(key, seq, out.data(), want, len);
+  if (t == Take::wrong_length) out = std::to_string(len);
+  return t;
+}
+
+}  // namespace
+
+TEST(Mailbox, MessageComesOutOnceForItsKeyAndNumber) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  const std::uint32_t posted = m.posted();
+  ASSERT_TRUE(m.try_post(7, 1, "hello", 5));
+  EXPECT_EQ(m.posted(), posted + 1);
+  std::string out;
+  EXPECT_EQ(take(m, 8, 1, out, 5), Take::absent);  // another key
+  EXPECT_EQ(take(m, 7, 2, out, 5), Take::absent);  // not posted yet; number 1 is older: dropped
+  EXPECT_EQ(take(m, 7, 1, out, 5), Take::absent);
+  ASSERT_TRUE(m.try_post(7, 3, "world", 5));
+  const std::uint32_t taken = m.taken();
+  EXPECT_EQ(take(m, 7, 3, out, 5), Take::taken);
+  EXPECT_EQ(out, "world");
+  EXPECT_EQ(m.taken(), taken + 1);
+  EXPECT_EQ(take(m, 7, 3, out, 5), Take::absent);
+  // The other direction is another mailbox.
+  ASSERT_TRUE(seg->mailbox(1).try_post(7, 4, "", 0));
+  EXPECT_EQ(take(m, 7, 4, out, 0), Take::absent);
+  EXPECT_EQ(take(seg->mailbox(1), 7, 4, out, 0), Take::taken);
+}
+
+TEST(Mailbox, LaterMessagesWaitAndOtherKeysStay) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  ASSERT_TRUE(m.try_post(1, 5, "a", 1));
+  ASSERT_TRUE(m.try_post(1, 6, "b", 1));
+  ASSERT_TRUE(m.try_post(2, 1, "c", 1));
+  std::string out;
+  EXPECT_EQ(take(m, 1, 5, out, 1), Take::taken);
+  EXPECT_EQ(out, "a");
+  EXPECT_EQ(take(m, 2, 1, out, 1), Take::taken);
+  EXPECT_EQ(out, "c");
+  EXPECT_EQ(take(m, 1, 6, out, 1), Take::taken);
+  EXPECT_EQ(out, "b");
+}
+
+TEST(Mailbox, WrongLengthIsReportedNotCopied) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  ASSERT_TRUE(m.try_post(3, 1, "12345678", 8));
+  std::string out;
+  EXPECT_EQ(take(m, 3, 1, out, 4), Take::wrong_length);
+  EXPECT_EQ(out, "8");
+  EXPECT_EQ(take(m, 3, 1, out, 8), Take::absent);  // freed
+  EXPECT_FALSE(m.try_post(3, 2, std::string(Mailbox::kPayload + 1, 'x').data(), Mailbox::kPayload + 1));
+  ASSERT_TRUE(m.try_post(3, 2, std::string(Mailbox::kPayload, 'x').data(), Mailbox::kPayload));
+  EXPECT_EQ(take(m, 3, 2, out, Mailbox::kPayload), Take::taken);
+  EXPECT_EQ(out, std::string(Mailbox::kPayload, 'x'));
+}
+
+TEST(Mailbox, FullSlotsHoldTheWriterBack) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  for (std::uint64_t i = 1; i <= Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(9, i, &i, sizeof i)) << i;
+  std::uint64_t x = 0;
+  EXPECT_FALSE(m.try_post(9, Mailbox::kSlots + 1, &x, sizeof x));
+  std::size_t len = 0;
+  ASSERT_EQ(m.try_take(9, 1, &x, sizeof x, len), Take::taken);
+  EXPECT_EQ(x, 1u);
+  x = Mailbox::kSlots + 1;
+  EXPECT_TRUE(m.try_post(9, x, &x, sizeof x));
+}
+
+// A reader asleep on one mapping is woken by a post through another (the way two
+// processes map the segment), well before its timeout.
+TEST(Mailbox, SleeperIsWokenThroughAnotherMapping) {
+  auto seg = make();
+  auto other = Segment::open(::dup(seg->fd()));
+  Mailbox& reader = seg->mailbox(0);
+  Mailbox& writer = other->mailbox(0);
+  std::thread w([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    writer.try_post(1, 1, "x", 1);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string out;
+  for (;;) {
+    const std::uint32_t seen = reader.posted();
+    if (take(reader, 1, 1, out, 1) == Take::taken) break;
+    reader.wait_posted(seen, std::chrono::seconds(20));
+  }
+  w.join();
+  EXPECT_EQ(out, "x");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// Two writer threads and two reader threads, one key each, through two mappings: every
+// message arrives, in number order, with its own contents.
+TEST(Mailbox, SeveralKeysAtOnceNeverMix) {
+  auto seg = make();
+  auto other = Segment::open(::dup(seg->fd()));
+  constexpr std::uint64_t kCount = 20000;
+  std::vector<std::thread> ts;
+  std::array<std::string, 2> errors;
+  for (int k = 0; k < 2; ++k) {
+    ts.emplace_back([&, k] {
+      Mailbox& m = seg->mailbox(0);
+      for (std::uint64_t i = 1; i <= kCount; ++i) {
+        std::array<std::uint64_t, 4> msg{static_cast<std::uint64_t>(k), i, i * 3, ~i};
+        for (;;) {
+          const std::uint32_t seen = m.taken();
+          if (m.try_post(static_cast<std::uint64_t>(k) + 100, i, msg.data(), sizeof msg)) break;
+          m.wait_taken(seen, std::chrono::milliseconds(10));
+        }
+      }
+    });
+    ts.emplace_back([&, k] {
+      Mailbox& m = other->mailbox(0);
+      for (std::uint64_t i = 1; i <= kCount; ++i) {
+        std::array<std::uint64_t, 4> msg{};
+        std::size_t len = 0;
+        for (;;) {
+          const std::uint32_t seen = m.posted();
+          Take t = m.try_take(static_cast<std::uint64_t>(k) + 100, i, msg.data(), sizeof msg, len);
+          if (t == Take::taken) break;
+          if (t == Take::wrong_length) {
+            errors[static_cast<std::size_t>(k)] = "wrong length";
+            return;
+          }
+          m.wait_posted(seen, std::chrono::milliseconds(10));
+        }
+        if (msg != std::array<std::uint64_t, 4>{static_cast<std::uint64_t>(k), i, i * 3, ~i}) {
+          errors[static_cast<std::size_t>(k)] = "message " + std::to_string(i) + " wrong";
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}

@@ -1,0 +1,265 @@
+// The mailbox path of small all_reduce, broadcast and barrier (collective/small.cpp,
+// comm/group_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
+// against the plain-loop references, with results bitwise equal on every rank; the path is
+// taken up to the agreed size and not beyond; blocking and non-blocking calls meet each
+// other; communicators used at once from several threads keep their messages apart; ranks
+// that disagree on the size, a rank that never comes and a rank that closes all give errors
+// that name the peer.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collective_support.hpp"
+#include "comm/group.hpp"
+#include "core/access.hpp"
+
+using namespace nexar;
+using namespace nexar::coll_test;
+
+namespace {
+
+std::uint64_t via_mailboxes(const Communicator& c) { return detail::Access::group(c)->mailbox_collectives(); }
+
+// Runs `fn(rank)` on a fresh local world of `n` ranks made with `cfg`, one thread per rank.
+void with_world(int n, const Config& cfg, const std::function<void(std::vector<Communicator>&, int)>& fn) {
+  auto comms = bootstrap_local(n, cfg);
+  run_ranks(comms, "world of " + std::to_string(n), [&](int r) { fn(comms, r); });
+  for (auto& c : comms) c.close();
+}
+
+template <class T>
+void check_all_reduce(std::vector<Communicator>& w, DataType t, ReduceOp op, std::size_t count, bool blocking) {
+  const int n = static_cast<int>(w.size());
+  std::vector<std::vector<T>> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    in[static_cast<std::size_t>(r)] = gen<T>(count, op, Data::random, mix(static_cast<std::uint64_t>(r), count));
+    out[static_cast<std::size_t>(r)].assign(count, T{});
+  }
+  const std::string ctx = std::string(to_string(t)) + " " + to_string(op) + " x" + std::to_string(count) +
+                          (blocking ? " blocking" : " non-blocking") + ", " + std::to_string(n) + " ranks";
+  run_ranks(w, ctx, [&](int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    const void* s = in[static_cast<std::size_t>(r)].data();
+    void* d = out[static_cast<std::size_t>(r)].data();
+    if (blocking) {
+      c.all_reduce(s, d, count, t, op);
+    } else {
+      c.iall_reduce(s, d, count, t, op).wait();
+    }
+  });
+  for (int r = 0; r < n; ++r) {
+    check_elements(ctx, r, "recv", out[static_cast<std::size_t>(r)].data(), count,
+                   [&](std::size_t i) { return reference(in, i, op, 0, n, Data::random); });
+    check_bytes(ctx, r, "recv vs rank 0", reinterpret_cast<const std::byte*>(out[static_cast<std::size_t>(r)].data()),
+                reinterpret_cast<const std::byte*>(out[0].data()), count * sizeof(T), sizeof(T));
+  }
+}
+
+}  // namespace
+
+// Every dtype and op, odd world sizes, 0, 1, odd and the largest counts that fit.
+TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
+  for (int n : {2, 3, 4}) {
+    auto& w = pooled_world(n);
+    const std::uint64_t before = via_mailboxes(w[0]);
+    for (DataType t : all_dtypes) {
+      with_type(t, [&]<class T>(std::type_identity<T>) {
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
+          if (op == ReduceOp::avg && !is_float_v<T>) continue;
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, 448 / sizeof(T)}) {
+            check_all_reduce<T>(w, t, op, count, true);
+            check_all_reduce<T>(w, t, op, count, false);
+          }
+        }
+      });
+    }
+    EXPECT_GT(via_mailboxes(w[0]), before + 100) << n << " ranks: the mailbox path was not taken";
+  }
+}
+
+TEST(SmallCollective, BroadcastAndBarrier) {
+  auto& w = pooled_world(3);
+  for (int root = 0; root < 3; ++root) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{111}}) {
+      std::vector<std::vector<std::uint32_t>> data(3);
+      for (int r = 0; r < 3; ++r)
+        data[static_cast<std::size_t>(r)] = gen<std::uint32_t>(count, ReduceOp::sum, Data::random,
+                                                               mix(static_cast<std::uint64_t>(r), count));
+      const auto want = data[static_cast<std::size_t>(root)];
+      run_ranks(w, "broadcast", [&](int r) {
+        auto& c = w[static_cast<std::size_t>(r)];
+        c.barrier();
+        if (r % 2) {
+          c.broadcast(std::span<std::uint32_t>(data[static_cast<std::size_t>(r)]), root);
+        } else {
+          c.ibroadcast(std::span<std::uint32_t>(data[static_cast<std::size_t>(r)]), root).wait();
+        }
+        c.ibarrier().wait();
+      });
+      for (int r = 0; r < 3; ++r) EXPECT_EQ(data[static_cast<std::size_t>(r)], want) << "root " << root << " rank " << r;
+    }
+  }
+}
+
+// Beyond the agreed size (the setting; the smallest any member allows) the ordinary path
+// runs, and a setting of 0 turns the path off.
+TEST(SmallCollective, OnlyUpToTheAgreedSize) {
+  Config cfg = test_config();
+  with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    std::vector<float> a(113, 1.0f);  // 452 bytes: over the largest size
+    for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), 112), ReduceOp::sum);
+    const std::uint64_t at = via_mailboxes(c);
+    EXPECT_GT(at, 0u);
+    c.all_reduce(std::span<float>(a), ReduceOp::sum);
+    EXPECT_EQ(via_mailboxes(c), at);
+    EXPECT_EQ(a[0], 32.0f);
+    EXPECT_EQ(a[112], 2.0f);
+  });
+  // A setting of 16 bytes: 16 go through, 20 do not.
+  cfg.shm_collective_bytes = 16;
+  with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    std::vector<float> a(5, 1.0f);
+    for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), 4), ReduceOp::max);
+    const std::uint64_t at = via_mailboxes(c);
+    EXPECT_GT(at, 0u);
+    c.all_reduce(std::span<float>(a), ReduceOp::max);
+    EXPECT_EQ(via_mailboxes(c), at);
+  });
+  cfg.shm_collective_bytes = 0;
+  with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    int x = r + 1;
+    for (int i = 0; i < 8; ++i) c.all_reduce(std::span<int>(&x, 1), ReduceOp::max);
+    EXPECT_EQ(x, 2);
+    EXPECT_EQ(via_mailboxes(c), 0u);
+  });
+}
+
+// Rank 0 calls the blocking forms, rank 1 the non-blocking ones and waits; both meet, in
+// order, with non-blocking calls of both kinds in flight meanwhile.
+TEST(SmallCollective, BlockingMeetsNonBlocking) {
+  auto& w = pooled_world(2);
+  std::vector<std::vector<double>> got(2, std::vector<double>(40));
+  run_ranks(w, "mixed forms", [&](int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    for (int i = 0; i < 40; ++i) {
+      double x = r * 100 + i, big_out[64];
+      double big[64];
+      for (double& b : big) b = r + i;
+      Request pending = c.iall_reduce(big, big_out, 64, DataType::f64, ReduceOp::sum);  // 512 bytes: ordinary
+      if (r == 0) {
+        c.all_reduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
+        c.barrier();
+      } else {
+        Request a = c.iall_reduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
+        Request b = c.ibarrier();
+        b.wait();
+        a.wait();
+      }
+      pending.wait();
+      got[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = x;
+      if (big_out[63] != 1 + 2 * i) throw std::runtime_error("large all_reduce wrong at " + std::to_string(i));
+    }
+  });
+  for (int i = 0; i < 40; ++i) {
+    EXPECT_EQ(got[0][static_cast<std::size_t>(i)], 100 + 2 * i);
+    EXPECT_EQ(got[1][static_cast<std::size_t>(i)], 100 + 2 * i);
+  }
+}
+
+// The world and two halves split from it, each driven by its own thread on every rank at
+// the same time: each communicator's messages reach only its own collectives.
+TEST(SmallCollective, CommunicatorsAtOnceKeepApart) {
+  auto comms = bootstrap_local(4, test_config());
+  std::vector<Communicator> halves(4);
+  run_ranks(comms, "split", [&](int r) { halves[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(r % 2, r); });
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 4; ++r) {
+    for (int which = 0; which < 2; ++which) {
+      ts.emplace_back([&, r, which] {
+        Communicator& c = which == 0 ? comms[static_cast<std::size_t>(r)] : halves[static_cast<std::size_t>(r)];
+        try {
+          for (int i = 0; i < 500; ++i) {
+            std::int64_t x[3] = {r, i, which};
+            c.all_reduce(std::span<std::int64_t>(x), ReduceOp::sum);
+            const std::int64_t ranks = which == 0 ? 0 + 1 + 2 + 3 : (r % 2 == 0 ? 0 + 2 : 1 + 3);
+            const std::int64_t m = which == 0 ? 4 : 2;
+            if (x[0] != ranks || x[1] != m * i || x[2] != m * which)
+              throw std::runtime_error("iteration " + std::to_string(i) + " wrong");
+          }
+          if (via_mailboxes(c) == 0) throw std::runtime_error("no mailbox collectives");
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(2 * r + which)] = e.what();
+        }
+      });
+    }
+  }
+  for (auto& t : ts) t.join();
+  for (std::size_t i = 0; i < errors.size(); ++i) EXPECT_EQ(errors[i], "") << "rank " << i / 2 << " comm " << i % 2;
+  for (auto& c : halves) c.close();
+  for (auto& c : comms) c.close();
+}
+
+// Ranks that pass different counts get an error naming both sizes, not wrong data; a rank
+// that never comes makes the other fail at its deadline, naming it.
+TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
+  auto comms = bootstrap_local(2, test_config());
+  run_ranks(comms, "warm", [&](int r) {
+    int x = r;
+    for (int i = 0; i < 4; ++i) comms[static_cast<std::size_t>(r)].all_reduce(std::span<int>(&x, 1), ReduceOp::sum);
+  });
+  CollectiveOptions o;
+  o.timeout = std::chrono::milliseconds(500);
+  auto f = std::async(std::launch::async, [&] {
+    int y[3] = {1, 2, 3};
+    comms[1].all_reduce(std::span<int>(y), ReduceOp::sum, o);
+  });
+  int x[2] = {1, 2};
+  try {
+    comms[0].all_reduce(std::span<int>(x), ReduceOp::sum, o);
+    ADD_FAILURE() << "rank 0: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 sent 12 bytes, this rank expects 8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(f.get(), Error);
+  try {
+    comms[0].barrier(o);
+    ADD_FAILURE() << "rank 0: no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("waiting for rank 1"), std::string::npos) << e.what();
+  }
+  for (auto& c : comms) c.close();
+}
+
+// A rank that closes while another waits for its part: the waiter fails at once (not at
+// its deadline), naming it.
+TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
+  auto comms = bootstrap_local(2, test_config());
+  run_ranks(comms, "warm", [&](int r) {
+    for (int i = 0; i < 4; ++i) comms[static_cast<std::size_t>(r)].barrier();
+  });
+  ASSERT_GT(via_mailboxes(comms[0]), 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = std::async(std::launch::async, [&] { comms[0].barrier(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  comms[1].close();
+  try {
+    f.get();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == Errc::peer_closed || e.code() == Errc::rank_failed || e.code() == Errc::revoked)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("peer 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // op_timeout is 60 s
+  comms[0].close();
+}
