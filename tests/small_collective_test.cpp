@@ -70,7 +70,7 @@ TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
       with_type(t, [&]<class T>(std::type_identity<T>) {
         for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
           if (op == ReduceOp::avg && !is_float_v<T>) continue;
-          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, 448 / sizeof(T)}) {
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, detail::CollectivePort::kMailboxBytes / sizeof(T)}) {
             check_all_reduce<T>(w, t, op, count, true);
             check_all_reduce<T>(w, t, op, count, false);
           }
@@ -111,14 +111,15 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   Config cfg = test_config();
   with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    std::vector<float> a(113, 1.0f);  // 452 bytes: over the largest size
-    for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), 112), ReduceOp::sum);
+    constexpr std::size_t most = detail::CollectivePort::kMailboxBytes / sizeof(float);
+    std::vector<float> a(most + 1, 1.0f);  // one element over the largest size
+    for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), most), ReduceOp::sum);
     const std::uint64_t at = via_mailboxes(c);
     EXPECT_GT(at, 0u);
     c.all_reduce(std::span<float>(a), ReduceOp::sum);
     EXPECT_EQ(via_mailboxes(c), at);
     EXPECT_EQ(a[0], 32.0f);
-    EXPECT_EQ(a[112], 2.0f);
+    EXPECT_EQ(a[most], 2.0f);
   });
   // A setting of 16 bytes: 16 go through, 20 do not.
   cfg.shm_collective_bytes = 16;
@@ -141,6 +142,24 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   });
 }
 
+// With many ranks each part goes out n-1 times: past 64 KiB in all the ordinary
+// algorithms take over (10 ranks: 7600 bytes do not go through the mailboxes, 4000 do).
+TEST(SmallCollective, ManyRanksFanOutLess) {
+  with_world(10, test_config(), [&](std::vector<Communicator>& w, int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    std::vector<float> a(1900, 1.0f), b(1000, 2.0f);
+    for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(b.data(), 1), ReduceOp::max);
+    const std::uint64_t at = via_mailboxes(c);
+    EXPECT_GT(at, 0u);
+    c.all_reduce(std::span<float>(a), ReduceOp::sum);
+    EXPECT_EQ(via_mailboxes(c), at);
+    c.all_reduce(std::span<float>(b), ReduceOp::sum);
+    EXPECT_EQ(via_mailboxes(c), at + 1);
+    EXPECT_EQ(a[1899], 10.0f);
+    EXPECT_EQ(b[999], 20.0f);
+  });
+}
+
 // Rank 0 calls the blocking forms, rank 1 the non-blocking ones and waits; both meet, in
 // order, with non-blocking calls of both kinds in flight meanwhile.
 TEST(SmallCollective, BlockingMeetsNonBlocking) {
@@ -149,10 +168,10 @@ TEST(SmallCollective, BlockingMeetsNonBlocking) {
   run_ranks(w, "mixed forms", [&](int r) {
     auto& c = w[static_cast<std::size_t>(r)];
     for (int i = 0; i < 40; ++i) {
-      double x = r * 100 + i, big_out[64];
-      double big[64];
-      for (double& b : big) b = r + i;
-      Request pending = c.iall_reduce(big, big_out, 64, DataType::f64, ReduceOp::sum);  // 512 bytes: ordinary
+      constexpr std::size_t kBig = detail::CollectivePort::kMailboxBytes / sizeof(double) + 1;  // ordinary
+      double x = r * 100 + i;
+      std::vector<double> big(kBig, r + i), big_out(kBig);
+      Request pending = c.iall_reduce(big.data(), big_out.data(), kBig, DataType::f64, ReduceOp::sum);
       if (r == 0) {
         c.all_reduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
         c.barrier();
@@ -164,7 +183,7 @@ TEST(SmallCollective, BlockingMeetsNonBlocking) {
       }
       pending.wait();
       got[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = x;
-      if (big_out[63] != 1 + 2 * i) throw std::runtime_error("large all_reduce wrong at " + std::to_string(i));
+      if (big_out[kBig - 1] != 1 + 2 * i) throw std::runtime_error("large all_reduce wrong at " + std::to_string(i));
     }
   });
   for (int i = 0; i < 40; ++i) {

@@ -441,14 +441,12 @@ class Communicator {
   Request iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
                                  ErrorFeedback& state, const CollectiveOptions& o = {});
 
-  /// Blocking forms: the non-blocking call followed by wait(), with one difference for
-  /// all_reduce, broadcast and barrier. When every rank of the communicator shares memory
-  /// with every other (one host, Config::shm), the small ones (up to
-  /// Config::shm_collective_bytes per rank, algorithm automatic) run in the calling thread
-  /// through mailboxes in shared memory, which no non-blocking call uses. So, as in MPI,
-  /// a blocking collective matches only the same blocking collective on the other ranks:
-  /// one rank's all_reduce() and another's iall_reduce().wait() may not meet (each then
-  /// fails at its deadline). Errors as the non-blocking forms.
+  /// Blocking forms: the non-blocking call followed by wait(), in effect. When every rank
+  /// of the communicator shares memory with every other (one host, Config::shm), small
+  /// all_reduce, broadcast and barrier calls (up to Config::shm_collective_bytes per rank,
+  /// algorithm automatic) go through mailboxes in shared memory, and the blocking forms
+  /// run them in the calling thread; a blocking call still meets a non-blocking one on
+  /// another rank. Contracts and errors as the non-blocking forms.
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
                   const CollectiveOptions& o = {});
   void broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o = {});

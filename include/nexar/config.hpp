@@ -119,12 +119,14 @@ struct Config {
   /// Bytes of each shared-memory ring: one per message lane and direction between two
   /// ranks of a host (NEXAR_SHM_RING_BYTES). A power of two, 64 KiB .. 256 MiB.
   std::uint64_t shm_ring_bytes = 1024 * 1024;
-  /// Blocking all_reduce, broadcast and barrier of at most this many bytes per rank, on a
-  /// communicator whose members all share memory with each other, go through small
-  /// mailboxes in shared memory, run by the calling thread, instead of through the
-  /// collective lane and the collective thread (NEXAR_SHM_COLLECTIVE_BYTES; 0 disables;
-  /// at most 448). The members agree on it: the smallest value among them applies.
-  std::uint64_t shm_collective_bytes = 448;
+  /// all_reduce, broadcast and barrier of at most this many bytes per rank (algorithm
+  /// automatic), on a communicator whose members all share memory with each other, go
+  /// through mailboxes in shared memory instead of the collective lane; a blocking call
+  /// runs them in the calling thread (NEXAR_SHM_COLLECTIVE_BYTES; 0 disables; at most
+  /// 8128). The members agree on it: the smallest value among them applies. With more than
+  /// 9 ranks a smaller size applies too, at most 64 KiB / (ranks - 1): each rank copies its
+  /// part to every other.
+  std::uint64_t shm_collective_bytes = 8128;
   /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
   /// see Topology. Every rank of a job must use the same.
   Topology topology;

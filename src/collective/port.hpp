@@ -64,7 +64,7 @@ class CollectivePort {
 
   // ---- mailboxes: small blocking collectives inside one host (collective/small.cpp) ----
   /// Largest message a mailbox holds.
-  static constexpr std::size_t kMailboxBytes = 448;
+  static constexpr std::size_t kMailboxBytes = 8128;
   /// One blocking collective that runs through the mailboxes.
   struct Ticket {
     const char* op;  ///< names every error

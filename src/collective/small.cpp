@@ -28,6 +28,8 @@ namespace {
 
 using Ticket = CollectivePort::Ticket;
 
+constexpr std::size_t kFanOutBytes = std::size_t{64} << 10;
+
 // Runs `body` here (blocking: the caller waits anyway, so no collective thread, operation
 // state or Request is needed) or as a collective of the port.
 template <class Body>
@@ -70,7 +72,11 @@ void exchange_all_reduce(CollectivePort& p, const Ticket& t, const void* send, v
 
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
                                                    const CollectiveOptions& o, bool blocking) {
-  if (o.algorithm != Algorithm::automatic || p.size() < 2 || bytes > CollectivePort::kMailboxBytes)
+  // Each rank copies its part out n-1 times: beyond kFanOutBytes in all, the ordinary
+  // algorithms (about twice the part, in log2(n) or 2(n-1) steps) move less.
+  const std::size_t others = static_cast<std::size_t>(p.size() - 1);
+  if (o.algorithm != Algorithm::automatic || others == 0 || bytes > CollectivePort::kMailboxBytes ||
+      bytes * others > kFanOutBytes)
     return std::nullopt;
   return p.mailboxes(op, bytes, o, blocking);
 }
