@@ -7,6 +7,7 @@
 // that name the peer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <string>
@@ -70,7 +71,11 @@ TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
       with_type(t, [&]<class T>(std::type_identity<T>) {
         for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
           if (op == ReduceOp::avg && !is_float_v<T>) continue;
-          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, detail::CollectivePort::kMailboxBytes / sizeof(T)}) {
+          // Empty, one element, odd, the most one round takes, the least two rounds take,
+          // odd again, and the most two rounds take (a block of 8 KiB each).
+          const std::size_t one = 4096 / sizeof(T);
+          const std::size_t two = std::min<std::size_t>(65536, n * detail::CollectivePort::kMailboxBytes) / sizeof(T);
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, one, one + 1, std::size_t{999}, two}) {
             check_all_reduce<T>(w, t, op, count, true);
             check_all_reduce<T>(w, t, op, count, false);
           }
@@ -111,7 +116,8 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   Config cfg = test_config();
   with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    constexpr std::size_t most = detail::CollectivePort::kMailboxBytes / sizeof(float);
+    // 2 ranks: two rounds of one 8 KiB block each at most.
+    constexpr std::size_t most = 2 * detail::CollectivePort::kMailboxBytes / sizeof(float);
     std::vector<float> a(most + 1, 1.0f);  // one element over the largest size
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), most), ReduceOp::sum);
     const std::uint64_t at = via_mailboxes(c);
@@ -142,12 +148,12 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   });
 }
 
-// With many ranks each part goes out n-1 times: past 64 KiB in all the ordinary
-// algorithms take over (10 ranks: 7600 bytes do not go through the mailboxes, 4000 do).
-TEST(SmallCollective, ManyRanksFanOutLess) {
+// However many ranks share the blocks, past 64 KiB per rank the ordinary algorithms take
+// over (10 ranks: 65600 bytes do not go through the mailboxes, 64000 do).
+TEST(SmallCollective, LargerCallsTakeTheOrdinaryPath) {
   with_world(10, test_config(), [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    std::vector<float> a(1900, 1.0f), b(1000, 2.0f);
+    std::vector<float> a(16400, 1.0f), b(16000, 2.0f);
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(b.data(), 1), ReduceOp::max);
     const std::uint64_t at = via_mailboxes(c);
     EXPECT_GT(at, 0u);
@@ -155,23 +161,26 @@ TEST(SmallCollective, ManyRanksFanOutLess) {
     EXPECT_EQ(via_mailboxes(c), at);
     c.all_reduce(std::span<float>(b), ReduceOp::sum);
     EXPECT_EQ(via_mailboxes(c), at + 1);
-    EXPECT_EQ(a[1899], 10.0f);
-    EXPECT_EQ(b[999], 20.0f);
+    EXPECT_EQ(a[16399], 10.0f);
+    EXPECT_EQ(b[15999], 20.0f);
   });
 }
 
 // Rank 0 calls the blocking forms, rank 1 the non-blocking ones and waits; both meet, in
-// order, with non-blocking calls of both kinds in flight meanwhile.
+// order, with non-blocking calls in flight meanwhile (an ordinary one, and one through the
+// mailboxes, which rank 0's blocking calls then follow on the collective thread).
 TEST(SmallCollective, BlockingMeetsNonBlocking) {
   auto& w = pooled_world(2);
   std::vector<std::vector<double>> got(2, std::vector<double>(40));
   run_ranks(w, "mixed forms", [&](int r) {
     auto& c = w[static_cast<std::size_t>(r)];
     for (int i = 0; i < 40; ++i) {
-      constexpr std::size_t kBig = detail::CollectivePort::kMailboxBytes / sizeof(double) + 1;  // ordinary
+      constexpr std::size_t kBig = 9000;  // 72000 bytes: the ordinary path
+      constexpr std::size_t kMid = 1100;  // 8800 bytes: two rounds through the mailboxes
       double x = r * 100 + i;
-      std::vector<double> big(kBig, r + i), big_out(kBig);
+      std::vector<double> big(kBig, r + i), big_out(kBig), mid(kMid, 2 * r + i);
       Request pending = c.iall_reduce(big.data(), big_out.data(), kBig, DataType::f64, ReduceOp::sum);
+      Request mid_pending = c.iall_reduce(std::span<double>(mid), ReduceOp::sum);
       if (r == 0) {
         c.all_reduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
         c.barrier();
@@ -182,7 +191,9 @@ TEST(SmallCollective, BlockingMeetsNonBlocking) {
         a.wait();
       }
       pending.wait();
+      mid_pending.wait();
       got[static_cast<std::size_t>(r)][static_cast<std::size_t>(i)] = x;
+      if (mid[kMid - 1] != 2 + 2 * i) throw std::runtime_error("mid all_reduce wrong at " + std::to_string(i));
       if (big_out[kBig - 1] != 1 + 2 * i) throw std::runtime_error("large all_reduce wrong at " + std::to_string(i));
     }
   });

@@ -64,12 +64,16 @@ class CollectivePort {
 
   // ---- mailboxes: small blocking collectives inside one host (collective/small.cpp) ----
   /// Largest message a mailbox holds.
-  static constexpr std::size_t kMailboxBytes = 8128;
+  static constexpr std::size_t kMailboxBytes = 8192;
   /// One blocking collective that runs through the mailboxes.
   struct Ticket {
     const char* op;  ///< names every error
     std::uint64_t seq;
     Clock::time_point deadline;
+    /// Non-blocking: it goes to the collective thread, and finished() must be called when it
+    /// ends. Blocking: mailbox collectives of the communicator wait there before it, so it
+    /// must go there too (start() and wait), keeping one reader per mailbox key and rank.
+    bool queued = false;
   };
   /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank at most
   /// kMailboxBytes) is about to start: a Ticket if its messages go through the mailboxes
@@ -83,14 +87,17 @@ class CollectivePort {
                                           bool /*blocking*/) {
     return std::nullopt;
   }
-  /// Posts `len` bytes (at most the `bytes` of mailboxes()) as `t`'s message to rank `to`;
-  /// waits while the peer has not taken enough earlier messages. Throws nexar::Error: the
-  /// communicator revoked (a member failed), closed, or `t`'s deadline passed (naming `to`).
-  /// (Only called with a Ticket this port gave.)
-  virtual void post(const Ticket& t, int to, const void* data, std::size_t len);
-  /// Takes `t`'s message from rank `from` into `out`, waiting for it; it must be `len`
-  /// bytes (Errc::invalid_argument naming both sizes otherwise). Throws as post().
-  virtual void take(const Ticket& t, int from, void* out, std::size_t len);
+  /// A non-blocking `t` ended (on the collective thread), successfully or not.
+  virtual void finished(const Ticket& /*t*/) noexcept {}
+  /// Posts `len` bytes (at most kMailboxBytes) as `t`'s message of `phase` (0 or 1: a
+  /// collective sends a rank at most one message per phase) to rank `to`; waits while the
+  /// peer has not taken enough earlier messages. Throws nexar::Error: the communicator
+  /// revoked (a member failed), closed, or `t`'s deadline passed (naming `to`). (Only
+  /// called with a Ticket this port gave.)
+  virtual void post(const Ticket& t, int phase, int to, const void* data, std::size_t len);
+  /// Takes `t`'s message of `phase` from rank `from` into `out`, waiting for it; it must be
+  /// `len` bytes (Errc::invalid_argument naming both sizes otherwise). Throws as post().
+  virtual void take(const Ticket& t, int phase, int from, void* out, std::size_t len);
 
  protected:
   ~CollectivePort() = default;

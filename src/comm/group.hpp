@@ -91,8 +91,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   // The mailboxes (comm/group_mailboxes.cpp).
   std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o,
                                   bool blocking) override;
-  void post(const Ticket& t, int to, const void* data, std::size_t len) override;
-  void take(const Ticket& t, int from, void* out, std::size_t len) override;
+  void finished(const Ticket& t) noexcept override;
+  void post(const Ticket& t, int phase, int to, const void* data, std::size_t len) override;
+  void take(const Ticket& t, int phase, int from, void* out, std::size_t len) override;
   /// Collectives this rank ran through the mailboxes so far (tests look).
   std::uint64_t mailbox_collectives() const noexcept { return mailbox_seq_.load(std::memory_order_relaxed); }
 
@@ -202,6 +203,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::uint64_t> mailbox_candidates_{0};  // calls that could have used it
   std::atomic<std::uint64_t> mailbox_seq_{0};         // calls that did
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
+  std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank
   // The agreement in flight (vote_mailboxes): started at call number pending_at_ (0: none).
   std::uint64_t mailbox_pending_at_ = 0;

@@ -20,6 +20,11 @@ static_assert(CollectivePort::kMailboxBytes == shm::Mailbox::kPayload);
 
 namespace {
 
+// A message's number in the mailbox: two per collective, one per phase.
+std::uint64_t label(const CollectivePort::Ticket& t, int phase) {
+  return 2 * t.seq + static_cast<std::uint64_t>(phase);
+}
+
 inline void relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -71,12 +76,24 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
   std::size_t limit = mailbox_limit_.load(std::memory_order_acquire);
   if (limit == 0) limit = vote_mailboxes();
   if (limit == 0 || bytes > limit) return std::nullopt;
-  // A blocking call takes the collective tag start() would have given it, so tags stay in
-  // step whichever form each rank called.
-  if (blocking) collectives_.fetch_add(1, std::memory_order_relaxed);
+  // Mailbox collectives of a communicator run one after another on each rank, in order:
+  // a blocking one runs in its caller unless non-blocking ones wait on the collective
+  // thread, and then joins them there. So a rank's messages of one key are taken by one
+  // thread at a time, in order, and one numbered below what it waits for is stale.
+  bool queued = true;
+  if (blocking) {
+    queued = mailbox_queued_.load(std::memory_order_acquire) != 0;
+    // Inline, it takes the collective tag start() would have given it, so tags stay in
+    // step whichever form each rank called.
+    if (!queued) collectives_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    mailbox_queued_.fetch_add(1, std::memory_order_acq_rel);
+  }
   return Ticket{op, mailbox_seq_.fetch_add(1, std::memory_order_relaxed) + 1,
-                Clock::now() + o.timeout.value_or(config().op_timeout)};
+                Clock::now() + o.timeout.value_or(config().op_timeout), queued};
 }
+
+void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
 
 std::size_t Group::vote_mailboxes() {
   const std::uint64_t n = mailbox_candidates_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -97,7 +114,7 @@ std::size_t Group::vote_mailboxes() {
   // The vote: the bytes this rank allows, 0 unless it shares memory with every member.
   const Config& cfg = config();
   std::vector<Node::Mailboxes> boxes(members_.size());
-  std::uint64_t mine = cfg.shm ? std::min<std::uint64_t>(cfg.shm_collective_bytes, kMailboxBytes) : 0;
+  std::uint64_t mine = cfg.shm ? cfg.shm_collective_bytes : 0;
   for (int r = 0; r < size() && mine != 0; ++r) {
     if (r == rank_) continue;
     boxes[static_cast<std::size_t>(r)] = node_->mailboxes(world_of(r));
@@ -113,15 +130,15 @@ std::size_t Group::vote_mailboxes() {
   return 0;
 }
 
-void Group::post(const Ticket& t, int to, const void* data, std::size_t len) {
+void Group::post(const Ticket& t, int phase, int to, const void* data, std::size_t len) {
   shm::Mailbox& box = *mailbox_boxes_[static_cast<std::size_t>(to)].out;
   wait_for_mail(
       *this, t, to, " to take earlier messages", [&] { return box.taken(); },
       [&](std::uint32_t seen, std::chrono::microseconds d) { box.wait_taken(seen, d); },
-      [&] { return box.try_post(id_, t.seq, data, len); });
+      [&] { return box.try_post(id_, label(t, phase), data, len); });
 }
 
-void Group::take(const Ticket& t, int from, void* out, std::size_t len) {
+void Group::take(const Ticket& t, int phase, int from, void* out, std::size_t len) {
   shm::Mailbox& box = *mailbox_boxes_[static_cast<std::size_t>(from)].in;
   shm::Mailbox::Take got = shm::Mailbox::Take::absent;
   std::size_t sent = 0;
@@ -129,7 +146,7 @@ void Group::take(const Ticket& t, int from, void* out, std::size_t len) {
       *this, t, from, "'s message", [&] { return box.posted(); },
       [&](std::uint32_t seen, std::chrono::microseconds d) { box.wait_posted(seen, d); },
       [&] {
-        got = box.try_take(id_, t.seq, out, len, sent);
+        got = box.try_take(id_, label(t, phase), out, len, sent);
         return got != shm::Mailbox::Take::absent;
       });
   if (got == shm::Mailbox::Take::wrong_length) {

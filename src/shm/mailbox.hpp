@@ -23,7 +23,7 @@ namespace nexar::shm {
 class Mailbox {
  public:
   static constexpr std::size_t kSlots = 16;
-  static constexpr std::size_t kSlotBytes = 8192;
+  static constexpr std::size_t kSlotBytes = 8192 + 64;
   /// Largest message a slot holds (the rest of the slot is its label).
   static constexpr std::size_t kPayload = kSlotBytes - 64;
 
