@@ -1,5 +1,5 @@
 // A group's side of the mailbox path (collective/small.cpp, shm/mailbox.hpp): whether its
-// small blocking collectives may run through the mailboxes it shares with its members,
+// small collectives may run through the mailboxes it shares with its members,
 // agreed with them, and the waits of their posts and takes. A wait spins (or yields, when
 // the host is oversubscribed) for Config::spin, then sleeps on the mailbox's futex word; it
 // looks for a revoked or closed communicator, a peer that closed, and the deadline every
@@ -54,8 +54,11 @@ void wait_for_mail(const Group& g, const CollectivePort::Ticket& t, int peer, co
     }
     g.check_open(t.op);  // throws the revocation (a member failed) or the closing
     const auto now = Clock::now();
-    if (auto gone = g.node().departure(g.world_of(peer)); gone && gone->first == Errc::peer_closed)
+    if (auto gone = g.node().departure(g.world_of(peer)); gone && gone->first == Errc::peer_closed) {
+      // What it posted before it closed still counts (it became visible before the close).
+      if (attempt()) return;
       throw make_error(gone->first, ErrorContext{t.op, g.rank(), peer, {}, {}}, gone->second);
+    }
     if (now >= t.deadline) {
       throw make_error(Errc::timeout, ErrorContext{t.op, g.rank(), peer, {}, {}},
                        std::string("deadline passed waiting for rank ") + std::to_string(peer) + waiting_for);
