@@ -322,9 +322,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     shm::Mailbox* in = nullptr;
   };
   Mailboxes mailboxes(int r) const;
-  /// Why world rank `r`'s connection ended in an orderly way (it closed; Errc::peer_closed
-  /// and the reason), for waits that no operation state of the node covers (the mailboxes);
-  /// nothing while it is up. Any thread.
+  /// Why world rank `r`'s connection ended (Peer::gone_code and its reason: peer_closed when
+  /// it closed in an orderly way), for waits that no operation state of the node covers
+  /// (the mailboxes); nothing while it is up. Any thread.
   std::optional<std::pair<Errc, std::string>> departure(int r) const;
   /// Moves bytes through the shared-memory rings of every peer on this host; returns
   /// whether any moved. Engine lock held.
