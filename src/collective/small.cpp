@@ -1,15 +1,14 @@
-// all_reduce, broadcast and barrier of a few hundred bytes on a communicator whose ranks
-// share one host: through the mailboxes of the port (CollectivePort::mailboxes). Every
-// rank posts its part to every other rank at once and takes theirs; at these sizes one
-// round of n-1 copies beats log2(n) dependent steps. A blocking call runs it in the calling
-// thread, with no collective thread, operation state or matching queue in the way; a
-// non-blocking one runs it as a collective of the port.
+// all_reduce (up to 64 KiB per rank), broadcast (up to 8 KiB) and barrier on a
+// communicator whose ranks share one host: through the mailboxes of the port
+// (CollectivePort::mailboxes), in one or two exchanges instead of log2(n) or 2(n-1)
+// dependent steps. A blocking call runs it in the calling thread, with no collective
+// thread, operation state or matching queue in the way; a non-blocking one runs it as a
+// collective of the port.
 #include <nexar/error.hpp>
 
 #include <cstring>
 
 #include "collective/algorithms.hpp"
-#include "collective/checks.hpp"
 #include "collective/collectives.hpp"
 #include "reduce/reduce.hpp"
 
