@@ -1,4 +1,4 @@
-// Small messages of blocking collectives between two ranks of one host, one direction: a
+// Small messages of collectives between two ranks of one host, one direction: a
 // handful of slots in the pair's shared segment, each holding at most one message of up
 // to kPayload bytes labelled with a key (the communicator) and a sequence number (the
 // collective's number on it). Any thread of the writing process posts into a free slot; a

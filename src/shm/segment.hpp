@@ -3,7 +3,7 @@
 // maps the descriptor it receives, after checking that its size and header describe a
 // segment it can use.
 //
-// Besides the rings there is a mailbox per direction for the small messages of blocking
+// Besides the rings there is a mailbox per direction for the small messages of
 // collectives (shm/mailbox.hpp), and each side has a word saying whether it may be asleep:
 // a writer that finds the reader's word set rings the reader's doorbell, and one that
 // finds it clear leaves the reader to find the bytes by polling (transport/shm_presence.hpp).
