@@ -197,9 +197,10 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::uint64_t> agreements_{0};
   std::mutex rebuild_mu_;
   std::shared_ptr<Group> successor_;  // under FailurePolicy::automatic, once rebuilt
-  // The mailbox path. Its collectives are blocking calls, made by one thread at a time
-  // (collectives of one communicator are ordered), so the boxes need no lock: they are set
-  // before the limit is published and never change after.
+  // The mailbox path (comm/group_mailboxes.cpp). Its collectives run one at a time per
+  // rank, in the caller or on the collective thread, after a Ticket was issued under the
+  // published limit; the boxes are set before the limit is published and never change
+  // after, so they need no lock. The vote's state is touched only by the calling thread.
   std::atomic<std::uint64_t> mailbox_candidates_{0};  // calls that could have used it
   std::atomic<std::uint64_t> mailbox_seq_{0};         // calls that did
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
