@@ -282,7 +282,7 @@ TEST_F(EnvTest, Describe) {
       "bulk_scavenger = on\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
-      "shm_collective_bytes = 64 KiB\n"
+      "shm_collective_bytes = 1 GiB\n"
       "topology = full_mesh\n"
       "lazy_connect = off\n"
       "relay_hop_limit = auto (diameter + 4)\n"
@@ -450,7 +450,7 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"udp_payload", [](Config& c) { c.udp_payload = 65528; }},
       {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 3u << 20; }},
       {"shm_ring_bytes", [](Config& c) { c.shm_ring_bytes = 32u << 10; }},
-      {"shm_collective_bytes", [](Config& c) { c.shm_collective_bytes = 65537; }},
+      {"shm_collective_bytes", [](Config& c) { c.shm_collective_bytes = (std::uint64_t{1} << 30) + 1; }},
       {"spin", [](Config& c) { c.spin = 10s + 1us; }},
       {"spin", [](Config& c) { c.spin = -1us; }},
       {"log_level", [](Config& c) { c.log_level = static_cast<LogLevel>(9); }},

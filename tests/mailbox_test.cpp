@@ -3,7 +3,8 @@
 // older messages of a key are dropped; a length the ranks disagree on is reported without
 // copying; full slots hold the writer back; a sleeping waiter is woken through a second
 // mapping of the memory (as another process maps it); writers and readers of several keys
-// at once never mix their messages up.
+// at once never mix their messages up; a message read in place keeps its slot until it is
+// released; a key's messages are counted.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -178,4 +179,34 @@ TEST(Mailbox, SeveralKeysAtOnceNeverMix) {
   for (auto& t : ts) t.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// try_peek leaves the message in its slot, readable in place, until release(); the slot
+// is then free for the writer again. A wrong length is reported as try_take reports it.
+TEST(Mailbox, PeekedMessageStaysUntilReleased) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  for (std::uint64_t i = 0; i < Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(3, 10 + i, "x", 1));
+  EXPECT_EQ(m.count(3), Mailbox::kSlots);
+  EXPECT_EQ(m.count(4), 0u);
+  ASSERT_FALSE(m.try_post(3, 99, "y", 1));  // full
+  std::size_t len = 0;
+  const void* data = nullptr;
+  ASSERT_EQ(m.try_peek(3, 10, 1, len, data), Take::taken);
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(*static_cast<const char*>(data), 'x');
+  EXPECT_FALSE(m.try_post(3, 99, "y", 1));  // still held
+  EXPECT_EQ(m.count(3), Mailbox::kSlots);
+  const std::uint32_t taken = m.taken();
+  m.release(data);
+  EXPECT_EQ(m.taken(), taken + 1);
+  EXPECT_EQ(m.count(3), Mailbox::kSlots - 1);
+  ASSERT_TRUE(m.try_post(3, 99, "y", 1));
+  // Peeking number 12 drops number 11 (older); a wrong length frees the slot at once.
+  EXPECT_EQ(m.try_peek(3, 12, 2, len, data), Take::wrong_length);
+  EXPECT_EQ(len, 1u);
+  EXPECT_EQ(m.count(3), Mailbox::kSlots - 2);
+  std::string out;
+  EXPECT_EQ(take(m, 3, 11, out, 1), Take::absent);
+  EXPECT_EQ(take(m, 3, 13, out, 1), Take::taken);
 }

@@ -1,10 +1,11 @@
-// The mailbox path of small all_reduce, broadcast and barrier (collective/small.cpp,
+// The mailbox path of all_reduce, broadcast and barrier (collective/small.cpp,
 // comm/group_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
-// against the plain-loop references, with results bitwise equal on every rank; the path is
-// taken up to the agreed size and not beyond; blocking and non-blocking calls meet each
-// other; communicators used at once from several threads keep their messages apart; ranks
-// that disagree on the size, a rank that never comes and a rank that closes all give errors
-// that name the peer.
+// against the plain-loop references, in one round, two rounds and chunks, in place too,
+// with results bitwise equal on every rank; the path is taken up to the agreed size and
+// not beyond; blocking and non-blocking calls meet each other; communicators used at once
+// from several threads keep their messages apart, and two that ranks use in different
+// orders do not wait on each other; ranks that disagree on the size, a rank that never
+// comes and a rank that closes all give errors that name the peer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,7 +34,8 @@ void with_world(int n, const Config& cfg, const std::function<void(std::vector<C
 }
 
 template <class T>
-void check_all_reduce(std::vector<Communicator>& w, DataType t, ReduceOp op, std::size_t count, bool blocking) {
+void check_all_reduce(std::vector<Communicator>& w, DataType t, ReduceOp op, std::size_t count, bool blocking,
+                      bool in_place = false) {
   const int n = static_cast<int>(w.size());
   std::vector<std::vector<T>> in(static_cast<std::size_t>(n)), out(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -41,11 +43,13 @@ void check_all_reduce(std::vector<Communicator>& w, DataType t, ReduceOp op, std
     out[static_cast<std::size_t>(r)].assign(count, T{});
   }
   const std::string ctx = std::string(to_string(t)) + " " + to_string(op) + " x" + std::to_string(count) +
-                          (blocking ? " blocking" : " non-blocking") + ", " + std::to_string(n) + " ranks";
+                          (blocking ? " blocking" : " non-blocking") + (in_place ? " in place" : "") + ", " +
+                          std::to_string(n) + " ranks";
+  if (in_place) out = in;
   run_ranks(w, ctx, [&](int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    const void* s = in[static_cast<std::size_t>(r)].data();
     void* d = out[static_cast<std::size_t>(r)].data();
+    const void* s = in_place ? d : in[static_cast<std::size_t>(r)].data();
     if (blocking) {
       c.all_reduce(s, d, count, t, op);
     } else {
@@ -86,6 +90,39 @@ TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
   }
 }
 
+// Blocks larger than a message go in chunks: just over one message per block, blocks of
+// whole chunks, blocks of several chunks and a few elements (counts not divisible by the
+// world), and blocks of more chunks than a mailbox has slots; every dtype, in place too.
+TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
+  constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes;
+  for (int n : {2, 3, 4}) {
+    auto& w = pooled_world(n);
+    const std::uint64_t before = via_mailboxes(w[0]);
+    const std::size_t ranks = static_cast<std::size_t>(n);
+    int round = 0;
+    for (DataType t : all_dtypes) {
+      with_type(t, [&]<class T>(std::type_identity<T>) {
+        const std::size_t per_chunk = kChunk / sizeof(T);
+        // Every op in turn, and sum every time (the one every dtype has).
+        const ReduceOp ops[] = {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+        ReduceOp other = ops[static_cast<std::size_t>(round++) % 4];
+        if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
+        for (ReduceOp op : {ReduceOp::sum, other}) {
+          for (std::size_t count : {ranks * per_chunk + 1, ranks * 2 * per_chunk, ranks * 3 * per_chunk + 5,
+                                    ranks * 21 * per_chunk + 2 * ranks - 1}) {
+            check_all_reduce<T>(w, t, op, count, true);
+            check_all_reduce<T>(w, t, op, count, false);
+            check_all_reduce<T>(w, t, op, count, true, true);
+          }
+        }
+      });
+    }
+    // Every call but the first two (they may agree on the path, in a fresh world).
+    EXPECT_GE(via_mailboxes(w[0]) + 2, before + 2 * std::size(all_dtypes) * 12)
+        << n << " ranks: the mailbox path was not taken";
+  }
+}
+
 TEST(SmallCollective, BroadcastAndBarrier) {
   auto& w = pooled_world(3);
   for (int root = 0; root < 3; ++root) {
@@ -114,10 +151,10 @@ TEST(SmallCollective, BroadcastAndBarrier) {
 // runs, and a setting of 0 turns the path off.
 TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   Config cfg = test_config();
+  cfg.shm_collective_bytes = 65536;
   with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    // 2 ranks: two rounds of one 8 KiB block each at most.
-    constexpr std::size_t most = 2 * detail::CollectivePort::kMailboxBytes / sizeof(float);
+    constexpr std::size_t most = 65536 / sizeof(float);
     std::vector<float> a(most + 1, 1.0f);  // one element over the largest size
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), most), ReduceOp::sum);
     const std::uint64_t at = via_mailboxes(c);
@@ -148,21 +185,38 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   });
 }
 
-// However many ranks share the blocks, past 64 KiB per rank the ordinary algorithms take
-// over (10 ranks: 65600 bytes do not go through the mailboxes, 64000 do).
-TEST(SmallCollective, LargerCallsTakeTheOrdinaryPath) {
+// With the default setting: two ranks take the chunks up to 16 MiB per rank and the
+// ordinary ring above; three ranks take them above too, and so do ten, whose blocks of a
+// 100 KiB vector are over one message each.
+TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
+  constexpr std::size_t kSixteen = (std::size_t{16} << 20) / sizeof(float);
+  for (int n : {2, 3}) {
+    with_world(n, test_config(), [&](std::vector<Communicator>& w, int r) {
+      auto& c = w[static_cast<std::size_t>(r)];
+      std::vector<float> a(kSixteen + 1, 1.0f);
+      for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), 1), ReduceOp::max);
+      const std::uint64_t at = via_mailboxes(c);
+      EXPECT_GT(at, 0u);
+      c.all_reduce(std::span<float>(a.data(), kSixteen), ReduceOp::sum);
+      EXPECT_EQ(via_mailboxes(c), at + 1);
+      c.all_reduce(std::span<float>(a), ReduceOp::sum);
+      EXPECT_EQ(via_mailboxes(c), at + 1 + (n > 2 ? 1 : 0)) << n << " ranks";
+      const float nf = static_cast<float>(n);
+      EXPECT_EQ(a[0], nf * nf);
+      EXPECT_EQ(a[kSixteen - 1], nf * nf);
+      EXPECT_EQ(a[kSixteen], nf);
+    });
+  }
   with_world(10, test_config(), [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
-    std::vector<float> a(16400, 1.0f), b(16000, 2.0f);
+    std::vector<float> b(25600, static_cast<float>(r));
     for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(b.data(), 1), ReduceOp::max);
     const std::uint64_t at = via_mailboxes(c);
-    EXPECT_GT(at, 0u);
-    c.all_reduce(std::span<float>(a), ReduceOp::sum);
-    EXPECT_EQ(via_mailboxes(c), at);
+    std::fill(b.begin(), b.end(), static_cast<float>(r));
     c.all_reduce(std::span<float>(b), ReduceOp::sum);
     EXPECT_EQ(via_mailboxes(c), at + 1);
-    EXPECT_EQ(a[16399], 10.0f);
-    EXPECT_EQ(b[15999], 20.0f);
+    EXPECT_EQ(b[0], 45.0f);
+    EXPECT_EQ(b[25599], 45.0f);
   });
 }
 
@@ -175,11 +229,13 @@ TEST(SmallCollective, BlockingMeetsNonBlocking) {
   run_ranks(w, "mixed forms", [&](int r) {
     auto& c = w[static_cast<std::size_t>(r)];
     for (int i = 0; i < 40; ++i) {
-      constexpr std::size_t kBig = 9000;  // 72000 bytes: the ordinary path
+      constexpr std::size_t kBig = 9000;  // 72000 bytes, by a ring: the ordinary path
       constexpr std::size_t kMid = 1100;  // 8800 bytes: two rounds through the mailboxes
       double x = r * 100 + i;
       std::vector<double> big(kBig, r + i), big_out(kBig), mid(kMid, 2 * r + i);
-      Request pending = c.iall_reduce(big.data(), big_out.data(), kBig, DataType::f64, ReduceOp::sum);
+      CollectiveOptions ring;
+      ring.algorithm = Algorithm::ring;
+      Request pending = c.iall_reduce(big.data(), big_out.data(), kBig, DataType::f64, ReduceOp::sum, ring);
       Request mid_pending = c.iall_reduce(std::span<double>(mid), ReduceOp::sum);
       if (r == 0) {
         c.all_reduce(&x, &x, 1, DataType::f64, ReduceOp::sum);
@@ -270,26 +326,106 @@ TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
   for (auto& c : comms) c.close();
 }
 
-// A rank that closes while another waits for its part: the waiter fails at once (not at
-// its deadline), naming it.
+// A rank that closes while another waits for its part (of a barrier, or of a chunked
+// all_reduce): the waiter fails at once (not at its deadline), naming it.
 TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
+  for (bool chunked : {false, true}) {
+    auto comms = bootstrap_local(2, test_config());
+    run_ranks(comms, "warm", [&](int r) {
+      for (int i = 0; i < 4; ++i) comms[static_cast<std::size_t>(r)].barrier();
+    });
+    ASSERT_GT(via_mailboxes(comms[0]), 0u);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto f = std::async(std::launch::async, [&] {
+      if (!chunked) return comms[0].barrier();
+      std::vector<double> a(1 << 20, 1.0);
+      comms[0].all_reduce(std::span<double>(a), ReduceOp::sum);
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    comms[1].close();
+    try {
+      f.get();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(e.code() == Errc::peer_closed || e.code() == Errc::rank_failed || e.code() == Errc::revoked)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("peer 1"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // op_timeout is 60 s
+    comms[0].close();
+  }
+}
+
+// Chunked: ranks whose blocks are both whole chunks, 2 against 3 of them (no chunk's length
+// tells them apart), fail at once, each naming the other's size.
+TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
+  constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes / sizeof(float);
   auto comms = bootstrap_local(2, test_config());
   run_ranks(comms, "warm", [&](int r) {
-    for (int i = 0; i < 4; ++i) comms[static_cast<std::size_t>(r)].barrier();
+    int x = r;
+    for (int i = 0; i < 4; ++i) comms[static_cast<std::size_t>(r)].all_reduce(std::span<int>(&x, 1), ReduceOp::sum);
   });
-  ASSERT_GT(via_mailboxes(comms[0]), 0u);
-  const auto t0 = std::chrono::steady_clock::now();
-  auto f = std::async(std::launch::async, [&] { comms[0].barrier(); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  comms[1].close();
-  try {
-    f.get();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(e.code() == Errc::peer_closed || e.code() == Errc::rank_failed || e.code() == Errc::revoked)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("peer 1"), std::string::npos) << e.what();
+  std::vector<std::string> errors(2);
+  run_ranks(comms, "disagree", [&](int r) {
+    std::vector<float> a(2 * (r == 0 ? 2 : 3) * kChunk, 1.0f);
+    try {
+      comms[static_cast<std::size_t>(r)].all_reduce(std::span<float>(a), ReduceOp::sum);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  EXPECT_NE(errors[0].find("rank 1 has 49152 bytes, this rank 32768"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 0 has 32768 bytes, this rank 49152"), std::string::npos) << errors[1];
+  for (auto& c : comms) c.close();
+}
+
+// Rank 0 runs large all_reduces on two communicators at once, from two threads; rank 1
+// runs them one after the other, the second communicator's first. Rank 0's first
+// communicator may not fill the mailbox that the second's messages need to reach rank 1.
+TEST(SmallCollective, CommunicatorsInDifferentOrdersDoNotWaitOnEachOther) {
+  auto comms = bootstrap_local(2, test_config());
+  std::vector<Communicator> others(2);
+  run_ranks(comms, "split", [&](int r) { others[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(0, r); });
+  CollectiveOptions o;
+  o.timeout = std::chrono::seconds(20);
+  constexpr std::size_t kCount = 256 * 1024;  // 1 MiB: blocks of 64 chunks
+  const auto step = [&](Communicator& c, int r, int i, int which) {
+    std::vector<std::int32_t> a(kCount, r + i + which);
+    c.all_reduce(std::span<std::int32_t>(a), ReduceOp::sum, o);
+    if (a[0] != 1 + 2 * (i + which) || a[kCount - 1] != 1 + 2 * (i + which))
+      throw std::runtime_error("communicator " + std::to_string(which) + ", round " + std::to_string(i) + " wrong");
+  };
+  for (int i = 0; i < 4; ++i) {  // the first rounds also agree on the mailboxes
+    std::string err0a, err0b, err1;
+    std::thread t0a([&] {
+      try {
+        step(comms[0], 0, i, 0);
+      } catch (const std::exception& e) {
+        err0a = e.what();
+      }
+    });
+    std::thread t0b([&] {
+      try {
+        step(others[0], 0, i, 1);
+      } catch (const std::exception& e) {
+        err0b = e.what();
+      }
+    });
+    try {
+      step(others[1], 1, i, 1);
+      step(comms[1], 1, i, 0);
+    } catch (const std::exception& e) {
+      err1 = e.what();
+    }
+    t0a.join();
+    t0b.join();
+    ASSERT_EQ(err0a, "") << "round " << i;
+    ASSERT_EQ(err0b, "") << "round " << i;
+    ASSERT_EQ(err1, "") << "round " << i;
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));  // op_timeout is 60 s
-  comms[0].close();
+  EXPECT_GT(via_mailboxes(comms[0]), 0u);
+  EXPECT_GT(via_mailboxes(others[0]), 0u);
+  for (auto& c : others) c.close();
+  for (auto& c : comms) c.close();
 }

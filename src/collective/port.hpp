@@ -89,15 +89,50 @@ class CollectivePort {
   }
   /// A non-blocking `t` ended (on the collective thread), successfully or not.
   virtual void finished(const Ticket& /*t*/) noexcept {}
-  /// Posts `len` bytes (at most kMailboxBytes) as `t`'s message of `phase` (0 or 1: a
-  /// collective sends a rank at most one message per phase) to rank `to`; waits while the
-  /// peer has not taken enough earlier messages. Throws nexar::Error: the communicator
-  /// revoked (a member failed), closed, or `t`'s deadline passed (naming `to`). (Only
-  /// called with a Ticket this port gave.)
-  virtual void post(const Ticket& t, int phase, int to, const void* data, std::size_t len);
-  /// Takes `t`'s message of `phase` from rank `from` into `out`, waiting for it; it must be
-  /// `len` bytes (Errc::invalid_argument naming both sizes otherwise). Throws as post().
-  virtual void take(const Ticket& t, int phase, int from, void* out, std::size_t len);
+
+  /// A message's number within its collective, below 2^20: `phase` 0 or 1 and the
+  /// `chunk`'s index in that phase (below 2^19). A collective sends each rank its messages
+  /// in increasing number, and takes each rank's in increasing number: a reader that waits
+  /// for one frees the key's messages numbered below it as stale.
+  static constexpr std::uint64_t part(int phase, std::size_t chunk = 0) noexcept {
+    return (static_cast<std::uint64_t>(phase) << 19) | chunk;
+  }
+  static constexpr std::size_t kMaxChunks = std::size_t{1} << 19;
+  /// Posts `len` bytes (at most kMailboxBytes) as `t`'s message `part` to rank `to` if the
+  /// mailbox has a free slot; false if not (the peer has not taken enough earlier ones).
+  /// (Only called with a Ticket this port gave.)
+  virtual bool try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len);
+  /// Takes `t`'s message `part` from rank `from` into `out` if it is there; false if not
+  /// yet. It must be `len` bytes: Errc::invalid_argument naming both sizes otherwise.
+  virtual bool try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len);
+  /// As try_take, but leaves the message in the mailbox: a pointer to its `len` bytes,
+  /// valid until release(from, it), or null if it is not there yet. Throws as try_take.
+  virtual const void* try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len);
+  /// Frees the message at `data` that try_peek found in rank `from`'s mailbox.
+  virtual void release(int from, const void* data);
+  /// How a wait for mail stands between two attempts (idle()). Reset it after progress.
+  struct MailWait {
+    unsigned tries = 0;
+    Clock::time_point spin_end{};
+    bool asleep = false;
+    bool armed = false;        // `seen` was read: one more attempt, then sleep on it
+    bool last_chance = false;  // the peer closed: one more attempt, then its error
+    std::uint32_t seen = 0;
+  };
+  /// Nothing could be posted or taken: waits a little for rank `peer` (to post, when
+  /// `taking`, or to take) before the caller attempts again. Spins (or yields, when the
+  /// host is oversubscribed) for Config::spin, then sleeps on the mailbox. Throws
+  /// nexar::Error: the communicator revoked (a member failed) or closed, `peer` closed,
+  /// or `t`'s deadline passed (naming `peer`).
+  virtual void idle(const Ticket& t, MailWait& w, int peer, bool taking);
+  /// try_post until it succeeds, idle between.
+  void post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) {
+    for (MailWait w; !try_post(t, part, to, data, len);) idle(t, w, to, false);
+  }
+  /// try_take until it succeeds, idle between.
+  void take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
+    for (MailWait w; !try_take(t, part, from, out, len);) idle(t, w, from, true);
+  }
 
  protected:
   ~CollectivePort() = default;

@@ -6,20 +6,28 @@
 // collective of the port.
 #include <nexar/error.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "collective/algorithms.hpp"
 #include "collective/collectives.hpp"
+#include "core/error_format.hpp"
 #include "reduce/reduce.hpp"
 
 namespace nexar::detail {
 
-void CollectivePort::post(const Ticket& t, int, int, const void*, std::size_t) {
+namespace {
+[[noreturn]] void no_mailboxes(const CollectivePort::Ticket& t) {
   throw Error(Errc::invalid_argument, std::string(t.op) + ": this communicator has no mailboxes");
 }
-void CollectivePort::take(const Ticket& t, int, int, void*, std::size_t) {
-  throw Error(Errc::invalid_argument, std::string(t.op) + ": this communicator has no mailboxes");
-}
+}  // namespace
+
+bool CollectivePort::try_post(const Ticket& t, std::uint64_t, int, const void*, std::size_t) { no_mailboxes(t); }
+bool CollectivePort::try_take(const Ticket& t, std::uint64_t, int, void*, std::size_t) { no_mailboxes(t); }
+const void* CollectivePort::try_peek(const Ticket& t, std::uint64_t, int, std::size_t) { no_mailboxes(t); }
+void CollectivePort::release(int, const void*) {}
+void CollectivePort::idle(const Ticket& t, MailWait&, int, bool) { no_mailboxes(t); }
 
 namespace coll {
 
@@ -27,11 +35,15 @@ namespace {
 
 using Ticket = CollectivePort::Ticket;
 
-// Up to kOneRoundBytes all_reduce takes one round; above, two. Neither runs once a rank
-// would post more than kFanOutBytes in all (the ordinary algorithms: fewer copies, more
-// steps), nor the two rounds once a block exceeds a mailbox's message.
+// all_reduce: up to kOneRoundBytes one round, unless a rank would post more than
+// kFanOutBytes in all (so does broadcast); above, two rounds, in one message per block
+// while a block fits one, in chunks beyond. Two ranks take the chunks up to
+// kTwoRanksMostBytes only: above it the ordinary ring was as fast or faster (64 MiB,
+// 2 processes on this project's 2-core machine: 2.44-2.56 GB/s against 2.06-2.36), and
+// with more ranks the chunks were faster at every size measured (docs/ARCHITECTURE.md).
 constexpr std::size_t kOneRoundBytes = 4096;
 constexpr std::size_t kFanOutBytes = std::size_t{128} << 10;
+constexpr std::size_t kTwoRanksMostBytes = std::size_t{16} << 20;
 
 // Runs `body` here (blocking: the caller waits anyway, so no collective thread, operation
 // state or Request is needed) or as a collective of the port.
@@ -66,12 +78,12 @@ void reduce_parts(CollectivePort& p, const Ticket& t, int phase, const void* min
   if (me == 0) {
     if (bytes) std::memcpy(acc, mine, bytes);
   } else {
-    p.take(t, phase, 0, acc, bytes);
+    p.take(t, CollectivePort::part(phase), 0, acc, bytes);
   }
   for (int r = 1; r < n; ++r) {
     const void* x = mine;
     if (r != me) {
-      p.take(t, phase, r, part, bytes);
+      p.take(t, CollectivePort::part(phase), r, part, bytes);
       x = part;
     }
     reduce::accumulate(dt, op, acc, x, len);
@@ -85,7 +97,7 @@ void all_reduce_one_round(CollectivePort& p, const Ticket& t, const void* send, 
                           DataType dt, ReduceOp op) {
   const int n = p.size(), me = p.rank();
   const std::size_t bytes = count * size_of(dt);
-  for (int k = 1; k < n; ++k) p.post(t, 0, (me + k) % n, send, bytes);
+  for (int k = 1; k < n; ++k) p.post(t, CollectivePort::part(0), (me + k) % n, send, bytes);
   alignas(64) std::byte acc[CollectivePort::kMailboxBytes];
   reduce_parts(p, t, 0, send, acc, count, dt, op);
   if (bytes) std::memcpy(recv, acc, bytes);
@@ -103,18 +115,176 @@ void all_reduce_two_rounds(CollectivePort& p, const Ticket& t, const void* send,
   for (int k = 1; k < n; ++k) {
     const int b = (me + k) % n;
     const auto [off, len] = block_of(count, n, b);
-    p.post(t, 0, b, in + off * es, len * es);
+    p.post(t, CollectivePort::part(0), b, in + off * es, len * es);
   }
   const auto [off, len] = block_of(count, n, me);
   alignas(64) std::byte acc[CollectivePort::kMailboxBytes];
   reduce_parts(p, t, 0, in + off * es, acc, len, dt, op);
-  for (int k = 1; k < n; ++k) p.post(t, 1, (me + k) % n, acc, len * es);
+  for (int k = 1; k < n; ++k) p.post(t, CollectivePort::part(1), (me + k) % n, acc, len * es);
   // Only now: in place, recv is send, whose blocks went out above.
   if (len) std::memcpy(out + off * es, acc, len * es);
   for (int k = 1; k < n; ++k) {
     const int b = (me + k) % n;
     const auto [boff, blen] = block_of(count, n, b);
-    p.take(t, 1, b, out + boff * es, blen * es);
+    p.take(t, CollectivePort::part(1), b, out + boff * es, blen * es);
+  }
+}
+
+// The two rounds when a block outgrows one message. Each rank sends an owner the vector's
+// size (8 bytes), then its part of the owner's block in chunks of at most kMailboxBytes;
+// the owner sends every rank its reduced block in chunks. One loop posts and takes
+// whatever it can, so a rank never waits on one mailbox while another could move. The
+// owner reduces chunk c once every rank's chunk c has come, straight from the mailboxes
+// in rank order, and frees them. Only then (a reader frees its key's messages numbered
+// below the one it takes) does it take the owners' chunks, which meanwhile wait in the
+// mailboxes. The slots a pair shares (16 per direction) are all that is in flight.
+void all_reduce_chunked(CollectivePort& p, const Ticket& t, const void* send, void* recv, std::size_t count,
+                        DataType dt, ReduceOp op) {
+  static constexpr std::size_t kChunk = CollectivePort::kMailboxBytes;
+  const int n = p.size(), me = p.rank();
+  const std::size_t es = size_of(dt);
+  const std::uint64_t total = count * es;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  const auto bytes_of = [&](int b) {
+    const auto [off, len] = block_of(count, n, b);
+    return std::pair{off * es, len * es};
+  };
+  const auto chunks = [](std::size_t bytes) { return (bytes + kChunk - 1) / kChunk; };
+  const auto piece = [](std::size_t bytes, std::size_t c) { return std::min(kChunk, bytes - c * kChunk); };
+  const auto [mine_off, mine] = bytes_of(me);
+  const std::size_t mine_chunks = chunks(mine);
+
+  // Per other rank: what was posted to it (the size, its block's chunks, then this rank's
+  // reduced chunks: post_all in all) and taken from it (the size, then its reduced
+  // chunks), and its chunk of the reduction in progress, found in the mailbox.
+  struct Pair {
+    int rank;
+    std::size_t off, len;  // its block
+    std::size_t posted = 0, post_all = 0;
+    bool sized = false;
+    std::size_t taken = 0;
+    const void* part = nullptr;
+  };
+  std::vector<Pair> pairs;
+  pairs.reserve(static_cast<std::size_t>(n - 1));
+  for (int k = 1; k < n; ++k) {
+    const int r = (me + k) % n;
+    const auto [off, len] = bytes_of(r);
+    pairs.push_back(Pair{r, off, len, 0, 1 + chunks(len) + mine_chunks});
+  }
+  // Pairs by rank, for the reduction's order.
+  std::vector<Pair*> by_rank(static_cast<std::size_t>(n), nullptr);
+  for (Pair& q : pairs) by_rank[static_cast<std::size_t>(q.rank)] = &q;
+  std::size_t reduced = 0;  // chunks of this rank's block reduced (and in recv)
+  alignas(64) std::byte acc_memory[kChunk];
+  // In place, a chunk of recv holds this rank's part until the reduction has read it.
+  std::byte* const acc_in_place = in == out ? acc_memory : nullptr;
+
+  const auto take_some = [&](Pair& q) {
+    bool moved = false;
+    if (!q.sized) {
+      std::uint64_t theirs = 0;
+      if (!p.try_take(t, CollectivePort::part(0), q.rank, &theirs, sizeof theirs)) return false;
+      if (theirs != total)
+        throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, q.rank, {}, {}},
+                         "rank " + std::to_string(q.rank) + " has " + std::to_string(theirs) + " bytes, this rank " +
+                             std::to_string(total) + " (the ranks disagree on count or type)");
+      q.sized = moved = true;
+    }
+    // Its reduced chunks come after its parts of ours in its mailbox: only once ours is done.
+    while (reduced == mine_chunks && q.taken < chunks(q.len)) {
+      const std::size_t c = q.taken;
+      if (!p.try_take(t, CollectivePort::part(1, c), q.rank, out + q.off + c * kChunk, piece(q.len, c))) break;
+      ++q.taken;
+      moved = true;
+    }
+    return moved;
+  };
+  const auto reduce_some = [&] {
+    bool moved = false;
+    while (reduced < mine_chunks) {
+      const std::size_t c = reduced, len = piece(mine, c);
+      for (Pair& q : pairs) {
+        if (!q.part && q.sized) q.part = p.try_peek(t, CollectivePort::part(0, 1 + c), q.rank, len);
+        if (!q.part) return moved;
+      }
+      std::byte* acc = acc_in_place ? acc_in_place : out + mine_off + c * kChunk;
+      const std::size_t elems = len / es;
+      for (int r = 0; r < n; ++r) {
+        const void* x = r == me ? in + mine_off + c * kChunk : by_rank[static_cast<std::size_t>(r)]->part;
+        if (r == 0) {
+          std::memcpy(acc, x, len);
+        } else {
+          reduce::accumulate(dt, op, acc, x, elems);
+        }
+      }
+      reduce::finish(dt, op, acc, elems, n);
+      if (acc_in_place) std::memcpy(out + mine_off + c * kChunk, acc, len);
+      for (Pair& q : pairs) {
+        p.release(q.rank, q.part);
+        q.part = nullptr;
+      }
+      ++reduced;
+      moved = true;
+    }
+    return moved;
+  };
+  const auto post_some = [&](Pair& q) {
+    bool moved = false;
+    const std::size_t theirs = chunks(q.len);
+    while (q.posted < q.post_all) {
+      const std::size_t c = q.posted;
+      bool ok = false;
+      if (c == 0) {
+        ok = p.try_post(t, CollectivePort::part(0), q.rank, &total, sizeof total);
+      } else if (c <= theirs) {
+        const std::size_t i = c - 1;
+        ok = p.try_post(t, CollectivePort::part(0, c), q.rank, in + q.off + i * kChunk, piece(q.len, i));
+      } else {
+        const std::size_t i = c - 1 - theirs;
+        if (i >= reduced) break;  // not reduced yet
+        ok = p.try_post(t, CollectivePort::part(1, i), q.rank, out + mine_off + i * kChunk, piece(mine, i));
+      }
+      if (!ok) break;
+      ++q.posted;
+      moved = true;
+    }
+    return moved;
+  };
+
+  for (CollectivePort::MailWait w;;) {
+    bool moved = false;
+    // Posts first: a rank that finds the sizes differ has sent its own first, so the
+    // other finds it too.
+    for (Pair& q : pairs) moved |= post_some(q);
+    for (Pair& q : pairs) moved |= take_some(q);
+    moved |= reduce_some();
+    // What to wait for: the first rank whose message is missing, else the first whose
+    // mailbox is full.
+    int peer = -1;
+    bool taking = true;
+    for (const Pair& q : pairs) {
+      if (!q.sized || (reduced < mine_chunks && !q.part) || q.taken < chunks(q.len)) {
+        peer = q.rank;
+        break;
+      }
+    }
+    if (peer < 0) {
+      for (const Pair& q : pairs) {
+        if (q.posted < q.post_all) {
+          peer = q.rank;
+          taking = false;
+          break;
+        }
+      }
+    }
+    if (peer < 0) return;
+    if (moved) {
+      w = {};
+    } else {
+      p.idle(t, w, peer, taking);
+    }
   }
 }
 
@@ -130,13 +300,13 @@ std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const 
                                         std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = count * size_of(t);
   const bool one = bytes <= kOneRoundBytes && bytes * (n - 1) <= kFanOutBytes;
-  const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes &&
-                   2 * bytes <= kFanOutBytes;
-  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, one || two);
+  const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes;
+  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, n > 2 || bytes <= kTwoRanksMostBytes);
   if (!tk) return std::nullopt;
-  return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op, one] {
+  return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op, one, two] {
     if (one) return all_reduce_one_round(p, tk, send, recv, count, t, op);
-    all_reduce_two_rounds(p, tk, send, recv, count, t, op);
+    if (two) return all_reduce_two_rounds(p, tk, send, recv, count, t, op);
+    all_reduce_chunked(p, tk, send, recv, count, t, op);
   });
 }
 
@@ -149,8 +319,8 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root] {
     const int n = p.size();
-    if (p.rank() != root) return p.take(tk, 0, root, buf, bytes);
-    for (int k = 1; k < n; ++k) p.post(tk, 0, (root + k) % n, buf, bytes);
+    if (p.rank() != root) return p.take(tk, CollectivePort::part(0), root, buf, bytes);
+    for (int k = 1; k < n; ++k) p.post(tk, CollectivePort::part(0), (root + k) % n, buf, bytes);
   });
 }
 
@@ -159,8 +329,8 @@ std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const Col
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, DataType::u8, ReduceOp::sum, [&p, tk = *tk] {
     const int n = p.size(), me = p.rank();
-    for (int k = 1; k < n; ++k) p.post(tk, 0, (me + k) % n, nullptr, 0);
-    for (int k = 1; k < n; ++k) p.take(tk, 0, (me + k) % n, nullptr, 0);
+    for (int k = 1; k < n; ++k) p.post(tk, CollectivePort::part(0), (me + k) % n, nullptr, 0);
+    for (int k = 1; k < n; ++k) p.take(tk, CollectivePort::part(0), (me + k) % n, nullptr, 0);
   });
 }
 

@@ -92,8 +92,11 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o,
                                   bool blocking) override;
   void finished(const Ticket& t) noexcept override;
-  void post(const Ticket& t, int phase, int to, const void* data, std::size_t len) override;
-  void take(const Ticket& t, int phase, int from, void* out, std::size_t len) override;
+  bool try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) override;
+  bool try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) override;
+  const void* try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) override;
+  void release(int from, const void* data) override;
+  void idle(const Ticket& t, MailWait& w, int peer, bool taking) override;
   /// Collectives this rank ran through the mailboxes so far (tests look).
   std::uint64_t mailbox_collectives() const noexcept { return mailbox_seq_.load(std::memory_order_relaxed); }
 
@@ -206,6 +209,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank
+  // Per group rank, this communicator's messages in its mailbox at most (try_post).
+  std::vector<std::size_t> mailbox_used_;
+  static constexpr std::size_t kMailboxShare = 8;
   // The agreement in flight (vote_mailboxes): started at call number pending_at_ (0: none).
   std::uint64_t mailbox_pending_at_ = 0;
   Request mailbox_pending_;

@@ -20,55 +20,13 @@ static_assert(CollectivePort::kMailboxBytes == shm::Mailbox::kPayload);
 
 namespace {
 
-// A message's number in the mailbox: two per collective, one per phase.
-std::uint64_t label(const CollectivePort::Ticket& t, int phase) {
-  return 2 * t.seq + static_cast<std::uint64_t>(phase);
-}
+// A message's number in the mailbox: the collective's number, then its part.
+std::uint64_t label(const CollectivePort::Ticket& t, std::uint64_t part) { return (t.seq << 20) | part; }
 
 inline void relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-// Tries `attempt` until it succeeds. `counter` reads the mailbox word a success needs to
-// change (read before each try), `sleep(seen, for)` sleeps until it changes. `waiting_for`
-// says what a timeout waited for.
-template <class Counter, class Sleep, class Attempt>
-void wait_for_mail(const Group& g, const CollectivePort::Ticket& t, int peer, const char* waiting_for,
-                   Counter counter, Sleep sleep, Attempt attempt) {
-  using Clock = CollectivePort::Clock;
-  const Config& cfg = g.config();
-  Clock::time_point spin_end{};
-  bool asleep = false;
-  for (unsigned i = 1;; ++i) {
-    const std::uint32_t seen = counter();
-    if (attempt()) return;
-    if (!asleep && i % 64 != 0 && !g.is_revoked()) {
-      if (cfg.yield_when_idle) {
-        std::this_thread::yield();
-      } else {
-        relax();
-      }
-      continue;
-    }
-    g.check_open(t.op);  // throws the revocation (a member failed) or the closing
-    const auto now = Clock::now();
-    if (auto gone = g.node().departure(g.world_of(peer)); gone && gone->first == Errc::peer_closed) {
-      // What it posted before it closed still counts (it became visible before the close).
-      if (attempt()) return;
-      throw make_error(gone->first, ErrorContext{t.op, g.rank(), peer, {}, {}}, gone->second);
-    }
-    if (now >= t.deadline) {
-      throw make_error(Errc::timeout, ErrorContext{t.op, g.rank(), peer, {}, {}},
-                       std::string("deadline passed waiting for rank ") + std::to_string(peer) + waiting_for);
-    }
-    if (spin_end == Clock::time_point{}) spin_end = now + cfg.spin;
-    if (!asleep && now < spin_end) continue;
-    asleep = true;
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(t.deadline - now);
-    sleep(seen, std::clamp(left, std::chrono::microseconds(1), std::chrono::microseconds(1000)));
-  }
 }
 
 }  // namespace
@@ -108,6 +66,7 @@ std::size_t Group::vote_mailboxes() {
     r.wait();
     if (mailbox_agreed_ == 0) return 0;
     mailbox_boxes_ = std::move(mailbox_offered_);
+    mailbox_used_.assign(mailbox_boxes_.size(), 0);
     mailbox_limit_.store(static_cast<std::size_t>(mailbox_agreed_), std::memory_order_release);
     log::debug("rank {} of communicator {:#x}: collectives of up to {} bytes through mailboxes", rank_, id_,
                mailbox_agreed_);
@@ -133,29 +92,97 @@ std::size_t Group::vote_mailboxes() {
   return 0;
 }
 
-void Group::post(const Ticket& t, int phase, int to, const void* data, std::size_t len) {
+bool Group::try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) {
   shm::Mailbox& box = *mailbox_boxes_[static_cast<std::size_t>(to)].out;
-  wait_for_mail(
-      *this, t, to, " to take earlier messages", [&] { return box.taken(); },
-      [&](std::uint32_t seen, std::chrono::microseconds d) { box.wait_taken(seen, d); },
-      [&] { return box.try_post(id_, label(t, phase), data, len); });
+  // At most half a mailbox's slots hold this communicator's messages, so the collectives
+  // of two communicators that ranks run in different orders never wait on each other's
+  // messages for a slot. Counted here, checked in the mailbox only near the limit.
+  static_assert(2 * kMailboxShare == shm::Mailbox::kSlots);
+  std::size_t& used = mailbox_used_[static_cast<std::size_t>(to)];
+  if (used >= kMailboxShare) {
+    used = box.count(id_);
+    if (used >= kMailboxShare) return false;
+  }
+  if (!box.try_post(id_, label(t, part), data, len)) return false;
+  ++used;
+  return true;
 }
 
-void Group::take(const Ticket& t, int phase, int from, void* out, std::size_t len) {
-  shm::Mailbox& box = *mailbox_boxes_[static_cast<std::size_t>(from)].in;
-  shm::Mailbox::Take got = shm::Mailbox::Take::absent;
+namespace {
+[[noreturn]] void wrong_length(const CollectivePort::Ticket& t, int rank, int from, std::size_t sent, std::size_t len) {
+  throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank, from, {}, {}},
+                   "rank " + std::to_string(from) + " sent " + std::to_string(sent) + " bytes, this rank expects " +
+                       std::to_string(len) + " (the ranks disagree on count or type)");
+}
+}  // namespace
+
+bool Group::try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
   std::size_t sent = 0;
-  wait_for_mail(
-      *this, t, from, "'s message", [&] { return box.posted(); },
-      [&](std::uint32_t seen, std::chrono::microseconds d) { box.wait_posted(seen, d); },
-      [&] {
-        got = box.try_take(id_, label(t, phase), out, len, sent);
-        return got != shm::Mailbox::Take::absent;
-      });
-  if (got == shm::Mailbox::Take::wrong_length) {
-    throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}},
-                     "rank " + std::to_string(from) + " sent " + std::to_string(sent) + " bytes, this rank expects " +
-                         std::to_string(len) + " (the ranks disagree on count or type)");
+  switch (mailbox_boxes_[static_cast<std::size_t>(from)].in->try_take(id_, label(t, part), out, len, sent)) {
+    case shm::Mailbox::Take::absent: return false;
+    case shm::Mailbox::Take::taken: return true;
+    case shm::Mailbox::Take::wrong_length: break;
+  }
+  wrong_length(t, rank_, from, sent, len);
+}
+
+const void* Group::try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) {
+  std::size_t sent = 0;
+  const void* data = nullptr;
+  switch (mailbox_boxes_[static_cast<std::size_t>(from)].in->try_peek(id_, label(t, part), len, sent, data)) {
+    case shm::Mailbox::Take::absent: return nullptr;
+    case shm::Mailbox::Take::taken: return data;
+    case shm::Mailbox::Take::wrong_length: break;
+  }
+  wrong_length(t, rank_, from, sent, len);
+}
+
+void Group::release(int from, const void* data) { mailbox_boxes_[static_cast<std::size_t>(from)].in->release(data); }
+
+void Group::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
+  const Config& cfg = config();
+  if (!w.asleep && ++w.tries % 64 != 0 && !w.armed && !w.last_chance && !is_revoked()) {
+    if (cfg.yield_when_idle) {
+      std::this_thread::yield();
+    } else {
+      relax();
+    }
+    return;
+  }
+  check_open(t.op);  // throws the revocation (a member failed) or the closing
+  const auto now = Clock::now();
+  if (auto gone = node().departure(world_of(peer)); gone && gone->first == Errc::peer_closed) {
+    // What it posted before it closed still counts (it became visible before the close):
+    // the caller attempts once more before the error.
+    if (!w.last_chance) {
+      w.last_chance = true;
+      return;
+    }
+    throw make_error(gone->first, ErrorContext{t.op, rank_, peer, {}, {}}, gone->second);
+  }
+  if (now >= t.deadline) {
+    throw make_error(Errc::timeout, ErrorContext{t.op, rank_, peer, {}, {}},
+                     std::string("deadline passed waiting for rank ") + std::to_string(peer) +
+                         (taking ? "'s message" : " to take earlier messages"));
+  }
+  if (w.spin_end == Clock::time_point{}) w.spin_end = now + cfg.spin;
+  if (!w.asleep && now < w.spin_end) return;
+  w.asleep = true;
+  const Node::Mailboxes& boxes = mailbox_boxes_[static_cast<std::size_t>(peer)];
+  // Read the word first and attempt once more, then sleep on it: a message posted (or
+  // taken) in between changes it, and the sleep returns at once.
+  if (!w.armed) {
+    w.seen = taking ? boxes.in->posted() : boxes.out->taken();
+    w.armed = true;
+    return;
+  }
+  w.armed = false;
+  const auto left = std::clamp(std::chrono::duration_cast<std::chrono::microseconds>(t.deadline - now),
+                               std::chrono::microseconds(1), std::chrono::microseconds(1000));
+  if (taking) {
+    boxes.in->wait_posted(w.seen, left);
+  } else {
+    boxes.out->wait_taken(w.seen, left);
   }
 }
 

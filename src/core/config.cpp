@@ -329,9 +329,9 @@ void Config::validate() const {
     out_of_range("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", format_bytes(shm_ring_bytes),
                  "a power of two, 64 KiB .. 256 MiB");
   }
-  if (shm_collective_bytes > 65536) {
+  if (shm_collective_bytes > (std::uint64_t{1} << 30)) {
     out_of_range("shm_collective_bytes", "NEXAR_SHM_COLLECTIVE_BYTES", format_bytes(shm_collective_bytes),
-                 "0 .. 64 KiB");
+                 "0 .. 1 GiB");
   }
   if (topology.kind == Topology::Kind::k_regular && (topology.k < 2 || topology.k % 2 != 0 || topology.k > 65536)) {
     out_of_range("topology", "NEXAR_TOPOLOGY", topology.to_string(), "k_regular:K with K even, 2 .. 65536");

@@ -67,8 +67,17 @@ bool Mailbox::try_post(std::uint64_t key, std::uint64_t seq, const void* data, s
   return false;
 }
 
-Mailbox::Take Mailbox::try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want,
-                                std::size_t& len) noexcept {
+std::size_t Mailbox::count(std::uint64_t key) const noexcept {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    const Slot& s = slots_[i];
+    n += s.state.load(std::memory_order_acquire) != Slot::empty && s.key.load(std::memory_order_acquire) == key;
+  }
+  return n;
+}
+
+Mailbox::Take Mailbox::find(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len,
+                            Slot*& at) noexcept {
   const std::size_t first = static_cast<std::size_t>(key % kSlots);
   Take found = Take::absent;
   bool freed = false;
@@ -80,23 +89,53 @@ Mailbox::Take Mailbox::try_take(std::uint64_t key, std::uint64_t seq, void* out,
     // and keeps it until it is freed here.
     if (s.state.load(std::memory_order_acquire) != Slot::full || s.key.load(std::memory_order_acquire) != key)
       continue;
-    const std::uint64_t at = s.seq.load(std::memory_order_relaxed);
-    if (at > seq || s.state.load(std::memory_order_acquire) != Slot::full) continue;  // a later one's
-    if (at == seq) {
+    const std::uint64_t label = s.seq.load(std::memory_order_relaxed);
+    if (label > seq || s.state.load(std::memory_order_acquire) != Slot::full) continue;  // a later one's
+    if (label == seq) {
       // Read once: the writer may not change it now, but a broken one could.
       len = s.len.load(std::memory_order_relaxed);
-      if (len != want || len > kPayload) {
-        found = Take::wrong_length;
-      } else {
-        if (len) std::memcpy(out, s.data, len);
-        found = Take::taken;
-      }
+      found = len != want || len > kPayload ? Take::wrong_length : Take::taken;
+      at = &s;
+      continue;
     }
     s.state.store(Slot::empty, std::memory_order_release);
     freed = true;
   }
   if (freed) bump(*taken_);
   return found;
+}
+
+void Mailbox::free(Slot& s) noexcept {
+  s.state.store(Slot::empty, std::memory_order_release);
+  bump(*taken_);
+}
+
+Mailbox::Take Mailbox::try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want,
+                                std::size_t& len) noexcept {
+  Slot* at = nullptr;
+  const Take found = find(key, seq, want, len, at);
+  if (found == Take::absent) return found;
+  if (found == Take::taken && len) std::memcpy(out, at->data, len);
+  free(*at);
+  return found;
+}
+
+Mailbox::Take Mailbox::try_peek(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len,
+                                const void*& data) noexcept {
+  Slot* at = nullptr;
+  const Take found = find(key, seq, want, len, at);
+  if (found == Take::taken) {
+    data = at->data;
+  } else if (found == Take::wrong_length) {
+    free(*at);
+  }
+  return found;
+}
+
+void Mailbox::release(const void* data) noexcept {
+  const auto off = static_cast<std::size_t>(static_cast<const std::uint8_t*>(data) -
+                                            reinterpret_cast<const std::uint8_t*>(slots_));
+  free(slots_[off / kSlotBytes]);
 }
 
 std::uint32_t Mailbox::posted() const noexcept { return posted_->value.load(std::memory_order_seq_cst); }

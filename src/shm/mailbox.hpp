@@ -41,6 +41,10 @@ class Mailbox {
   /// if every slot is in use (wait on taken() and try again).
   bool try_post(std::uint64_t key, std::uint64_t seq, const void* data, std::size_t len) noexcept;
 
+  /// Messages of `key` in the mailbox now, not yet freed by the reader (a scan of every
+  /// slot: a writer that counts its own posts calls it only near its limit).
+  std::size_t count(std::uint64_t key) const noexcept;
+
   // ---- reader ----
   /// What try_take found.
   enum class Take { absent, taken, wrong_length };
@@ -50,6 +54,12 @@ class Mailbox {
   /// ranks disagree on the operation). Also frees messages of `key` numbered below `seq`:
   /// left by collectives that failed on this side after the writer posted.
   Take try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want, std::size_t& len) noexcept;
+  /// As try_take, but on Take::taken the message stays in its slot and `data` points at
+  /// its bytes, which stay put until release(data): a reader can reduce straight from the
+  /// slots of several mailboxes. Its slot counts as in use until then.
+  Take try_peek(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len, const void*& data) noexcept;
+  /// Frees the slot of a message try_peek found (`data` as it gave it).
+  void release(const void* data) noexcept;
 
   // ---- waiting (either side) ----
   /// Counters of messages posted and taken so far (wrapping). Read one before trying, then
@@ -64,6 +74,10 @@ class Mailbox {
  private:
   struct Counter;
   struct Slot;
+  // The slot of message (key, seq), whatever its length (Take::absent: none), freeing the
+  // key's messages numbered below it.
+  Take find(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len, Slot*& at) noexcept;
+  void free(Slot& s) noexcept;
   static void wait_on(Counter& c, std::uint32_t seen, std::chrono::microseconds timeout) noexcept;
   static void bump(Counter& c) noexcept;
 
