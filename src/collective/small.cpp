@@ -152,7 +152,8 @@ void all_reduce_chunked(CollectivePort& p, const Ticket& t, const void* send, vo
   };
   const auto chunks = [](std::size_t bytes) { return (bytes + kChunk - 1) / kChunk; };
   const auto piece = [](std::size_t bytes, std::size_t c) { return std::min(kChunk, bytes - c * kChunk); };
-  const auto [mine_off, mine] = bytes_of(me);
+  // Not a structured binding: lambdas below capture them (C++20 allows it, clang 14 not).
+  const std::size_t mine_off = bytes_of(me).first, mine = bytes_of(me).second;
   const std::size_t mine_chunks = chunks(mine);
 
   // Per other rank: what was posted to it (the size, its block's chunks, then this rank's
@@ -260,15 +261,19 @@ void all_reduce_chunked(CollectivePort& p, const Ticket& t, const void* send, vo
     for (Pair& q : pairs) moved |= post_some(q);
     for (Pair& q : pairs) moved |= take_some(q);
     moved |= reduce_some();
-    // What to wait for: the first rank whose message is missing, else the first whose
-    // mailbox is full.
+    // What to wait for: the first rank whose message is missing (its size or its part of
+    // the next chunk to reduce, then its reduced chunks), else the first whose mailbox is
+    // full.
     int peer = -1;
     bool taking = true;
     for (const Pair& q : pairs) {
-      if (!q.sized || (reduced < mine_chunks && !q.part) || q.taken < chunks(q.len)) {
+      if (!q.sized || (reduced < mine_chunks && !q.part)) {
         peer = q.rank;
         break;
       }
+    }
+    for (const Pair& q : pairs) {
+      if (peer < 0 && reduced == mine_chunks && q.taken < chunks(q.len)) peer = q.rank;
     }
     if (peer < 0) {
       for (const Pair& q : pairs) {

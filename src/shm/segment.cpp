@@ -16,7 +16,7 @@ namespace nexar::shm {
 
 namespace {
 constexpr std::uint32_t kMagic = 0x4853584e;  // "NXSH"
-constexpr std::uint32_t kVersion = 3;
+constexpr std::uint32_t kVersion = 4;
 
 // The first 64 bytes: what the opener checks before it trusts the layout.
 struct Header {
