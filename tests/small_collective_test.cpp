@@ -108,8 +108,11 @@ TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
         ReduceOp other = ops[static_cast<std::size_t>(round++) % 4];
         if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
         for (ReduceOp op : {ReduceOp::sum, other}) {
+          // The last: more chunks per block than a communicator may keep in a mailbox
+          // (with 2 ranks, within the 128 KiB they take chunks for).
+          const std::size_t many = n == 2 ? 7 : 21;
           for (std::size_t count : {ranks * per_chunk + 1, ranks * 2 * per_chunk, ranks * 3 * per_chunk + 5,
-                                    ranks * 21 * per_chunk + 2 * ranks - 1}) {
+                                    ranks * many * per_chunk + 2 * ranks - 1}) {
             check_all_reduce<T>(w, t, op, count, true);
             check_all_reduce<T>(w, t, op, count, false);
             check_all_reduce<T>(w, t, op, count, true, true);
@@ -185,26 +188,26 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
   });
 }
 
-// With the default setting: two ranks take the chunks up to 16 MiB per rank and the
-// ordinary ring above; three ranks take them above too, and so do ten, whose blocks of a
-// 100 KiB vector are over one message each.
+// With the default setting: two ranks take the chunks up to 128 KiB per rank and the
+// ordinary ring above; three ranks take them above too (16 MiB and more), and so do ten,
+// whose blocks of a 100 KiB vector are over one message each.
 TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
-  constexpr std::size_t kSixteen = (std::size_t{16} << 20) / sizeof(float);
   for (int n : {2, 3}) {
+    const std::size_t most = n == 2 ? (std::size_t{128} << 10) / sizeof(float) : (std::size_t{16} << 20) / sizeof(float);
     with_world(n, test_config(), [&](std::vector<Communicator>& w, int r) {
       auto& c = w[static_cast<std::size_t>(r)];
-      std::vector<float> a(kSixteen + 1, 1.0f);
+      std::vector<float> a(most + 1, 1.0f);
       for (int i = 0; i < 4; ++i) c.all_reduce(std::span<float>(a.data(), 1), ReduceOp::max);
       const std::uint64_t at = via_mailboxes(c);
       EXPECT_GT(at, 0u);
-      c.all_reduce(std::span<float>(a.data(), kSixteen), ReduceOp::sum);
+      c.all_reduce(std::span<float>(a.data(), most), ReduceOp::sum);
       EXPECT_EQ(via_mailboxes(c), at + 1);
       c.all_reduce(std::span<float>(a), ReduceOp::sum);
       EXPECT_EQ(via_mailboxes(c), at + 1 + (n > 2 ? 1 : 0)) << n << " ranks";
       const float nf = static_cast<float>(n);
       EXPECT_EQ(a[0], nf * nf);
-      EXPECT_EQ(a[kSixteen - 1], nf * nf);
-      EXPECT_EQ(a[kSixteen], nf);
+      EXPECT_EQ(a[most - 1], nf * nf);
+      EXPECT_EQ(a[most], nf);
     });
   }
   with_world(10, test_config(), [&](std::vector<Communicator>& w, int r) {
@@ -338,7 +341,7 @@ TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
     const auto t0 = std::chrono::steady_clock::now();
     auto f = std::async(std::launch::async, [&] {
       if (!chunked) return comms[0].barrier();
-      std::vector<double> a(1 << 20, 1.0);
+      std::vector<double> a(16384, 1.0);  // 128 KiB: chunks, with 2 ranks
       comms[0].all_reduce(std::span<double>(a), ReduceOp::sum);
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -380,49 +383,45 @@ TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
   for (auto& c : comms) c.close();
 }
 
-// Rank 0 runs large all_reduces on two communicators at once, from two threads; rank 1
-// runs them one after the other, the second communicator's first. Rank 0's first
-// communicator may not fill the mailbox that the second's messages need to reach rank 1.
+// Rank 0 runs large all_reduces on two communicators at once, from two threads; ranks 1
+// and 2 run them one after the other, the second communicator's first. Rank 0's first
+// communicator may not fill the mailboxes that the second's messages need to reach them.
 TEST(SmallCollective, CommunicatorsInDifferentOrdersDoNotWaitOnEachOther) {
-  auto comms = bootstrap_local(2, test_config());
-  std::vector<Communicator> others(2);
+  constexpr int kRanks = 3;
+  auto comms = bootstrap_local(kRanks, test_config());
+  std::vector<Communicator> others(kRanks);
   run_ranks(comms, "split", [&](int r) { others[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(0, r); });
   CollectiveOptions o;
   o.timeout = std::chrono::seconds(20);
-  constexpr std::size_t kCount = 256 * 1024;  // 1 MiB: blocks of 64 chunks
+  constexpr std::size_t kCount = 256 * 1024;  // 1 MiB: blocks of 42 or 43 chunks
   const auto step = [&](Communicator& c, int r, int i, int which) {
     std::vector<std::int32_t> a(kCount, r + i + which);
     c.all_reduce(std::span<std::int32_t>(a), ReduceOp::sum, o);
-    if (a[0] != 1 + 2 * (i + which) || a[kCount - 1] != 1 + 2 * (i + which))
+    const std::int32_t want = 0 + 1 + 2 + kRanks * (i + which);
+    if (a[0] != want || a[kCount - 1] != want)
       throw std::runtime_error("communicator " + std::to_string(which) + ", round " + std::to_string(i) + " wrong");
   };
   for (int i = 0; i < 4; ++i) {  // the first rounds also agree on the mailboxes
-    std::string err0a, err0b, err1;
-    std::thread t0a([&] {
+    std::vector<std::string> errors(kRanks + 1);
+    std::vector<std::thread> ts;
+    ts.emplace_back([&] {
       try {
         step(comms[0], 0, i, 0);
       } catch (const std::exception& e) {
-        err0a = e.what();
+        errors[kRanks] = e.what();
       }
     });
-    std::thread t0b([&] {
+    run_ranks(comms, "different orders", [&](int r) {
       try {
-        step(others[0], 0, i, 1);
+        if (r == 0) return step(others[0], 0, i, 1);
+        step(others[static_cast<std::size_t>(r)], r, i, 1);
+        step(comms[static_cast<std::size_t>(r)], r, i, 0);
       } catch (const std::exception& e) {
-        err0b = e.what();
+        errors[static_cast<std::size_t>(r)] = e.what();
       }
     });
-    try {
-      step(others[1], 1, i, 1);
-      step(comms[1], 1, i, 0);
-    } catch (const std::exception& e) {
-      err1 = e.what();
-    }
-    t0a.join();
-    t0b.join();
-    ASSERT_EQ(err0a, "") << "round " << i;
-    ASSERT_EQ(err0b, "") << "round " << i;
-    ASSERT_EQ(err1, "") << "round " << i;
+    for (auto& t : ts) t.join();
+    for (std::size_t k = 0; k < errors.size(); ++k) ASSERT_EQ(errors[k], "") << "round " << i << ", thread " << k;
   }
   EXPECT_GT(via_mailboxes(comms[0]), 0u);
   EXPECT_GT(via_mailboxes(others[0]), 0u);

@@ -125,7 +125,7 @@ struct Config {
   /// runs them in the calling thread (NEXAR_SHM_COLLECTIVE_BYTES; 0 disables; at most
   /// 1 GiB). The members agree on it: the smallest value among them applies. What the
   /// path is fastest for applies too: all_reduce of any size up to it (with 2 ranks up to
-  /// 16 MiB), broadcast up to 8 KiB, less with very many ranks (docs/CONFIG.md).
+  /// 128 KiB), broadcast up to 8 KiB, less with very many ranks (docs/CONFIG.md).
   std::uint64_t shm_collective_bytes = std::uint64_t{1} << 30;
   /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
   /// see Topology. Every rank of a job must use the same.

@@ -38,12 +38,14 @@ using Ticket = CollectivePort::Ticket;
 // all_reduce: up to kOneRoundBytes one round, unless a rank would post more than
 // kFanOutBytes in all (so does broadcast); above, two rounds, in one message per block
 // while a block fits one, in chunks beyond. Two ranks take the chunks up to
-// kTwoRanksMostBytes only: above it the ordinary ring was as fast or faster (64 MiB,
-// 2 processes on this project's 2-core machine: 2.44-2.56 GB/s against 2.06-2.36), and
-// with more ranks the chunks were faster at every size measured (docs/ARCHITECTURE.md).
+// kTwoRanksMostBytes only: above it the ordinary ring through the shared-memory rings was
+// faster (2 processes on this project's 2-core machine, busbw in 3 alternating runs: 128
+// KiB 4.25-4.62 GB/s in chunks against 3.91-4.34; 256 KiB 4.20-4.26 against 5.22-6.06;
+// 16 MiB 3.22-3.49 against 3.37-3.93). With more ranks the chunks were faster at every
+// size measured, up to 64 MiB (docs/ARCHITECTURE.md).
 constexpr std::size_t kOneRoundBytes = 4096;
 constexpr std::size_t kFanOutBytes = std::size_t{128} << 10;
-constexpr std::size_t kTwoRanksMostBytes = std::size_t{16} << 20;
+constexpr std::size_t kTwoRanksMostBytes = std::size_t{128} << 10;
 
 // Runs `body` here (blocking: the caller waits anyway, so no collective thread, operation
 // state or Request is needed) or as a collective of the port.
