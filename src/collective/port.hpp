@@ -62,10 +62,10 @@ class CollectivePort {
   virtual Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                         std::function<void(const Coll&)> body) = 0;
 
-  // ---- mailboxes: small blocking collectives inside one host (collective/small.cpp) ----
+  // ---- mailboxes: collectives inside one host (collective/small.cpp) ----
   /// Largest message a mailbox holds.
   static constexpr std::size_t kMailboxBytes = 8192;
-  /// One blocking collective that runs through the mailboxes.
+  /// One collective that runs through the mailboxes.
   struct Ticket {
     const char* op;  ///< names every error
     std::uint64_t seq;
@@ -75,10 +75,10 @@ class CollectivePort {
     /// must go there too (start() and wait), keeping one reader per mailbox key and rank.
     bool queued = false;
   };
-  /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank at most
-  /// kMailboxBytes) is about to start: a Ticket if its messages go through the mailboxes
-  /// this rank shares with every other member (shared memory), nothing if it takes the
-  /// ordinary path. Every member answers alike for the same sequence of calls, blocking or
+  /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank) is about
+  /// to start: a Ticket if its messages go through the mailboxes this rank shares with
+  /// every other member (shared memory) and `bytes` is within the size the members agreed
+  /// on (Config::shm_collective_bytes), nothing if it takes the ordinary path. Every member answers alike for the same sequence of calls, blocking or
   /// not (the communicator agrees on it with its members, through collectives it starts
   /// here and waits for at the next such call), so the ranks never disagree on the path.
   /// `blocking`: the caller runs it itself, without start(). Throws what start() throws.

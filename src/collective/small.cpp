@@ -1,5 +1,6 @@
-// all_reduce (up to 64 KiB per rank), broadcast (up to 8 KiB) and barrier on a
-// communicator whose ranks share one host: through the mailboxes of the port
+// all_reduce (of any size up to Config::shm_collective_bytes per rank; with 2 ranks up to
+// 128 KiB), broadcast (up to 8 KiB) and barrier on a communicator whose ranks share one
+// host: through the mailboxes of the port
 // (CollectivePort::mailboxes), in one or two exchanges instead of log2(n) or 2(n-1)
 // dependent steps. A blocking call runs it in the calling thread, with no collective
 // thread, operation state or matching queue in the way; a non-blocking one runs it as a
@@ -46,6 +47,9 @@ using Ticket = CollectivePort::Ticket;
 constexpr std::size_t kOneRoundBytes = 4096;
 constexpr std::size_t kFanOutBytes = std::size_t{128} << 10;
 constexpr std::size_t kTwoRanksMostBytes = std::size_t{128} << 10;
+// A block of the largest vector Config::shm_collective_bytes allows numbers its chunks
+// within a label's part.
+static_assert((std::size_t{1} << 30) / CollectivePort::kMailboxBytes + 1 < CollectivePort::kMaxChunks);
 
 // Runs `body` here (blocking: the caller waits anyway, so no collective thread, operation
 // state or Request is needed) or as a collective of the port.

@@ -1,5 +1,5 @@
 // A group's side of the mailbox path (collective/small.cpp, shm/mailbox.hpp): whether its
-// small collectives may run through the mailboxes it shares with its members,
+// collectives may run through the mailboxes it shares with its members,
 // agreed with them, and the waits of their posts and takes. A wait spins (or yields, when
 // the host is oversubscribed) for Config::spin, then sleeps on the mailbox's futex word; it
 // looks for a revoked or closed communicator, a peer that closed, and the deadline every
