@@ -126,6 +126,87 @@ TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
   }
 }
 
+// reduce_scatter (the first of the two rounds) and all_gather (the second) through the
+// mailboxes: every dtype, sum and another op, counts that leave the blocks uneven, empty
+// and one-element calls, blocks of many chunks; all_gather in place too.
+TEST(SmallCollective, ReduceScatterAndAllGatherMatchTheReference) {
+  constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes;
+  for (int n : {2, 3, 4}) {
+    auto& w = pooled_world(n);
+    const std::uint64_t before = via_mailboxes(w[0]);
+    const std::size_t ranks = static_cast<std::size_t>(n);
+    std::uint64_t calls = 0;
+    int round = 0;
+    for (DataType t : all_dtypes) {
+      with_type(t, [&]<class T>(std::type_identity<T>) {
+        const std::size_t per_chunk = kChunk / sizeof(T), many = n == 2 ? 7 : 21;
+        const ReduceOp ops[] = {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+        ReduceOp other = ops[static_cast<std::size_t>(round++) % 4];
+        if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
+        for (ReduceOp op : {ReduceOp::sum, other}) {
+          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, ranks * per_chunk + 1,
+                                    ranks * 3 * per_chunk + 5, ranks * many * per_chunk + 2 * ranks - 1}) {
+            std::vector<std::vector<T>> in(ranks), out(ranks);
+            for (std::size_t r = 0; r < ranks; ++r) {
+              in[r] = gen<T>(count, op, Data::random, mix(r, count + 17));
+              out[r].assign(block_of(count, n, static_cast<int>(r)).second, T{});
+            }
+            const std::string ctx = std::string("reduce_scatter ") + to_string(t) + " " + to_string(op) + " x" +
+                                    std::to_string(count) + ", " + std::to_string(n) + " ranks";
+            run_ranks(w, ctx, [&](int r) {
+              auto& c = w[static_cast<std::size_t>(r)];
+              auto& o = out[static_cast<std::size_t>(r)];
+              if (r % 2) {
+                c.reduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op);
+              } else {
+                c.ireduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op).wait();
+              }
+            });
+            ++calls;
+            for (int r = 0; r < n; ++r) {
+              const std::size_t off = block_of(count, n, r).first;
+              check_elements(ctx, r, "recv", out[static_cast<std::size_t>(r)].data(),
+                             out[static_cast<std::size_t>(r)].size(),
+                             [&](std::size_t i) { return reference(in, off + i, op, 0, n, Data::random); });
+            }
+          }
+        }
+        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, per_chunk + 3, 3 * per_chunk,
+                                  many * per_chunk + 1}) {
+          for (bool in_place : {false, true}) {
+            std::vector<std::vector<T>> in(ranks), out(ranks);
+            std::vector<T> want;
+            for (std::size_t r = 0; r < ranks; ++r) {
+              in[r] = gen<T>(count, ReduceOp::sum, Data::random, mix(r, count + 29));
+              want.insert(want.end(), in[r].begin(), in[r].end());
+              out[r].assign(count * ranks, T{});
+              if (in_place) std::copy(in[r].begin(), in[r].end(), out[r].begin() + static_cast<std::ptrdiff_t>(r * count));
+            }
+            const std::string ctx = std::string("all_gather ") + to_string(t) + " x" + std::to_string(count) +
+                                    (in_place ? " in place" : "") + ", " + std::to_string(n) + " ranks";
+            run_ranks(w, ctx, [&](int r) {
+              auto& c = w[static_cast<std::size_t>(r)];
+              const std::size_t me = static_cast<std::size_t>(r);
+              const T* s = in_place ? out[me].data() + me * count : in[me].data();
+              if (r % 2) {
+                c.all_gather(s, out[me].data(), count, t);
+              } else {
+                c.iall_gather(s, out[me].data(), count, t).wait();
+              }
+            });
+            ++calls;
+            for (int r = 0; r < n; ++r)
+              check_bytes(ctx, r, "recv", reinterpret_cast<const std::byte*>(out[static_cast<std::size_t>(r)].data()),
+                          reinterpret_cast<const std::byte*>(want.data()), want.size() * sizeof(T), sizeof(T));
+          }
+        }
+      });
+    }
+    // Every call but the first two (they may agree on the path, in a fresh world).
+    EXPECT_GE(via_mailboxes(w[0]) + 2, before + calls) << n << " ranks: the mailbox path was not taken";
+  }
+}
+
 TEST(SmallCollective, BroadcastAndBarrier) {
   auto& w = pooled_world(3);
   for (int root = 0; root < 3; ++root) {
@@ -190,7 +271,8 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
 
 // With the default setting: two ranks take the chunks up to 128 KiB per rank and the
 // ordinary ring above; three ranks take them above too (16 MiB and more), and so do ten,
-// whose blocks of a 100 KiB vector are over one message each.
+// whose blocks of a 100 KiB vector are over one message each. all_gather takes them up
+// to 1 MiB in all.
 TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
   for (int n : {2, 3}) {
     const std::size_t most = n == 2 ? (std::size_t{128} << 10) / sizeof(float) : (std::size_t{16} << 20) / sizeof(float);
@@ -210,6 +292,20 @@ TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
       EXPECT_EQ(a[most], nf);
     });
   }
+  // all_gather: up to 1 MiB in all.
+  with_world(3, test_config(), [&](std::vector<Communicator>& w, int r) {
+    auto& c = w[static_cast<std::size_t>(r)];
+    constexpr std::size_t per_rank = (std::size_t{1} << 20) / 3 / sizeof(float);
+    std::vector<float> mine(per_rank + 1, static_cast<float>(r)), all(3 * (per_rank + 1));
+    for (int i = 0; i < 4; ++i) c.barrier();
+    const std::uint64_t at = via_mailboxes(c);
+    c.all_gather(std::span<const float>(mine.data(), per_rank), std::span<float>(all.data(), 3 * per_rank));
+    EXPECT_EQ(via_mailboxes(c), at + 1);
+    EXPECT_EQ(all[2 * per_rank], 2.0f);
+    c.all_gather(std::span<const float>(mine), std::span<float>(all));
+    EXPECT_EQ(via_mailboxes(c), at + 1);
+    EXPECT_EQ(all[2 * (per_rank + 1)], 2.0f);
+  });
   with_world(10, test_config(), [&](std::vector<Communicator>& w, int r) {
     auto& c = w[static_cast<std::size_t>(r)];
     std::vector<float> b(25600, static_cast<float>(r));

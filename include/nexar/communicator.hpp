@@ -443,9 +443,9 @@ class Communicator {
 
   /// Blocking forms: the non-blocking call followed by wait(), in effect. When every rank
   /// of the communicator shares memory with every other (one host, Config::shm),
-  /// all_reduce (up to Config::shm_collective_bytes per rank; with 2 ranks up to 128 KiB),
-  /// small broadcast and barrier calls (algorithm automatic) go through mailboxes in shared
-  /// memory, and the blocking forms
+  /// all_reduce, reduce_scatter and all_gather (up to Config::shm_collective_bytes per
+  /// rank; with 2 ranks up to 128 KiB), small broadcast and barrier calls (algorithm
+  /// automatic) go through mailboxes in shared memory, and the blocking forms
   /// run them in the calling thread; a blocking call still meets a non-blocking one on
   /// another rank. Contracts and errors as the non-blocking forms.
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
@@ -457,15 +457,9 @@ class Communicator {
     ireduce(send, recv, count, t, op, root, o).wait();
   }
   void all_gather(const void* send, void* recv, std::size_t count, DataType t,
-                  const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    iall_gather(send, recv, count, t, o).wait();
-  }
+                  const CollectiveOptions& o = {});
   void reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                      const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    ireduce_scatter(send, recv, count, t, op, o).wait();
-  }
+                      const CollectiveOptions& o = {});
   void all_to_all(const void* send, void* recv, std::size_t count, DataType t,
                   const CollectiveOptions& o = {}) {
     BlockingCall b;
@@ -642,14 +636,18 @@ class Communicator {
   template <CollectiveInput In, CollectiveOutput Out>
     requires SameElementType<In, Out>
   void all_gather(In&& send, Out&& recv, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    iall_gather(send, recv, o).wait();
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("all_gather", "recv", r.size(), s.size() * static_cast<std::size_t>(size()));
+    all_gather(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, o);
   }
   template <CollectiveInput In, CollectiveOutput Out>
     requires SameElementType<In, Out>
   void reduce_scatter(In&& send, Out&& recv, ReduceOp op, const CollectiveOptions& o = {}) {
-    BlockingCall b;
-    ireduce_scatter(send, recv, op, o).wait();
+    const std::span s(send);
+    const std::span r(recv);
+    check_size("reduce_scatter", "recv", r.size(), block_of(s.size(), size(), rank()).second);
+    reduce_scatter(s.data(), r.data(), s.size(), dtype_of_v<range_element_t<In>>, op, o);
   }
   template <CollectiveInput In, CollectiveOutput Out>
     requires SameElementType<In, Out>

@@ -23,6 +23,10 @@ std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char
                                                    const CollectiveOptions& o, bool blocking, bool fits);
 std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv,
                                         std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
+std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                            std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
+std::optional<Request> small_all_gather(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                        std::size_t count, DataType t, const CollectiveOptions& o);
 std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t,
                                        int root, const CollectiveOptions& o);
 std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o);

@@ -25,13 +25,25 @@ void all_gather(const Coll& c, const void* send, void* recv, std::size_t count) 
   all_gather_v(c, send, count, recv, counts, displs);
 }
 
-Request iall_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                    const CollectiveOptions& o) {
+namespace {
+Request call_all_gather(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
+                        DataType t, const CollectiveOptions& o) {
   const char* name = "all_gather";
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
+  if (auto r = small_all_gather(p, blocking, send, recv, count, t, o)) return *r;
   return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) { all_gather(c, send, recv, count); });
+}
+}  // namespace
+
+Request iall_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                    const CollectiveOptions& o) {
+  return call_all_gather(p, false, send, recv, count, t, o);
+}
+void blocking_all_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                         const CollectiveOptions& o) {
+  call_all_gather(p, true, send, recv, count, t, o).wait();
 }
 
 Request iall_gather_v(CollectivePort& p, const void* send, std::size_t send_count, void* recv,

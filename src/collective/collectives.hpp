@@ -55,10 +55,15 @@ Request iscan(CollectivePort& p, const void* send, void* recv, std::size_t count
               ReduceOp op, bool exclusive, const CollectiveOptions& o);
 Request ibarrier(CollectivePort& p, const CollectiveOptions& o);
 
-/// The blocking all_reduce, broadcast and barrier: as the non-blocking forms followed by
-/// wait(), but a call through the mailboxes (collective/small.cpp) runs in the caller.
+/// The blocking all_reduce, reduce_scatter, all_gather, broadcast and barrier: as the
+/// non-blocking forms followed by wait(), but a call through the mailboxes
+/// (collective/small.cpp) runs in the caller.
 void blocking_all_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
                          ReduceOp op, const CollectiveOptions& o);
+void blocking_reduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                             ReduceOp op, const CollectiveOptions& o);
+void blocking_all_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                         const CollectiveOptions& o);
 void blocking_broadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
                         const CollectiveOptions& o);
 void blocking_barrier(CollectivePort& p, const CollectiveOptions& o);

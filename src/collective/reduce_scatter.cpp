@@ -22,14 +22,26 @@ void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t cou
   c.finish(recv, len);
 }
 
-Request ireduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count,
-                        DataType t, ReduceOp op, const CollectiveOptions& o) {
+namespace {
+Request call_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
+                            DataType t, ReduceOp op, const CollectiveOptions& o) {
   const char* name = "reduce_scatter";
   check_op(p, name, t, op);
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, block_of(count, p.size(), p.rank()).second);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
+  if (auto r = small_reduce_scatter(p, blocking, send, recv, count, t, op, o)) return *r;
   return p.start(name, o, t, op, [=](const Coll& c) { reduce_scatter(c, send, recv, count); });
+}
+}  // namespace
+
+Request ireduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count,
+                        DataType t, ReduceOp op, const CollectiveOptions& o) {
+  return call_reduce_scatter(p, false, send, recv, count, t, op, o);
+}
+void blocking_reduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
+                             ReduceOp op, const CollectiveOptions& o) {
+  call_reduce_scatter(p, true, send, recv, count, t, op, o).wait();
 }
 
 }  // namespace nexar::detail::coll

@@ -202,6 +202,16 @@ void Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
   BlockingCall b;
   coll::blocking_all_reduce(self(), send, recv, count, t, op, o);
 }
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                                  const CollectiveOptions& o) {
+  BlockingCall b;
+  coll::blocking_reduce_scatter(self(), send, recv, count, t, op, o);
+}
+void Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType t,
+                              const CollectiveOptions& o) {
+  BlockingCall b;
+  coll::blocking_all_gather(self(), send, recv, count, t, o);
+}
 void Communicator::broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o) {
   BlockingCall b;
   coll::blocking_broadcast(self(), buf, count, t, root, o);
