@@ -119,13 +119,14 @@ struct Config {
   /// Bytes of each shared-memory ring: one per message lane and direction between two
   /// ranks of a host (NEXAR_SHM_RING_BYTES). A power of two, 64 KiB .. 256 MiB.
   std::uint64_t shm_ring_bytes = 1024 * 1024;
-  /// all_reduce, broadcast and barrier of at most this many bytes per rank (algorithm
-  /// automatic), on a communicator whose members all share memory with each other, go
+  /// all_reduce, reduce_scatter, all_gather, broadcast and barrier of at most this many
+  /// bytes per rank (all_gather: its whole result; algorithm automatic), on a communicator whose members all share memory with each other, go
   /// through mailboxes in shared memory instead of the collective lane; a blocking call
   /// runs them in the calling thread (NEXAR_SHM_COLLECTIVE_BYTES; 0 disables; at most
   /// 1 GiB). The members agree on it: the smallest value among them applies. What the
-  /// path is fastest for applies too: all_reduce of any size up to it (with 2 ranks up to
-  /// 128 KiB), broadcast up to 8 KiB, less with very many ranks (docs/CONFIG.md).
+  /// path is fastest for applies too: all_reduce and reduce_scatter of any size up to it
+  /// (with 2 ranks up to 128 KiB), all_gather up to 1 MiB (128 KiB with 2 ranks),
+  /// broadcast up to 8 KiB, less with very many ranks (docs/CONFIG.md).
   std::uint64_t shm_collective_bytes = std::uint64_t{1} << 30;
   /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
   /// see Topology. Every rank of a job must use the same.

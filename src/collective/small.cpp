@@ -1,6 +1,6 @@
-// all_reduce (of any size up to Config::shm_collective_bytes per rank; with 2 ranks up to
-// 128 KiB), broadcast (up to 8 KiB) and barrier on a communicator whose ranks share one
-// host: through the mailboxes of the port
+// all_reduce and reduce_scatter (of any size up to Config::shm_collective_bytes per rank;
+// with 2 ranks up to 128 KiB), all_gather (up to 1 MiB), broadcast (up to 8 KiB) and
+// barrier on a communicator whose ranks share one host: through the mailboxes of the port
 // (CollectivePort::mailboxes), in one or two exchanges instead of log2(n) or 2(n-1)
 // dependent steps. A blocking call runs it in the calling thread, with no collective
 // thread, operation state or matching queue in the way; a non-blocking one runs it as a
