@@ -64,6 +64,35 @@ void check_all_reduce(std::vector<Communicator>& w, DataType t, ReduceOp op, std
   }
 }
 
+// The chunk tests' driver: for 2, 3 and 4 ranks and every dtype, `fn(world, n,
+// std::type_identity<T>, other)` with `other` an op besides sum, each in turn (max where
+// avg does not apply), returning how many collectives it ran; every one of them but the
+// first two (they may agree on the path, in a fresh world) must go through the mailboxes.
+template <class Fn>
+void each_world_and_type(Fn fn) {
+  for (int n : {2, 3, 4}) {
+    auto& w = pooled_world(n);
+    const std::uint64_t before = via_mailboxes(w[0]);
+    std::uint64_t calls = 0;
+    std::size_t round = 0;
+    for (DataType t : all_dtypes) {
+      with_type(t, [&]<class T>(std::type_identity<T> type) {
+        const ReduceOp ops[] = {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
+        ReduceOp other = ops[round++ % 4];
+        if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
+        calls += fn(w, n, type, other);
+      });
+    }
+    EXPECT_GE(via_mailboxes(w[0]) + 2, before + calls) << n << " ranks: the mailbox path was not taken";
+  }
+}
+
+// Chunks in a message, and (the most the tests use) blocks of more chunks than a
+// communicator may keep in a mailbox; with 2 ranks, within the 128 KiB they take chunks for.
+template <class T>
+constexpr std::size_t kChunkElems = detail::CollectivePort::kMailboxBytes / sizeof(T);
+inline std::size_t many_chunks(int n) { return n == 2 ? 7 : 21; }
+
 }  // namespace
 
 // Every dtype and op, odd world sizes, 0, 1, odd and the largest counts that fit.
@@ -94,117 +123,89 @@ TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
 // whole chunks, blocks of several chunks and a few elements (counts not divisible by the
 // world), and blocks of more chunks than a mailbox has slots; every dtype, in place too.
 TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
-  constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes;
-  for (int n : {2, 3, 4}) {
-    auto& w = pooled_world(n);
-    const std::uint64_t before = via_mailboxes(w[0]);
-    const std::size_t ranks = static_cast<std::size_t>(n);
-    int round = 0;
-    for (DataType t : all_dtypes) {
-      with_type(t, [&]<class T>(std::type_identity<T>) {
-        const std::size_t per_chunk = kChunk / sizeof(T);
-        // Every op in turn, and sum every time (the one every dtype has).
-        const ReduceOp ops[] = {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
-        ReduceOp other = ops[static_cast<std::size_t>(round++) % 4];
-        if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
-        for (ReduceOp op : {ReduceOp::sum, other}) {
-          // The last: more chunks per block than a communicator may keep in a mailbox
-          // (with 2 ranks, within the 128 KiB they take chunks for).
-          const std::size_t many = n == 2 ? 7 : 21;
-          for (std::size_t count : {ranks * per_chunk + 1, ranks * 2 * per_chunk, ranks * 3 * per_chunk + 5,
-                                    ranks * many * per_chunk + 2 * ranks - 1}) {
-            check_all_reduce<T>(w, t, op, count, true);
-            check_all_reduce<T>(w, t, op, count, false);
-            check_all_reduce<T>(w, t, op, count, true, true);
-          }
-        }
-      });
+  each_world_and_type([]<class T>(std::vector<Communicator>& w, int n, std::type_identity<T>, ReduceOp other) {
+    const std::size_t ranks = static_cast<std::size_t>(n), c = kChunkElems<T>;
+    std::uint64_t calls = 0;
+    for (ReduceOp op : {ReduceOp::sum, other}) {
+      for (std::size_t count :
+           {ranks * c + 1, ranks * 2 * c, ranks * 3 * c + 5, ranks * many_chunks(n) * c + 2 * ranks - 1}) {
+        check_all_reduce<T>(w, dtype_of_v<T>, op, count, true);
+        check_all_reduce<T>(w, dtype_of_v<T>, op, count, false);
+        check_all_reduce<T>(w, dtype_of_v<T>, op, count, true, true);
+        calls += 3;
+      }
     }
-    // Every call but the first two (they may agree on the path, in a fresh world).
-    EXPECT_GE(via_mailboxes(w[0]) + 2, before + 2 * std::size(all_dtypes) * 12)
-        << n << " ranks: the mailbox path was not taken";
-  }
+    return calls;
+  });
 }
 
 // reduce_scatter (the first of the two rounds) and all_gather (the second) through the
 // mailboxes: every dtype, sum and another op, counts that leave the blocks uneven, empty
 // and one-element calls, blocks of many chunks; all_gather in place too.
 TEST(SmallCollective, ReduceScatterAndAllGatherMatchTheReference) {
-  constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes;
-  for (int n : {2, 3, 4}) {
-    auto& w = pooled_world(n);
-    const std::uint64_t before = via_mailboxes(w[0]);
-    const std::size_t ranks = static_cast<std::size_t>(n);
+  each_world_and_type([]<class T>(std::vector<Communicator>& w, int n, std::type_identity<T>, ReduceOp other) {
+    const std::size_t ranks = static_cast<std::size_t>(n), per_chunk = kChunkElems<T>, many = many_chunks(n);
+    const DataType t = dtype_of_v<T>;
     std::uint64_t calls = 0;
-    int round = 0;
-    for (DataType t : all_dtypes) {
-      with_type(t, [&]<class T>(std::type_identity<T>) {
-        const std::size_t per_chunk = kChunk / sizeof(T), many = n == 2 ? 7 : 21;
-        const ReduceOp ops[] = {ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg};
-        ReduceOp other = ops[static_cast<std::size_t>(round++) % 4];
-        if (other == ReduceOp::avg && !is_float_v<T>) other = ReduceOp::max;
-        for (ReduceOp op : {ReduceOp::sum, other}) {
-          for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, ranks * per_chunk + 1,
-                                    ranks * 3 * per_chunk + 5, ranks * many * per_chunk + 2 * ranks - 1}) {
-            std::vector<std::vector<T>> in(ranks), out(ranks);
-            for (std::size_t r = 0; r < ranks; ++r) {
-              in[r] = gen<T>(count, op, Data::random, mix(r, count + 17));
-              out[r].assign(block_of(count, n, static_cast<int>(r)).second, T{});
-            }
-            const std::string ctx = std::string("reduce_scatter ") + to_string(t) + " " + to_string(op) + " x" +
-                                    std::to_string(count) + ", " + std::to_string(n) + " ranks";
-            run_ranks(w, ctx, [&](int r) {
-              auto& c = w[static_cast<std::size_t>(r)];
-              auto& o = out[static_cast<std::size_t>(r)];
-              if (r % 2) {
-                c.reduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op);
-              } else {
-                c.ireduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op).wait();
-              }
-            });
-            ++calls;
-            for (int r = 0; r < n; ++r) {
-              const std::size_t off = block_of(count, n, r).first;
-              check_elements(ctx, r, "recv", out[static_cast<std::size_t>(r)].data(),
-                             out[static_cast<std::size_t>(r)].size(),
-                             [&](std::size_t i) { return reference(in, off + i, op, 0, n, Data::random); });
-            }
-          }
+    for (ReduceOp op : {ReduceOp::sum, other}) {
+      for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, ranks * per_chunk + 1,
+                                ranks * 3 * per_chunk + 5, ranks * many * per_chunk + 2 * ranks - 1}) {
+        std::vector<std::vector<T>> in(ranks), out(ranks);
+        for (std::size_t r = 0; r < ranks; ++r) {
+          in[r] = gen<T>(count, op, Data::random, mix(r, count + 17));
+          out[r].assign(block_of(count, n, static_cast<int>(r)).second, T{});
         }
-        for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, per_chunk + 3, 3 * per_chunk,
-                                  many * per_chunk + 1}) {
-          for (bool in_place : {false, true}) {
-            std::vector<std::vector<T>> in(ranks), out(ranks);
-            std::vector<T> want;
-            for (std::size_t r = 0; r < ranks; ++r) {
-              in[r] = gen<T>(count, ReduceOp::sum, Data::random, mix(r, count + 29));
-              want.insert(want.end(), in[r].begin(), in[r].end());
-              out[r].assign(count * ranks, T{});
-              if (in_place) std::copy(in[r].begin(), in[r].end(), out[r].begin() + static_cast<std::ptrdiff_t>(r * count));
-            }
-            const std::string ctx = std::string("all_gather ") + to_string(t) + " x" + std::to_string(count) +
-                                    (in_place ? " in place" : "") + ", " + std::to_string(n) + " ranks";
-            run_ranks(w, ctx, [&](int r) {
-              auto& c = w[static_cast<std::size_t>(r)];
-              const std::size_t me = static_cast<std::size_t>(r);
-              const T* s = in_place ? out[me].data() + me * count : in[me].data();
-              if (r % 2) {
-                c.all_gather(s, out[me].data(), count, t);
-              } else {
-                c.iall_gather(s, out[me].data(), count, t).wait();
-              }
-            });
-            ++calls;
-            for (int r = 0; r < n; ++r)
-              check_bytes(ctx, r, "recv", reinterpret_cast<const std::byte*>(out[static_cast<std::size_t>(r)].data()),
-                          reinterpret_cast<const std::byte*>(want.data()), want.size() * sizeof(T), sizeof(T));
+        const std::string ctx = std::string("reduce_scatter ") + to_string(t) + " " + to_string(op) + " x" +
+                                std::to_string(count) + ", " + std::to_string(n) + " ranks";
+        run_ranks(w, ctx, [&](int r) {
+          auto& c = w[static_cast<std::size_t>(r)];
+          auto& o = out[static_cast<std::size_t>(r)];
+          if (r % 2) {
+            c.reduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op);
+          } else {
+            c.ireduce_scatter(std::span<const T>(in[static_cast<std::size_t>(r)]), std::span<T>(o), op).wait();
           }
+        });
+        ++calls;
+        for (int r = 0; r < n; ++r) {
+          const std::size_t off = block_of(count, n, r).first;
+          check_elements(ctx, r, "recv", out[static_cast<std::size_t>(r)].data(),
+                         out[static_cast<std::size_t>(r)].size(),
+                         [&](std::size_t i) { return reference(in, off + i, op, 0, n, Data::random); });
         }
-      });
+      }
     }
-    // Every call but the first two (they may agree on the path, in a fresh world).
-    EXPECT_GE(via_mailboxes(w[0]) + 2, before + calls) << n << " ranks: the mailbox path was not taken";
-  }
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, per_chunk + 3, 3 * per_chunk,
+                              many * per_chunk + 1}) {
+      for (bool in_place : {false, true}) {
+        std::vector<std::vector<T>> in(ranks), out(ranks);
+        std::vector<T> want;
+        for (std::size_t r = 0; r < ranks; ++r) {
+          in[r] = gen<T>(count, ReduceOp::sum, Data::random, mix(r, count + 29));
+          want.insert(want.end(), in[r].begin(), in[r].end());
+          out[r].assign(count * ranks, T{});
+          if (in_place) std::copy(in[r].begin(), in[r].end(), out[r].begin() + static_cast<std::ptrdiff_t>(r * count));
+        }
+        const std::string ctx = std::string("all_gather ") + to_string(t) + " x" + std::to_string(count) +
+                                (in_place ? " in place" : "") + ", " + std::to_string(n) + " ranks";
+        run_ranks(w, ctx, [&](int r) {
+          auto& c = w[static_cast<std::size_t>(r)];
+          const std::size_t me = static_cast<std::size_t>(r);
+          const T* s = in_place ? out[me].data() + me * count : in[me].data();
+          if (r % 2) {
+            c.all_gather(s, out[me].data(), count, t);
+          } else {
+            c.iall_gather(s, out[me].data(), count, t).wait();
+          }
+        });
+        ++calls;
+        for (int r = 0; r < n; ++r)
+          check_bytes(ctx, r, "recv", reinterpret_cast<const std::byte*>(out[static_cast<std::size_t>(r)].data()),
+                      reinterpret_cast<const std::byte*>(want.data()), want.size() * sizeof(T), sizeof(T));
+      }
+    }
+    return calls;
+  });
 }
 
 TEST(SmallCollective, BroadcastAndBarrier) {
