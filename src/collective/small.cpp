@@ -154,7 +154,7 @@ void all_reduce_two_rounds(CollectivePort& p, const Ticket& t, const void* send,
 struct Chunked {
   std::size_t count;        // elements of the whole vector, in blocks (block_of)
   const std::byte* parts;   // first round: the vector whose block b goes to rank b; null: none
-  std::byte* reduced;       // first round: where this rank's reduced block goes
+  std::byte* result;        // first round: where this rank's reduced block goes
   const std::byte* own;     // second round: this rank's block, sent to every rank; null: none
   std::byte* whole;         // second round: block b from rank b lands at its offset here
 };
@@ -197,12 +197,12 @@ void exchange_in_chunks(CollectivePort& p, const Ticket& t, const Chunked& x, Da
   // Pairs by rank, for the reduction's order.
   std::vector<Pair*> by_rank(static_cast<std::size_t>(n), nullptr);
   for (Pair& q : pairs) by_rank[static_cast<std::size_t>(q.rank)] = &q;
-  std::size_t reduced = 0;  // chunks of this rank's block reduced (and in x.reduced)
+  std::size_t reduced = 0;  // chunks of this rank's block reduced (and in x.result)
   alignas(64) std::byte acc_memory[kChunk];
   // In place, the reduced block holds this rank's part until the reduction has read it.
   const std::byte* const my_part = x.parts ? x.parts + mine_off : nullptr;
   std::byte* const acc_aside =
-      my_part && x.reduced < my_part + mine && my_part < x.reduced + mine ? acc_memory : nullptr;
+      my_part && x.result < my_part + mine && my_part < x.result + mine ? acc_memory : nullptr;
 
   const auto take_some = [&](Pair& q) {
     bool moved = false;
@@ -232,7 +232,7 @@ void exchange_in_chunks(CollectivePort& p, const Ticket& t, const Chunked& x, Da
         if (!q.part && q.sized) q.part = p.try_peek(t, CollectivePort::part(0, 1 + c), q.rank, len);
         if (!q.part) return moved;
       }
-      std::byte* acc = acc_aside ? acc_aside : x.reduced + c * kChunk;
+      std::byte* acc = acc_aside ? acc_aside : x.result + c * kChunk;
       const std::size_t elems = len / es;
       for (int r = 0; r < n; ++r) {
         const void* from = r == me ? my_part + c * kChunk : by_rank[static_cast<std::size_t>(r)]->part;
@@ -243,7 +243,7 @@ void exchange_in_chunks(CollectivePort& p, const Ticket& t, const Chunked& x, Da
         }
       }
       reduce::finish(dt, op, acc, elems, n);
-      if (acc_aside) std::memcpy(x.reduced + c * kChunk, acc, len);
+      if (acc_aside) std::memcpy(x.result + c * kChunk, acc, len);
       for (Pair& q : pairs) {
         p.release(q.rank, q.part);
         q.part = nullptr;
