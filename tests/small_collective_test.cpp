@@ -91,7 +91,7 @@ void each_world_and_type(Fn fn) {
 // communicator may keep in a mailbox; with 2 ranks, within the 128 KiB they take chunks for.
 template <class T>
 constexpr std::size_t kChunkElems = detail::CollectivePort::kMailboxBytes / sizeof(T);
-inline std::size_t many_chunks(int n) { return n == 2 ? 7 : 21; }
+inline std::size_t many_chunks(int n) { return n == 2 ? 7 : 9; }
 
 }  // namespace
 
