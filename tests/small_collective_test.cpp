@@ -210,8 +210,10 @@ TEST(SmallCollective, ReduceScatterAndAllGatherMatchTheReference) {
 
 TEST(SmallCollective, BroadcastAndBarrier) {
   auto& w = pooled_world(3);
+  const std::uint64_t before = via_mailboxes(w[1]);
   for (int root = 0; root < 3; ++root) {
-    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{111}}) {
+    // One message, and chunks: a few, and more than a communicator may keep in a mailbox.
+    for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{111}, std::size_t{3000}, std::size_t{50001}}) {
       std::vector<std::vector<std::uint32_t>> data(3);
       for (int r = 0; r < 3; ++r)
         data[static_cast<std::size_t>(r)] = gen<std::uint32_t>(count, ReduceOp::sum, Data::random,
@@ -230,6 +232,8 @@ TEST(SmallCollective, BroadcastAndBarrier) {
       for (int r = 0; r < 3; ++r) EXPECT_EQ(data[static_cast<std::size_t>(r)], want) << "root " << root << " rank " << r;
     }
   }
+  // Every call (3 per round) but the first two (they may agree on the path).
+  EXPECT_GE(via_mailboxes(w[1]) + 2, before + 3 * 5 * 3);
 }
 
 // Beyond the agreed size (the setting; the smallest any member allows) the ordinary path
@@ -457,7 +461,8 @@ TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
 }
 
 // Chunked: ranks whose blocks are both whole chunks, 2 against 3 of them (no chunk's length
-// tells them apart), fail at once, each naming the other's size.
+// tells them apart), fail at once, each naming the other's size; so does the receiver of
+// a broadcast in chunks.
 TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
   constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes / sizeof(float);
   auto comms = bootstrap_local(2, test_config());
@@ -477,6 +482,19 @@ TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
   });
   EXPECT_NE(errors[0].find("rank 1 has 49152 bytes, this rank 32768"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1].find("rank 0 has 32768 bytes, this rank 49152"), std::string::npos) << errors[1];
+  // broadcast: the receiver finds out (the root has sent and is done).
+  std::string receiver;
+  run_ranks(comms, "disagree on broadcast", [&](int r) {
+    std::vector<float> a(2 * (r == 0 ? 2 : 3) * kChunk, 1.0f);
+    try {
+      comms[static_cast<std::size_t>(r)].broadcast(std::span<float>(a), 0);
+    } catch (const Error& e) {
+      EXPECT_EQ(r, 1) << e.what();
+      EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+      receiver = e.what();
+    }
+  });
+  EXPECT_NE(receiver.find("rank 0 has 32768 bytes, this rank 49152"), std::string::npos) << receiver;
   for (auto& c : comms) c.close();
 }
 

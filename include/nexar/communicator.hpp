@@ -444,8 +444,8 @@ class Communicator {
   /// Blocking forms: the non-blocking call followed by wait(), in effect. When every rank
   /// of the communicator shares memory with every other (one host, Config::shm),
   /// all_reduce, reduce_scatter and all_gather (up to Config::shm_collective_bytes per
-  /// rank; with 2 ranks up to 128 KiB), small broadcast and barrier calls (algorithm
-  /// automatic) go through mailboxes in shared memory, and the blocking forms
+  /// rank; with 2 ranks up to 128 KiB), broadcast (up to 256 KiB) and barrier calls
+  /// (algorithm automatic) go through mailboxes in shared memory, and the blocking forms
   /// run them in the calling thread; a blocking call still meets a non-blocking one on
   /// another rank. Contracts and errors as the non-blocking forms.
   void all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,

@@ -125,8 +125,8 @@ struct Config {
   /// runs them in the calling thread (NEXAR_SHM_COLLECTIVE_BYTES; 0 disables; at most
   /// 1 GiB). The members agree on it: the smallest value among them applies. What the
   /// path is fastest for applies too: all_reduce and reduce_scatter of any size up to it
-  /// (with 2 ranks up to 128 KiB), all_gather up to 1 MiB (128 KiB with 2 ranks),
-  /// broadcast up to 8 KiB, less with very many ranks (docs/CONFIG.md).
+  /// (with 2 ranks up to 128 KiB), all_gather up to 1 MiB and broadcast up to 256 KiB
+  /// (both 128 KiB with 2 ranks) (docs/CONFIG.md).
   std::uint64_t shm_collective_bytes = std::uint64_t{1} << 30;
   /// Which ranks connect directly (NEXAR_TOPOLOGY = full_mesh | k_regular:K | hypercube);
   /// see Topology. Every rank of a job must use the same.

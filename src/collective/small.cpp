@@ -1,5 +1,5 @@
 // all_reduce and reduce_scatter (of any size up to Config::shm_collective_bytes per rank;
-// with 2 ranks up to 128 KiB), all_gather (up to 1 MiB), broadcast (up to 8 KiB) and
+// with 2 ranks up to 128 KiB), all_gather (up to 1 MiB), broadcast (up to 256 KiB) and
 // barrier on a communicator whose ranks share one host: through the mailboxes of the port
 // (CollectivePort::mailboxes), in one or two exchanges instead of log2(n) or 2(n-1)
 // dependent steps. A blocking call runs it in the calling thread, with no collective
@@ -51,6 +51,10 @@ constexpr std::size_t kTwoRanksMostBytes = std::size_t{128} << 10;
 // 2 cores it was 1.3-2x faster up to 512 KiB, and as fast as the ring's forwarding from 1
 // to 16 MiB (3 alternating runs).
 constexpr std::size_t kAllGatherMostBytes = std::size_t{1} << 20;
+// broadcast in chunks up to kBroadcastMostBytes: with 4 processes on 2 cores 2-3x faster
+// up to 64 KiB than the pipelined chain, as fast at 256 KiB and 1 MiB, slower at 4 MiB
+// (2 alternating runs).
+constexpr std::size_t kBroadcastMostBytes = std::size_t{256} << 10;
 // A block of the largest vector Config::shm_collective_bytes allows numbers its chunks
 // within a label's part.
 static_assert((std::size_t{1} << 30) / CollectivePort::kMailboxBytes + 1 < CollectivePort::kMaxChunks);
@@ -315,6 +319,48 @@ void exchange_in_chunks(CollectivePort& p, const Ticket& t, const Chunked& x, Da
   }
 }
 
+// broadcast beyond one message: the root sends every rank the size (8 bytes: ranks that
+// disagree fail at once, naming both sizes), then the buffer in chunks, to all ranks in
+// turn as their mailboxes take them; the others take theirs in order.
+void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std::uint64_t bytes, int root) {
+  static constexpr std::size_t kChunk = CollectivePort::kMailboxBytes;
+  const int n = p.size(), me = p.rank();
+  const std::size_t chunks = (bytes + kChunk - 1) / kChunk;
+  const auto piece = [bytes](std::size_t c) { return std::min<std::size_t>(kChunk, bytes - c * kChunk); };
+  if (me != root) {
+    std::uint64_t theirs = 0;
+    p.take(t, CollectivePort::part(0), root, &theirs, sizeof theirs);
+    if (theirs != bytes)
+      throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, root, {}, {}},
+                       "rank " + std::to_string(root) + " has " + std::to_string(theirs) + " bytes, this rank " +
+                           std::to_string(bytes) + " (the ranks disagree on count or type)");
+    for (std::size_t c = 0; c < chunks; ++c) p.take(t, CollectivePort::part(0, 1 + c), root, buf + c * kChunk, piece(c));
+    return;
+  }
+  std::vector<std::size_t> posted(static_cast<std::size_t>(n), 0);  // by rank: the size, then chunks
+  for (CollectivePort::MailWait w;;) {
+    bool moved = false;
+    int waiting_for = -1;
+    for (int k = 1; k < n; ++k) {
+      const int r = (root + k) % n;
+      std::size_t& c = posted[static_cast<std::size_t>(r)];
+      while (c <= chunks &&
+             (c == 0 ? p.try_post(t, CollectivePort::part(0), r, &bytes, sizeof bytes)
+                     : p.try_post(t, CollectivePort::part(0, c), r, buf + (c - 1) * kChunk, piece(c - 1)))) {
+        ++c;
+        moved = true;
+      }
+      if (c <= chunks && waiting_for < 0) waiting_for = r;
+    }
+    if (waiting_for < 0) return;
+    if (moved) {
+      w = {};
+    } else {
+      p.idle(t, w, waiting_for, false);
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
@@ -376,14 +422,19 @@ std::optional<Request> small_all_gather(CollectivePort& p, bool blocking, const 
 std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t,
                                        int root, const CollectiveOptions& o) {
   const std::size_t bytes = count * size_of(t);
-  const bool fits = bytes <= CollectivePort::kMailboxBytes &&
-                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
-  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, fits);
+  const bool one = bytes <= CollectivePort::kMailboxBytes &&
+                   bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
+  const bool chunked = chunks_fit(p, bytes) && bytes <= kBroadcastMostBytes;
+  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked);
   if (!tk) return std::nullopt;
-  return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root] {
+  return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root, one] {
     const int n = p.size();
-    if (p.rank() != root) return p.take(tk, CollectivePort::part(0), root, buf, bytes);
-    for (int k = 1; k < n; ++k) p.post(tk, CollectivePort::part(0), (root + k) % n, buf, bytes);
+    if (one) {
+      if (p.rank() != root) return p.take(tk, CollectivePort::part(0), root, buf, bytes);
+      for (int k = 1; k < n; ++k) p.post(tk, CollectivePort::part(0), (root + k) % n, buf, bytes);
+      return;
+    }
+    broadcast_in_chunks(p, tk, static_cast<std::byte*>(buf), bytes, root);
   });
 }
 
