@@ -78,9 +78,10 @@ class CollectivePort {
   /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank) is about
   /// to start: a Ticket if its messages go through the mailboxes this rank shares with
   /// every other member (shared memory) and `bytes` is within the size the members agreed
-  /// on (Config::shm_collective_bytes), nothing if it takes the ordinary path. Every member answers alike for the same sequence of calls, blocking or
-  /// not (the communicator agrees on it with its members, through collectives it starts
-  /// here and waits for at the next such call), so the ranks never disagree on the path.
+  /// on (Config::shm_collective_bytes), nothing if it takes the ordinary path. Every member
+  /// answers alike for the same sequence of calls, blocking or not (the communicator
+  /// agrees on it with its members, through collectives it starts here and waits for at
+  /// the next such call), so the ranks never disagree on the path.
   /// `blocking`: the caller runs it itself, without start(). Throws what start() throws.
   /// By default there are none (a port inside a running collective, coll::SubPort).
   virtual std::optional<Ticket> mailboxes(const char* /*op*/, std::size_t /*bytes*/, const CollectiveOptions&,
