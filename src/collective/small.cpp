@@ -144,6 +144,15 @@ void all_reduce_two_rounds(CollectivePort& p, const Ticket& t, const void* send,
   }
 }
 
+// The size a chunked collective's first message from rank `from` announced against this
+// rank's: ranks that disagree fail at once, naming both.
+void check_sizes_agree(const Ticket& t, int me, int from, std::uint64_t theirs, std::uint64_t ours) {
+  if (theirs == ours) return;
+  throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, from, {}, {}},
+                   "rank " + std::to_string(from) + " has " + std::to_string(theirs) + " bytes, this rank " +
+                       std::to_string(ours) + " (the ranks disagree on count or type)");
+}
+
 // The two rounds when a block outgrows one message (all_reduce), or one of them
 // (reduce_scatter: the first; all_gather: the second). Each rank sends every other rank
 // the vector's size (8 bytes: ranks that disagree fail at once, naming both sizes); in
@@ -213,10 +222,7 @@ void exchange_in_chunks(CollectivePort& p, const Ticket& t, const Chunked& x, Da
     if (!q.sized) {
       std::uint64_t theirs = 0;
       if (!p.try_take(t, CollectivePort::part(0), q.rank, &theirs, sizeof theirs)) return false;
-      if (theirs != total)
-        throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, q.rank, {}, {}},
-                         "rank " + std::to_string(q.rank) + " has " + std::to_string(theirs) + " bytes, this rank " +
-                             std::to_string(total) + " (the ranks disagree on count or type)");
+      check_sizes_agree(t, me, q.rank, theirs, total);
       q.sized = moved = true;
     }
     // Its second round comes after its parts of ours in its mailbox: only once ours is done.
@@ -330,10 +336,7 @@ void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std
   if (me != root) {
     std::uint64_t theirs = 0;
     p.take(t, CollectivePort::part(0), root, &theirs, sizeof theirs);
-    if (theirs != bytes)
-      throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, root, {}, {}},
-                       "rank " + std::to_string(root) + " has " + std::to_string(theirs) + " bytes, this rank " +
-                           std::to_string(bytes) + " (the ranks disagree on count or type)");
+    check_sizes_agree(t, me, root, theirs, bytes);
     for (std::size_t c = 0; c < chunks; ++c) p.take(t, CollectivePort::part(0, 1 + c), root, buf + c * kChunk, piece(c));
     return;
   }
