@@ -28,7 +28,10 @@ class UdpSocket {
 
   /// Sends `len` bytes made of back-to-back packets of `segment` bytes (the last may be
   /// shorter) to `to`: one syscall with GSO, else one per packet. Waits briefly for buffer
-  /// space when the kernel queue is full. Datagrams carry don't-fragment; one larger than
+  /// space when the socket's send buffer is full. A datagram a full queue further on (the
+  /// device's qdisc) refuses is lost there, as at a full router: it is counted
+  /// (queue_drops) and reported sent, and QUIC's loss recovery and congestion control
+  /// answer it as any loss. Datagrams carry don't-fragment; one larger than
   /// the path MTU the kernel knows is sent as IP fragments when `may_fragment`, and
   /// dropped (-EMSGSIZE) otherwise (path MTU probes). Returns 0 or a negative errno.
   int send(const Address& to, const std::uint8_t* data, std::size_t len, std::size_t segment,
@@ -40,6 +43,8 @@ class UdpSocket {
 
   /// Datagrams sent as IP fragments because the path carried less than their size.
   std::uint64_t fragmented() const noexcept { return fragmented_; }
+  /// Sends a full queue beyond the socket refused (ENOBUFS): lost there, not resent.
+  std::uint64_t queue_drops() const noexcept { return queue_drops_; }
 
   /// Receives one datagram (with GRO possibly several coalesced packets of `segment` bytes
   /// each). Returns its size, or -EAGAIN when nothing is queued, or another -errno.
@@ -68,6 +73,7 @@ class UdpSocket {
   bool gso_ = false;
   bool gro_ = false;
   std::uint64_t fragmented_ = 0;
+  std::uint64_t queue_drops_ = 0;
   Address local_;
 };
 
