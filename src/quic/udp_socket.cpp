@@ -116,10 +116,10 @@ int UdpSocket::send_one(const Address& to, const std::uint8_t* data, std::size_t
     if (errno == EINTR) continue;
     if (errno == ENOBUFS) {
       // A queue beyond the socket, the device's qdisc, is full and dropped the datagram
-      // (IP_RECVERR reports it). Sending it again at once was dropped again, GSO batch
-      // after GSO batch, a busy loop under the engine lock: 20-28% of the packets sent on
-      // a 1 Gbit/s tbf link were dropped so (docs/ARCHITECTURE.md, "A full queue on the
-      // way out"). Lost here as at a full router: QUIC resends it and slows down.
+      // (IP_RECVERR reports it). Sending it again at once had it dropped again, GSO batch
+      // after GSO batch, in a busy loop under the engine lock: 17-23% of the packets
+      // offered to 1 Gbit/s tbf links were dropped so (docs/ARCHITECTURE.md, "A full queue
+      // on the way out"). Lost here as at a full router: QUIC resends it and slows down.
       ++queue_drops_;
       return 0;
     }
