@@ -34,18 +34,8 @@ port=${NETNS_PORT:-29400}
 limit=120
 rate=1gbit
 unset NEXAR_UDP_PAYLOAD_BYTES NEXAR_SEED_ADDR NEXAR_CLUSTER_TOKEN NEXAR_CLUSTER_TOKEN_FILE NEXAR_RANK \
-  NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME NEXAR_SPIN_US
-if ! why=$(netns_check); then
-  echo "netns_queue test skipped: needs root and ip netns ($why)"
-  exit 77
-fi
-script_need "netns_queue test" nexar-seed nexar-bench
-out=$(mktemp -d /tmp/nexar-queue-test.XXXXXX)
-netns_guard "netns_queue test" nexar-queue-test
-netns_cleanup_stale
-netns_setup $((workers + 1)) "$rate" || { echo "netns_queue test: FAIL: could not build the namespaces"; exit 1; }
-# shellcheck disable=SC2119  # the default port
-netns_probe || { echo "netns_queue test: FAIL: the namespaces cannot reach each other"; exit 1; }
+  NEXAR_WORLD_SIZE NEXAR_BIND_ADDR NEXAR_ADVERTISE_ADDR NEXAR_SOCKET_IFNAME NEXAR_SPIN_US OUT
+bench_hosts netns_queue  # skips (77) without root and namespaces; sets out
 
 status=0
 fail() { echo "netns_queue test: FAIL: $*"; status=1; }
