@@ -356,7 +356,6 @@ void Endpoint::service_timers() {
 void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, std::size_t segment, bool probe) {
   const std::uint64_t fragmented = sock_.fragmented();
   int rc = sock_.send(c.remote(), data, len, segment, !probe);
-  stats_.queue_drops = sock_.queue_drops();
   if (sock_.fragmented() != fragmented) {
     if (!c.fragmenting_) {
       log::warn("quic: the path to {} no longer carries {}-byte datagrams; sending them as IP fragments",

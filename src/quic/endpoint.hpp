@@ -80,8 +80,6 @@ class Endpoint {
     /// The largest datagram sent, and how many went out as IP fragments because the
     /// path's MTU had shrunk below their size (UdpSocket::send).
     std::uint64_t largest_datagram_out = 0, datagrams_fragmented = 0;
-    /// Sends a full queue beyond the socket refused (UdpSocket::queue_drops).
-    std::uint64_t queue_drops = 0;
   };
   const Stats& stats() const noexcept { return stats_; }
   /// Whether shutdown() ran: the endpoint dials and accepts nothing any more.
