@@ -38,7 +38,7 @@ const char* const kVars[] = {
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
     "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES", "NEXAR_SHM_COLLECTIVE_BYTES",
-    "NEXAR_BULK_SCAVENGER",
+    "NEXAR_BULK_SCAVENGER", "NEXAR_CONGESTION",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -213,6 +213,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.udp_payload, c.udp_payload);
   EXPECT_EQ(e.udp_gso, c.udp_gso);
   EXPECT_EQ(e.bulk_scavenger, c.bulk_scavenger);
+  EXPECT_EQ(e.congestion, c.congestion);
   EXPECT_EQ(e.shm, c.shm);
   EXPECT_EQ(e.shm_ring_bytes, c.shm_ring_bytes);
   EXPECT_EQ(e.shm_collective_bytes, c.shm_collective_bytes);
@@ -280,6 +281,7 @@ TEST_F(EnvTest, Describe) {
       "udp_payload = auto (the path MTU)\n"
       "udp_gso = on\n"
       "bulk_scavenger = on\n"
+      "congestion = cubic\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "shm_collective_bytes = 1 GiB\n"
@@ -320,6 +322,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_UDP_PAYLOAD_BYTES", "1452");
   set("NEXAR_UDP_GSO", "0");
   set("NEXAR_BULK_SCAVENGER", "off");
+  set("NEXAR_CONGESTION", "BBR");
   set("NEXAR_SPIN_US", "250");
   set("NEXAR_YIELD_WHEN_IDLE", "1");
   set("NEXAR_DEBUG", "debug");
@@ -338,6 +341,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.udp_payload, 1452u);
   EXPECT_FALSE(c.udp_gso);
   EXPECT_FALSE(c.bulk_scavenger);
+  EXPECT_EQ(c.congestion, nexar::Congestion::bbr);
   EXPECT_EQ(c.spin, 250us);
   EXPECT_TRUE(c.yield_when_idle);
   EXPECT_EQ(c.log_level, LogLevel::debug);
@@ -413,6 +417,7 @@ TEST_F(EnvTest, MalformedValuesThrow) {
     check("NEXAR_BULK_SCAVENGER", v);
   }
   for (const char* v : {"ignore", "auto", "1", "abort "}) check("NEXAR_ON_FAILURE", v);
+  for (const char* v : {"reno", "bbr2", "0", "bbr "}) check("NEXAR_CONGESTION", v);
   for (const char* v : {"6", "warning", "verbose", "-0", "00"}) check("NEXAR_DEBUG", v);
   check("NEXAR_UDP_PAYLOAD_BYTES", "4294967296");  // does not fit the 32-bit field
 
@@ -454,6 +459,7 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"spin", [](Config& c) { c.spin = 10s + 1us; }},
       {"spin", [](Config& c) { c.spin = -1us; }},
       {"log_level", [](Config& c) { c.log_level = static_cast<LogLevel>(9); }},
+      {"congestion", [](Config& c) { c.congestion = static_cast<nexar::Congestion>(2); }},
   };
   for (const auto& tc : cases) {
     Config c;

@@ -185,9 +185,17 @@ void on_every_rank(std::vector<Communicator>& comms, F body) {
 
 // 3 ranks, every datagram arriving anywhere dropped with probability 5%: point-to-point
 // (eager and rendezvous), the bulk lane and all_reduce of odd sizes give exactly the
-// reference, and nobody is declared failed.
-TEST(Impairment, EveryResultExactUnderFivePercentLoss) {
-  auto comms = nexar::bootstrap_local(3, impaired_config("drop=0.05,seed=21"));
+// reference, and nobody is declared failed; under each congestion controller.
+class EveryResultExactUnderFivePercentLoss : public ::testing::TestWithParam<nexar::Congestion> {};
+
+INSTANTIATE_TEST_SUITE_P(Impairment, EveryResultExactUnderFivePercentLoss,
+                         ::testing::Values(nexar::Congestion::cubic, nexar::Congestion::bbr),
+                         [](const ::testing::TestParamInfo<nexar::Congestion>& p) { return std::string(nexar::to_string(p.param)); });
+
+TEST_P(EveryResultExactUnderFivePercentLoss, WithEveryController) {
+  nexar::Config cfg = impaired_config("drop=0.05,seed=21");
+  cfg.congestion = GetParam();
+  auto comms = nexar::bootstrap_local(3, cfg);
   on_every_rank(comms, [&](int r) {
     Communicator& c = comms[static_cast<std::size_t>(r)];
     const int next = (r + 1) % 3, prev = (r + 2) % 3;

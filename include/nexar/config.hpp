@@ -35,6 +35,22 @@ enum class FailurePolicy {
 /// "abort", "manual" or "automatic".
 const char* to_string(FailurePolicy p) noexcept;
 
+/// The congestion controller of every QUIC connection between ranks (NEXAR_CONGESTION =
+/// cubic|bbr), both ngtcp2's. docs/CONFIG.md has the measured trade-off.
+enum class Congestion {
+  /// The default, as TCP's: loss-based. Each loss cuts the window by 30%, and it fills
+  /// whatever queue the path has, which also absorbs a sender that is late to run.
+  cubic,
+  /// Paces at the bottleneck rate it measures and does not shrink its window at every
+  /// loss. As fast as CUBIC on a clean link and faster under random loss or a long round
+  /// trip, when each rank has a core of its own; slower than CUBIC when ranks are short of
+  /// CPU (more ranks than cores), since it keeps the queue that would cover for them short.
+  bbr,
+};
+
+/// "cubic" or "bbr".
+const char* to_string(Congestion c) noexcept;
+
 /// Which pairs of ranks hold a direct connection (NEXAR_TOPOLOGY). Messages between ranks
 /// that are not neighbours are relayed hop by hop through neighbours, transparently: every
 /// operation works on every topology, only the number of connections (and hops) changes.
@@ -111,6 +127,9 @@ struct Config {
   /// receiving a bulk transfer then waits tens of microseconds behind it on a LAN, not the
   /// milliseconds a full queue holds. Off, bulk competes under congestion control alone.
   bool bulk_scavenger = true;
+  /// Congestion controller of the QUIC connections between ranks (NEXAR_CONGESTION); see
+  /// Congestion. Connections to and from the seed always use CUBIC.
+  Congestion congestion = Congestion::cubic;
   /// Carry the message lanes (data, bulk, collective) between ranks of one host through
   /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
   /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and

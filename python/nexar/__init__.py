@@ -41,6 +41,7 @@ from ._core import (  # noqa: F401  (re-exported)
     Communicator,
     CompressionKind,
     Config,
+    Congestion,
     DataType,
     Error,
     ErrorCode,

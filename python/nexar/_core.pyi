@@ -52,6 +52,10 @@ class FailurePolicy(enum.IntEnum):
     MANUAL: int
     AUTOMATIC: int
 
+class Congestion(enum.IntEnum):
+    CUBIC: int
+    BBR: int
+
 class LogLevel(enum.IntEnum):
     OFF: int
     ERROR: int
@@ -163,6 +167,7 @@ class Config:
     udp_payload: int
     udp_gso: bool
     bulk_scavenger: bool
+    congestion: Congestion
     impair: str
     shm: bool
     lazy_connect: bool

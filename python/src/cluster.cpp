@@ -73,6 +73,7 @@ void register_cluster(py::module_& m) {
       .def_readwrite("udp_gso", &nexar::Config::udp_gso, "Use UDP GSO/GRO.")
       .def_readwrite("bulk_scavenger", &nexar::Config::bulk_scavenger,
                      "Bulk lane under a delay-based window (yields to the other lanes).")
+      .def_readwrite("congestion", &nexar::Config::congestion, "nexar.Congestion")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
       .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,

@@ -47,6 +47,11 @@ void register_types(py::module_& m) {
       .value("MANUAL", FailurePolicy::manual)
       .value("AUTOMATIC", FailurePolicy::automatic);
 
+  using nexar::Congestion;
+  py::enum_<Congestion>(m, "Congestion", "Congestion controller of the QUIC connections (NEXAR_CONGESTION).")
+      .value("CUBIC", Congestion::cubic)
+      .value("BBR", Congestion::bbr);
+
   using nexar::LogLevel;
   py::enum_<LogLevel>(m, "LogLevel", "Log verbosity (NEXAR_DEBUG).")
       .value("OFF", LogLevel::off)

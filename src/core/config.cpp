@@ -212,6 +212,14 @@ const char* to_string(FailurePolicy p) noexcept {
   return "unknown";
 }
 
+const char* to_string(Congestion c) noexcept {
+  switch (c) {
+    case Congestion::cubic: return "cubic";
+    case Congestion::bbr: return "bbr";
+  }
+  return "unknown";
+}
+
 Config Config::from_env() {
   Config c;
   env_ms("NEXAR_TIMEOUT_MS", c.op_timeout);
@@ -247,6 +255,11 @@ Config Config::from_env() {
   if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
   if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
   if (auto s = env("NEXAR_BULK_SCAVENGER")) c.bulk_scavenger = parse_bool("NEXAR_BULK_SCAVENGER", *s);
+  if (auto s = env("NEXAR_CONGESTION")) {
+    if (iequals(*s, "cubic")) c.congestion = Congestion::cubic;
+    else if (iequals(*s, "bbr")) c.congestion = Congestion::bbr;
+    else malformed("NEXAR_CONGESTION", *s, "not a congestion controller (cubic, bbr)");
+  }
   if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
   env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
   env_bytes("NEXAR_SHM_COLLECTIVE_BYTES", c.shm_collective_bytes);
@@ -289,6 +302,9 @@ void Config::validate() const {
       on_failure != FailurePolicy::automatic) {
     out_of_range("on_failure", "NEXAR_ON_FAILURE", fmt::format("{}", static_cast<int>(on_failure)),
                  "abort, manual, automatic");
+  }
+  if (congestion != Congestion::cubic && congestion != Congestion::bbr) {
+    out_of_range("congestion", "NEXAR_CONGESTION", fmt::format("{}", static_cast<int>(congestion)), "cubic, bbr");
   }
   check_timeout("rpc_timeout", "NEXAR_RPC_TIMEOUT_MS", rpc_timeout);
   if (rpc_threads < 1 || rpc_threads > 1024)
@@ -393,6 +409,7 @@ std::string Config::describe() const {
   }
   fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
   fmt::format_to(it, "bulk_scavenger = {}\n", bulk_scavenger ? "on" : "off");
+  fmt::format_to(it, "congestion = {}\n", to_string(congestion));
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
   fmt::format_to(it, "shm_collective_bytes = {}\n", format_bytes(shm_collective_bytes));

@@ -65,6 +65,9 @@ inline constexpr std::uint64_t close_orderly = 0;
 inline constexpr std::uint64_t close_error = 1;
 inline constexpr std::uint64_t close_declared_failed = 2;
 
+/// Which of ngtcp2's congestion controllers a connection runs (Config::congestion).
+enum class CongestionControl { cubic, bbr };
+
 struct ConnectionSettings {
   /// Largest UDP payload sent; 0: the route's MTU, probed off loopback (Endpoint::defaults).
   std::size_t udp_payload = 0;
@@ -77,6 +80,7 @@ struct ConnectionSettings {
   std::string alpn = "nexar/1";
   /// Faults injected on arrival (Config::impair); inactive by default.
   detail::ImpairSpec impair;
+  CongestionControl congestion = CongestionControl::cubic;
 };
 
 class Connection {
@@ -93,6 +97,13 @@ class Connection {
   bool port_gone() const noexcept { return port_gone_; }
   const Address& remote() const noexcept { return remote_; }
   const std::string& peer_node() const noexcept { return peer_node_; }
+
+  /// What the congestion controller holds now (diagnostics, tests). CUBIC sets a slow-start
+  /// threshold at its first loss; BBR never does (it stays UINT64_MAX).
+  struct CongestionState {
+    std::uint64_t cwnd = 0, ssthresh = 0, bytes_in_flight = 0, smoothed_rtt_ns = 0;
+  };
+  CongestionState congestion_state() const;
 
   void set_handler(ConnectionHandler* h) noexcept { handler_ = h; }
   /// Opaque slot for the owner (the transport stores its peer here).

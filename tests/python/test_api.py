@@ -131,6 +131,9 @@ def test_config():
     assert c.bulk_scavenger
     c.bulk_scavenger = False
     assert "bulk_scavenger = off" in c.describe()
+    assert c.congestion == nexar.Congestion.CUBIC
+    c.congestion = nexar.Congestion.BBR
+    assert "congestion = bbr" in c.describe()
     with pytest.raises(TypeError):
         c.op_timeout = "soon"
     c.rpc_threads = 0
