@@ -46,7 +46,7 @@ warmup=${WARMUP:-5}
 limit=${TIMEOUT:-600}
 
 script_need scale nexar-run nexar-bench
-"$bin/nexar-bench" all_reduce --help 2>&1 | grep -q -- --form-stats ||
+grep -q -- --form-stats <<<"$("$bin/nexar-bench" all_reduce --help 2>&1)" ||
   { echo "scale: FAIL: $bin/nexar-bench all_reduce has no --form-stats option (rebuild it)"; exit 1; }
 script_tmp scale nexar-scale-bench
 out=${OUT:-$(mktemp -d /tmp/nexar-scale.XXXXXX)}

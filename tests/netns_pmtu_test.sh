@@ -113,7 +113,9 @@ else
 fi
 wait "$run" || fail "drop: the run failed after the MTU dropped (logs in $out)"
 expect_size drop 8972
-if cat "$out/drop.log" "$out"/drop.rank*.log | grep -q "no longer carries 8972-byte datagrams; sending them as IP fragments"; then
+# grep reads the files itself: `cat ... | grep -q` under pipefail fails whenever grep finds
+# the line and exits before cat has written the last file (cat then dies of SIGPIPE).
+if grep -q "no longer carries 8972-byte datagrams; sending them as IP fragments" "$out/drop.log" "$out"/drop.rank*.log; then
   echo "   the ranks fragment their datagrams after the drop"
 else
   fail "drop: no rank said it fragments its datagrams (logs in $out)"

@@ -61,7 +61,9 @@ script_need() {
 }
 
 script_need_option() {
-  "$bin/$2" --help 2>&1 | grep -q -- "$3" && return 0
+  # The help text is read whole first: piped into `grep -q` under pipefail, a program
+  # still writing when grep has found the option would die of SIGPIPE and fail the check.
+  grep -q -- "$3" <<<"$("$bin/$2" --help 2>&1)" && return 0
   echo "$1: FAIL: $bin/$2 has no $3 option"
   exit 1
 }
