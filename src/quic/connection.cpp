@@ -247,7 +247,7 @@ void Connection::consumed(std::int64_t stream_id, std::uint64_t n) {
 Connection::CongestionState Connection::congestion_state() const {
   ngtcp2_conn_info info{};
   ngtcp2_conn_get_conn_info(conn_, &info);
-  return {info.cwnd, info.ssthresh, info.bytes_in_flight, info.smoothed_rtt};
+  return {info.cwnd, info.ssthresh};
 }
 
 void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len) {

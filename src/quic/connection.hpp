@@ -98,10 +98,10 @@ class Connection {
   const Address& remote() const noexcept { return remote_; }
   const std::string& peer_node() const noexcept { return peer_node_; }
 
-  /// What the congestion controller holds now (diagnostics, tests). CUBIC sets a slow-start
+  /// The congestion window and slow-start threshold now (diagnostics, tests). CUBIC sets a
   /// threshold at its first loss; BBR never does (it stays UINT64_MAX).
   struct CongestionState {
-    std::uint64_t cwnd = 0, ssthresh = 0, bytes_in_flight = 0, smoothed_rtt_ns = 0;
+    std::uint64_t cwnd = 0, ssthresh = 0;
   };
   CongestionState congestion_state() const;
 
