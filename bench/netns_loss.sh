@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# netns_loss.sh — nexar and Gloo all_reduce across 4 "hosts" whose links drop packets.
+# netns_loss.sh — nexar and Gloo all_reduce across HOSTS "hosts" whose links drop packets.
 #
 #   bench/netns_loss.sh [-r REPEATS] [BUILD_DIR]        (default: build, 1 repeat)
 #
-# Builds (tests/netns_lib.sh) a switch namespace with a bridge and 5 host namespaces, every
+# Builds (tests/netns_lib.sh) a switch namespace with a bridge and HOSTS + 1 host namespaces, every
 # link shaped with tbf at RATE both ways. For each loss rate P of LOSSES, every rank's host
 # drops that fraction of the packets reaching it from the network, whatever they carry
 # (iptables -A INPUT ! -i lo -m statistic --mode random --probability P -j DROP), and then, in turn:
-#   nexar  host 0 runs nexar-seed, hosts 1..4 one rank each of nexar-bench all_reduce;
-#   gloo   hosts 1..4 one rank each of gloo_bench all_reduce (ring, TCP, FileStore
+#   nexar  host 0 runs nexar-seed, hosts 1..HOSTS one rank each of nexar-bench all_reduce;
+#   gloo   hosts 1..HOSTS one rank each of gloo_bench all_reduce (ring, TCP, FileStore
 #          rendezvous in a directory all namespaces see), when build/bin/gloo_bench exists.
 # Both run LAT_ARGS (8 B: control-traffic latency), then BENCH_ARGS. Prints a table per loss
 # rate: size, and for nexar and Gloo the time (us, median over iterations of the slowest
@@ -17,7 +17,8 @@
 # every loss rate for both libraries in turn), and the spread (min-max) of nexar / Gloo is
 # shown. Exit status 1 if a run failed or reported a wrong result ('!').
 #
-# Environment: LOSSES (default "0 0.001 0.01 0.05"), RATE (default 1gbit), MTU (default 1500),
+# Environment: HOSTS (ranks, one per host, default 4; 2 gives each rank a core of a 2-core
+# machine), LOSSES (default "0 0.001 0.01 0.05"), RATE (default 1gbit), MTU (default 1500),
 # BENCH_ARGS (default "-b 1M -e 64M -f 8 -n 5 -w 1 -c 1"), LAT_ARGS (default
 # "-b 8 -e 8 -n 200 -w 20 -c 1"; empty for none), NEXAR_ENV (extra VAR=VALUE words for every
 # nexar rank), GLOO (1 or 0), TIMEOUT (seconds per run, default 600), PORT (seed
@@ -59,7 +60,11 @@ if ! [[ "$relay_port" =~ ^[0-9]+$ ]] || [ "$relay_port" -lt 1 ] || [ "$relay_por
 fi
 limit=${TIMEOUT:-600}
 port=${PORT:-29400}
-workers=4
+workers=${HOSTS:-4}
+if ! [[ "$workers" =~ ^[0-9]+$ ]] || [ "$workers" -lt 2 ] || [ "$workers" -gt 16 ]; then
+  echo "netns_loss: HOSTS wants a number of ranks of 2..16, not '$workers'" >&2
+  exit 2
+fi
 export NETNS_MTU=${MTU:-1500}
 export NETNS_IPV6=0
 
