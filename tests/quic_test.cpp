@@ -210,8 +210,8 @@ TEST(Connection, HandshakeChecksBothCertificatesAndCarriesOrderedData) {
 // first loss; BBR never sets one.
 TEST(Connection, EachCongestionControllerDeliversUnderLossAndIsTheOneRunning) {
   auto ca = tls::ClusterCa::create("quic-test");
-  for (quic::CongestionControl cc : {quic::CongestionControl::bbr, quic::CongestionControl::cubic}) {
-    const bool bbr = cc == quic::CongestionControl::bbr;
+  for (Congestion cc : {Congestion::bbr, Congestion::cubic}) {
+    const bool bbr = cc == Congestion::bbr;
     quic::ConnectionSettings s;
     s.congestion = cc;
     s.udp_payload = 1452;
@@ -221,7 +221,7 @@ TEST(Connection, EachCongestionControllerDeliversUnderLossAndIsTheOneRunning) {
     client.listen();
     quic::Connection* c = nullptr;
     client.run([&] { c = &client.ep->connect(server.ep->local(), "srv", &client.events); });
-    ASSERT_EQ(client.events.established.get_future().wait_for(10s), std::future_status::ready) << bbr;
+    ASSERT_EQ(client.events.established.get_future().wait_for(10s), std::future_status::ready) << to_string(cc);
 
     std::mt19937 rng(bbr ? 11 : 12);
     std::vector<std::uint8_t> data(8u << 20);
@@ -229,8 +229,8 @@ TEST(Connection, EachCongestionControllerDeliversUnderLossAndIsTheOneRunning) {
     server.events.want = data.size();
     auto got = server.events.got_all.get_future();
     client.run([&] { c->push(c->open_stream(0), quic::Chunk{data.data(), data.size(), {}}); });
-    ASSERT_EQ(got.wait_for(60s), std::future_status::ready) << (bbr ? "bbr" : "cubic");
-    EXPECT_TRUE(server.events.received == data) << (bbr ? "bbr" : "cubic");
+    ASSERT_EQ(got.wait_for(60s), std::future_status::ready) << to_string(cc);
+    EXPECT_TRUE(server.events.received == data) << to_string(cc);
 
     quic::Connection::CongestionState st;
     client.run([&] { st = c->congestion_state(); });

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include <nexar/config.hpp>
 #include <nexar/error.hpp>
 
 #include "core/impair_spec.hpp"
@@ -65,9 +66,6 @@ inline constexpr std::uint64_t close_orderly = 0;
 inline constexpr std::uint64_t close_error = 1;
 inline constexpr std::uint64_t close_declared_failed = 2;
 
-/// Which of ngtcp2's congestion controllers a connection runs (Config::congestion).
-enum class CongestionControl { cubic, bbr };
-
 struct ConnectionSettings {
   /// Largest UDP payload sent; 0: the route's MTU, probed off loopback (Endpoint::defaults).
   std::size_t udp_payload = 0;
@@ -80,7 +78,8 @@ struct ConnectionSettings {
   std::string alpn = "nexar/1";
   /// Faults injected on arrival (Config::impair); inactive by default.
   detail::ImpairSpec impair;
-  CongestionControl congestion = CongestionControl::cubic;
+  /// Which of ngtcp2's congestion controllers the connection runs (Config::congestion).
+  Congestion congestion = Congestion::cubic;
 };
 
 class Connection {

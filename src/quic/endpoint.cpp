@@ -169,7 +169,7 @@ void Endpoint::defaults(std::uint64_t ts, const Address& remote, ngtcp2_settings
                         ngtcp2_transport_params& params, std::vector<std::uint16_t>& probes) const {
   ngtcp2_settings_default(&st);
   st.initial_ts = ts;
-  st.cc_algo = settings_.congestion == CongestionControl::bbr ? NGTCP2_CC_ALGO_BBR : NGTCP2_CC_ALGO_CUBIC;
+  st.cc_algo = settings_.congestion == Congestion::bbr ? NGTCP2_CC_ALGO_BBR : NGTCP2_CC_ALGO_CUBIC;
   if (settings_.udp_payload != 0 || remote.is_loopback()) {
     // A size set by hand, or loopback (nothing between the ends but the 64 KiB MTU of lo):
     // a fixed size from the first packet, no probing.

@@ -32,7 +32,7 @@ quic::ConnectionSettings settings_from(const Config& cfg) {
   s.handshake_timeout_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
   s.impair = detail::ImpairSpec::parse(cfg.impair);
-  s.congestion = cfg.congestion == Congestion::bbr ? quic::CongestionControl::bbr : quic::CongestionControl::cubic;
+  s.congestion = cfg.congestion;
   // Lazy connections are dialled after formation, to ranks known to be running: one that
   // does not answer within the failure timeout is a failed rank, not a slow start.
   if (cfg.lazy_connect) s.handshake_timeout_ns = std::min(s.handshake_timeout_ns, static_cast<std::uint64_t>(
