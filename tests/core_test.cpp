@@ -36,7 +36,7 @@ const char* const kVars[] = {
     "NEXAR_UNEXPECTED_LIMIT_BYTES", "NEXAR_STREAM_WINDOW_BYTES", "NEXAR_UDP_PAYLOAD_BYTES",
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
-    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS",
+    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS", "NEXAR_CONNECTIONS_PER_PEER",
     "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES", "NEXAR_SHM_COLLECTIVE_BYTES",
     "NEXAR_BULK_SCAVENGER", "NEXAR_CONGESTION",
 };
@@ -206,6 +206,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.idle_timeout, c.idle_timeout);
   EXPECT_EQ(e.rpc_timeout, c.rpc_timeout);
   EXPECT_EQ(e.rpc_threads, c.rpc_threads);
+  EXPECT_EQ(e.connections_per_peer, c.connections_per_peer);
   EXPECT_EQ(e.max_frame_bytes, c.max_frame_bytes);
   EXPECT_EQ(e.eager_limit, c.eager_limit);
   EXPECT_EQ(e.unexpected_limit, c.unexpected_limit);
@@ -282,6 +283,7 @@ TEST_F(EnvTest, Describe) {
       "udp_gso = on\n"
       "bulk_scavenger = on\n"
       "congestion = cubic\n"
+      "connections_per_peer = 1\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "shm_collective_bytes = 1 GiB\n"
@@ -315,6 +317,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_FAILURE_TIMEOUT_MS", "750");
   set("NEXAR_ON_FAILURE", "Automatic");
   set("NEXAR_RPC_THREADS", "3");
+  set("NEXAR_CONNECTIONS_PER_PEER", "4");
   set("NEXAR_MAX_FRAME_BYTES", "1G");
   set("NEXAR_EAGER_LIMIT_BYTES", "32768");
   set("NEXAR_UNEXPECTED_LIMIT_BYTES", "128M");
@@ -334,6 +337,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.failure_timeout, 750ms);
   EXPECT_EQ(c.on_failure, nexar::FailurePolicy::automatic);
   EXPECT_EQ(c.rpc_threads, 3u);
+  EXPECT_EQ(c.connections_per_peer, 4u);
   EXPECT_EQ(c.max_frame_bytes, GiB);
   EXPECT_EQ(c.eager_limit, 32768u);
   EXPECT_EQ(c.unexpected_limit, 128 * MiB);
@@ -441,6 +445,8 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"connect_timeout", [](Config& c) { c.connect_timeout = 0ms; }},
       {"idle_timeout", [](Config& c) { c.idle_timeout = 0ms; }},
       {"rpc_timeout", [](Config& c) { c.rpc_timeout = -5ms; }},
+      {"connections_per_peer", [](Config& c) { c.connections_per_peer = 0; }},
+      {"connections_per_peer", [](Config& c) { c.connections_per_peer = 17; }},
       {"rpc_threads", [](Config& c) { c.rpc_threads = 0; }},
       {"rpc_threads", [](Config& c) { c.rpc_threads = 1025; }},
       {"max_frame_bytes", [](Config& c) { c.max_frame_bytes = 64 * KiB - 1; c.eager_limit = 0; }},

@@ -130,6 +130,17 @@ struct Config {
   /// Congestion controller of the QUIC connections between ranks (NEXAR_CONGESTION); see
   /// Congestion. Connections to and from the seed always use CUBIC.
   Congestion congestion = Congestion::cubic;
+  /// QUIC connections between two ranks on different hosts (NEXAR_CONNECTIONS_PER_PEER),
+  /// range 1 .. 16. Beyond the first, each extra connection carries only collective
+  /// traffic: a collective's messages to one neighbour take turns among the connections
+  /// (the n-th on connection n mod this), and matching stays exact because the turn is part
+  /// of the message's tag. Each connection has its own congestion window, so a lost packet
+  /// shrinks one window of several, as parallel TCP streams do; that is what keeps a lossy
+  /// link full (docs/CONFIG.md). Control, RPC, point-to-point and bulk traffic stay on the
+  /// first connection. The higher rank of a pair dials the extra ones once the pair is up;
+  /// a rank whose own setting is lower refuses the surplus, so the pair uses the smaller
+  /// of the two. Ranks that share memory (shm) never open extra connections.
+  std::uint32_t connections_per_peer = 1;
   /// Carry the message lanes (data, bulk, collective) between ranks of one host through
   /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
   /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and

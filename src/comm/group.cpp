@@ -1,6 +1,7 @@
 #include "comm/group.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
@@ -229,7 +230,7 @@ void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
 Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_};
+  Node::P2p a{Domain::collective, op, id_, next_turn(tag, to, true), left(deadline), local_of_};
   const Config& cfg = node_->config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -238,8 +239,20 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
 
 Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, tag, left(deadline), local_of_, true};
+  Node::P2p a{Domain::collective, op, id_, next_turn(tag, from, false), left(deadline), local_of_, true};
   return node_->irecv(a, world_of(from), data, bytes);
+}
+
+Tag Group::next_turn(Tag tag, int peer, bool sending) {
+  std::lock_guard lk(turns_mu_);
+  auto& [sent, received] = turns_[{tag, peer}];
+  return with_turn(tag, sending ? sent++ : received++);
+}
+
+void Group::forget_turns(Tag tag) {
+  std::lock_guard lk(turns_mu_);
+  turns_.erase(turns_.lower_bound({tag, std::numeric_limits<int>::min()}),
+               turns_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
 }
 
 std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
@@ -266,7 +279,15 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, body = std::move(body), node = node_.get()]() {
+      [c, st, body = std::move(body), node = node_.get(), self = weak_from_this()]() {
+        // However the operation ends, its turns are over.
+        struct Forget {
+          const std::weak_ptr<Group>& g;
+          Tag tag;
+          ~Forget() {
+            if (auto p = g.lock()) p->forget_turns(tag);
+          }
+        } forget{self, c.tag};
         try {
           Node::PollScope scope(*node);
           body(c);

@@ -23,6 +23,21 @@ namespace nexar::detail {
 using Tag = std::int64_t;
 inline constexpr Tag internal_tag_base = Tag{1} << 40;
 
+/// A collective's messages to one neighbour take turns (docs/PROTOCOL.md, "Communicator ids
+/// and collective tags"): the n-th message of an operation between two ranks carries turn
+/// n mod collective_turns in bits 56..59 of its tag. Sender and receiver count the same
+/// messages in the same order (the n-th send matches the n-th receive), so they agree on
+/// every turn, and a turn is a tag of its own: the transport may carry each turn on another
+/// connection of the pair (Config::connections_per_peer) and order still holds per tag.
+inline constexpr int collective_turns = 16;
+inline constexpr int collective_turn_shift = 56;
+constexpr Tag with_turn(Tag tag, std::uint64_t n) noexcept {
+  return tag | static_cast<Tag>((n % collective_turns) << collective_turn_shift);
+}
+constexpr int turn_of(Tag tag) noexcept {
+  return static_cast<int>((static_cast<std::uint64_t>(tag) >> collective_turn_shift) % collective_turns);
+}
+
 /// Which matching space a point-to-point operation uses; each has its own message lane
 /// (lane_of in transport/node.hpp), so a message of one never waits behind another's.
 enum class Domain { data = 0, bulk = 1, collective = 2 };

@@ -58,6 +58,9 @@ class AcceptRouter final : public quic::ConnectionHandler {
       // Failed, or departed: it stays so (a lazy dial from it after we gave up on it, say).
       return "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + n_.peer(r)->gone_why();
     }
+    // The higher rank of a pair that is up dials the pair's extra connections
+    // (Config::connections_per_peer).
+    if (r > n_.rank() && n_.peer(r)->up()) return n_.peer(r)->accept_stripe(conn);
     if (n_.config().lazy_connect) {
       // Either rank of a pair dials on first use. When both dial at once, the lower rank's
       // connection is kept: the lower one refuses the higher's dial (which then waits for
@@ -511,6 +514,12 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
     if (!payload.empty()) ShmHub::say_no(*this, p);
     p.settle_shm();
   }
+  // Answered without shared memory: the pair's extra connections, if it wants any, go now.
+  if (cfg_.connections_per_peer > 1 && p.shm_settled() && !p.shm_expected() && !p.has_shm()) {
+    p.dial_stripes([this, &p](quic::ConnectionHandler* h) -> quic::Connection& {
+      return ep_->connect(addrs_[static_cast<std::size_t>(p.rank())], p.name(), h);
+    });
+  }
 }
 
 void Node::on_shm_attached(int rank, const ShmLink& link) {
@@ -591,8 +600,9 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
       out += part.bytes;
     }
     std::size_t len = wire::header_size + size;
-    submit([this, dest, lane, b = std::move(b), len]() mutable {
-      peer(dest)->send_frame(lane, std::move(b), len);
+    submit([this, dest, lane, tag, b = std::move(b), len]() mutable {
+      Peer* q = peer(dest);
+      q->send_frame(lane, std::move(b), len, {}, q->route(lane, tag));
     });
     RecvOp shape;  // only for mapping the destination into the caller's communicator
     shape.local_of = a.local_of;

@@ -22,7 +22,12 @@ constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3, 2};
 }  // namespace
 
 Peer::Peer(Node& node, int rank, std::string name, quic::Address addr)
-    : node_(node), rank_(rank), name_(std::move(name)), addr_(addr), addr_text_(addr.to_string()) {}
+    : node_(node),
+      rank_(rank),
+      name_(std::move(name)),
+      addr_(addr),
+      addr_text_(addr.to_string()),
+      stripes_(*this, lane_priority[static_cast<int>(Lane::collective)]) {}
 
 void Peer::attach(quic::Connection& c) {
   conn_ = &c;
@@ -94,7 +99,7 @@ void Peer::confirm() {
   log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
 }
 
-void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done) {
+void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done, Via via) {
   // A neighbour that said goodbye lingers until its own last bytes are acknowledged: what
   // we relay to it meanwhile (acknowledgements of those bytes among them) still goes.
   const bool lingering = gone_code_ == Errc::peer_closed && conn_ && !conn_->closed() &&
@@ -104,10 +109,10 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
     return;
   }
   const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
-  push(lane, quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))});
+  push(lane, quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))}, via);
 }
 
-void Peer::push(Lane lane, quic::Chunk c) {
+void Peer::push(Lane lane, quic::Chunk c, Via via) {
   if (relay_) {
     relay_->push(lane, std::move(c));
     node_.relay_pump(*this, lane);
@@ -123,7 +128,62 @@ void Peer::push(Lane lane, quic::Chunk c) {
     shm_->push(i, std::move(c));
     return;
   }
+  if (via.conn) {
+    via.conn->push(via.stream, std::move(c));
+    return;
+  }
   conn_->push(out_[static_cast<int>(lane)], std::move(c));
+}
+
+Peer::Via Peer::route(Lane lane, Tag tag) {
+  if (lane != Lane::collective || stripes_.live() == 0) return {};
+  if (stripes_.waiting() && collective_idle()) stripes_.activate();
+  return stripes_.route(tag);
+}
+
+bool Peer::collective_idle() const {
+  const std::int64_t out = out_[static_cast<int>(Lane::collective)];
+  return conn_ && !conn_->closed() && (out < 0 || conn_->unacked(out) == 0) && stripes_.unacked() == 0;
+}
+
+void Peer::dial_stripes(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect) {
+  if (stripes_dialled_ || gone() || relay_ || shm_ || !conn_) return;
+  stripes_dialled_ = true;
+  for (std::uint32_t i = 1; i < node_.config().connections_per_peer; ++i) stripes_.dial(connect);
+}
+
+std::string Peer::accept_stripe(quic::Connection& c) {
+  const std::uint32_t want = node_.config().connections_per_peer;
+  if (gone() || relay_ || shm_ || !conn_ || conn_->closed())
+    return "rank " + std::to_string(node_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
+  if (static_cast<std::uint32_t>(stripes_.live()) + 1 >= want)
+    return "rank " + std::to_string(node_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
+           " connections with rank " + std::to_string(rank_) + " (connections_per_peer = " + std::to_string(want) + ")";
+  stripes_.accept(c);
+  return {};
+}
+
+std::string Peer::on_stripe_identity(const std::string& node) {
+  if (node != name_) return "certificate names '" + node + "', expected '" + name_ + "'";
+  return {};
+}
+
+void Peer::on_stripe_ready() {
+  log::debug("rank {}: peer {}: an extra connection is up", node_.rank(), rank_);
+  if (collective_idle()) stripes_.activate();
+}
+
+std::optional<std::uint64_t> Peer::on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) {
+  if (gone()) return std::nullopt;
+  return deliver(key, data, len);
+}
+
+void Peer::on_stripe_closed(Errc code, const std::string& why) {
+  if (gone()) return;
+  // What was in flight on it is lost with it: the pair cannot go on, as when its first
+  // connection ends.
+  if (code == Errc::rank_failed) node_.on_failed_notice(rank_, node_.rank(), why);
+  mark_gone(code == Errc::ok ? Errc::peer_closed : code, "an extra connection to the peer closed: " + why);
 }
 
 void Peer::drop_connection() {
@@ -233,6 +293,10 @@ void Peer::credit(std::int64_t id, std::uint64_t n) {
     shm_->wake_writer(shm_ring(id));
     return;
   }
+  if (Stripes::slot_of(id) > 0) {
+    stripes_.consumed(id, n);
+    return;
+  }
   if (conn_ && !conn_->closed()) conn_->consumed(id, n);
 }
 
@@ -248,10 +312,10 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
   return h;
 }
 
-void Peer::send_header(Lane lane, const FrameHeader& h) {
+void Peer::send_header(Lane lane, const FrameHeader& h, Via via) {
   PooledBuffer b = node_.pool().acquire(wire::header_size);
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-  send_frame(lane, std::move(b), wire::header_size);
+  send_frame(lane, std::move(b), wire::header_size, {}, via);
 }
 
 void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
@@ -263,15 +327,16 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
   if (node_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
-  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size));
+  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), route(lane_of(d), tag));
 }
 
-void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op) {
+void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op,
+                        Via via) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const bool last = i + 1 == parts.size();
     quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes,
                   last ? chunk_done({}, op) : quic::Completion{}};
-    push(lane, std::move(c));
+    push(lane, std::move(c), via);
   }
   if (parts.empty()) op->succeed();
 }
@@ -283,8 +348,9 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vecto
     return;
   }
   if (node_.fail_if_revoked(comm, op)) return;
-  send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size));
-  push_payload(lane_of(d), parts, op);
+  const Via via = route(lane_of(d), tag);
+  send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size), via);
+  push_payload(lane_of(d), parts, op, via);
 }
 
 bool Peer::cancel_rendezvous(const OpState* op) {
@@ -309,7 +375,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
   rdv_in_[static_cast<int>(d)][seq] = RdvIn{std::move(r), size};
-  send_header(lane_of(d), h);
+  send_header(lane_of(d), h, route(lane_of(d), tag));
 }
 
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
@@ -334,6 +400,7 @@ std::uint64_t Peer::unacked() const {
   if (!conn_) return n;
   for (auto id : out_)
     if (id >= 0) n += conn_->unacked(id);
+  n += stripes_.unacked();
   if (shm_) n += shm_->unread();
   return n;
 }
@@ -352,8 +419,14 @@ struct Peer::Reader {
   Peer& p;
   InStream& s;
   bool on_preamble(Lane lane) {
+    // An extra connection of the pair carries the collective lane only.
+    if (Stripes::slot_of(s.id) > 0 && lane != Lane::collective) {
+      p.protocol_error("an extra connection's stream carries lane " + std::to_string(static_cast<int>(lane)));
+      return false;
+    }
     for (auto& [id, other] : p.in_) {
-      if (other.get() != &s && other->reader.lane() == lane && id != s.id) {
+      if (other.get() != &s && other->reader.lane() == lane && id != s.id &&
+          Stripes::slot_of(id) == Stripes::slot_of(s.id)) {
         p.protocol_error("second stream for lane " + std::to_string(static_cast<int>(lane)));
         return false;
       }
@@ -508,6 +581,12 @@ void Peer::mark_gone(Errc code, const std::string& why) {
       }
     }
   }
+  // The extra connections go too, after the current packet processing (one of them may be
+  // its connection). A peer that said goodbye closes its own once its last bytes are in.
+  if (stripes_.live() > 0 && gone_code_ != Errc::peer_closed) {
+    const std::uint64_t app_code = gone_code_ == Errc::rank_failed ? quic::close_declared_failed : quic::close_error;
+    node_.engine().post([this, app_code, why = gone_why_] { stripes_.close_all(app_code, why); });
+  }
   // A frame reader of one of these streams may be running below us: free them later.
   if (!in_.empty()) {
     auto dead = std::make_shared<decltype(in_)>(std::move(in_));
@@ -616,14 +695,15 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       d.tag = static_cast<std::uint64_t>(r.tag);
       d.seq = h.seq;
       Lane out_lane = lane_of(r.domain);
+      const Via via = route(out_lane, r.tag);
       if (r.cancelled) {
         d.flags = wire::flag_cancelled;
-        send_header(out_lane, d);
+        send_header(out_lane, d, via);
         return true;
       }
       d.length = r.size;
-      send_header(out_lane, d);
-      push_payload(out_lane, r.parts, r.op);
+      send_header(out_lane, d, via);
+      push_payload(out_lane, r.parts, r.op, via);
       return true;
     }
     case FrameType::rdata: {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -20,14 +21,16 @@
 #include "transport/match_queue.hpp"
 #include "transport/relay_link.hpp"
 #include "transport/shm_link.hpp"
+#include "transport/stripes.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::detail {
 
 class Node;
 
-class Peer final : public quic::ConnectionHandler {
+class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
  public:
+  using Via = Stripes::Via;
   Peer(Node& node, int rank, std::string name, quic::Address addr);
 
   int rank() const noexcept { return rank_; }
@@ -45,16 +48,19 @@ class Peer final : public quic::ConnectionHandler {
   /// Queues a whole frame (header + payload already in `buf`) on `lane`; `done`, if set,
   /// succeeds once the peer acknowledged it.
   void send_frame(wire::Lane lane, PooledBuffer buf, std::size_t len,
-                  std::shared_ptr<OpState> done = {});
+                  std::shared_ptr<OpState> done = {}, Via via = {});
   /// A message frame's header from this rank.
   wire::FrameHeader message_header(wire::FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
                                    std::uint64_t length) const;
   /// Queues a header-only frame.
-  void send_header(wire::Lane lane, const wire::FrameHeader& h);
+  void send_header(wire::Lane lane, const wire::FrameHeader& h, Via via = {});
   /// Queues a payload straight from the caller's memory after its header; `op` succeeds
   /// when the peer acknowledged the last byte.
   void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
-                    const std::shared_ptr<OpState>& op);
+                    const std::shared_ptr<OpState>& op, Via via = {});
+  /// The connection a frame of `lane` under `tag` takes: a collective message's turn picks
+  /// one of the pair's connections (transport/stripes.hpp); everything else takes the first.
+  Via route(wire::Lane lane, Tag tag);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
   void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
@@ -158,6 +164,17 @@ class Peer final : public quic::ConnectionHandler {
   /// The peer broke the protocol: it is gone, and its connection closes.
   void protocol_error(const std::string& why);
 
+  // ---- extra connections (Config::connections_per_peer), engine thread ----
+  /// Dials the extra connections this rank wants with the peer, once (the higher rank of
+  /// a pair dials them, after the shared-memory question was answered without it).
+  void dial_stripes(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect);
+  /// An extra connection the peer dialled, its certificate checked: kept (empty), or why not.
+  std::string accept_stripe(quic::Connection& c);
+  /// Connections carrying this pair's collective messages now (1 + the active stripes).
+  int collective_connections() const noexcept { return 1 + stripes_.active(); }
+  /// Collective frames sent on the extra connections so far (diagnostics, tests).
+  std::uint64_t striped_frames() const noexcept { return stripes_.routed(); }
+
   // ---- relaying (transport/relay.cpp), engine thread ----
   /// This rank is not our neighbour (Config::topology): every lane travels through relays,
   /// end to end over `link`. The peer counts as up from now on.
@@ -209,7 +226,7 @@ class Peer final : public quic::ConnectionHandler {
   void credit(std::int64_t id, std::uint64_t n);
   /// Queues a chunk on `lane`: on its ring once the lane switched to shared memory, else
   /// on its QUIC stream.
-  void push(wire::Lane lane, quic::Chunk c);
+  void push(wire::Lane lane, quic::Chunk c, Via via = {});
   /// The pseudo stream id of shared-memory ring `i` (QUIC's ids are never negative).
   static std::int64_t shm_stream(int i) noexcept { return -2 - i; }
   /// The ring of a pseudo stream id (the inverse of shm_stream).
@@ -233,6 +250,13 @@ class Peer final : public quic::ConnectionHandler {
   void confirm();
   /// Forgets the connection (refused, or given up) while the peer stays connecting.
   void drop_connection();
+  // Stripes::Owner
+  std::string on_stripe_identity(const std::string& node) override;
+  void on_stripe_ready() override;
+  std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) override;
+  void on_stripe_closed(Errc code, const std::string& why) override;
+  /// Whether no collective byte to the peer is unacknowledged on any connection.
+  bool collective_idle() const;
 
   Node& node_;
   int rank_;
@@ -269,6 +293,8 @@ class Peer final : public quic::ConnectionHandler {
   // neighbour still connecting), sent once it is established.
   std::vector<std::pair<wire::Lane, quic::Chunk>> early_;
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
+  Stripes stripes_;
+  bool stripes_dialled_ = false;
 
 };
 

@@ -1,0 +1,100 @@
+#include "transport/stripes.hpp"
+
+#include <algorithm>
+
+namespace nexar::detail {
+
+Stripes::Link& Stripes::add() {
+  links_.push_back(std::make_unique<Link>(*this, static_cast<int>(links_.size()) + 1));
+  return *links_.back();
+}
+
+void Stripes::dial(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect) {
+  Link& l = add();
+  l.conn = &connect(&l);
+}
+
+void Stripes::accept(quic::Connection& c) {
+  Link& l = add();
+  l.conn = &c;
+  c.set_handler(&l);
+}
+
+int Stripes::live() const noexcept {
+  return static_cast<int>(std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->conn != nullptr; }));
+}
+
+bool Stripes::waiting() const noexcept {
+  const auto usable = std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->conn && l->ready; });
+  return static_cast<std::size_t>(usable) > active_.size();
+}
+
+void Stripes::activate() {
+  for (auto& l : links_)
+    if (l->conn && l->ready && std::find(active_.begin(), active_.end(), l.get()) == active_.end())
+      active_.push_back(l.get());
+}
+
+Stripes::Via Stripes::route(Tag tag) noexcept {
+  if (active_.empty()) return {};
+  const auto i = static_cast<std::size_t>(turn_of(tag)) % (active_.size() + 1);
+  if (i == 0) return {};
+  ++routed_;
+  return {active_[i - 1]->conn, active_[i - 1]->out};
+}
+
+std::uint64_t Stripes::unacked() const {
+  std::uint64_t n = 0;
+  for (const Link* l : active_) n += l->conn->unacked(l->out);
+  return n;
+}
+
+void Stripes::consumed(std::int64_t key, std::uint64_t n) {
+  const int slot = slot_of(key);
+  if (slot < 1 || static_cast<std::size_t>(slot) > links_.size()) return;
+  Link& l = *links_[static_cast<std::size_t>(slot) - 1];
+  if (l.conn && !l.conn->closed()) l.conn->consumed(key - stream_key(slot, 0), n);
+}
+
+void Stripes::close_all(std::uint64_t app_code, const std::string& why) {
+  for (auto& l : links_)
+    if (l->conn && !l->conn->closed()) l->conn->close(app_code, why);
+}
+
+void Stripes::make_ready(Link& l) {
+  if (l.ready) return;
+  l.ready = true;
+  owner_.on_stripe_ready();
+}
+
+std::string Stripes::Link::on_peer_identity(quic::Connection&, const std::string& node) {
+  return set.owner_.on_stripe_identity(node);
+}
+
+void Stripes::Link::on_established(quic::Connection& c) {
+  out = c.open_stream(set.priority_);
+  wire::encode_preamble(wire::Lane::collective, std::span<std::byte, wire::preamble_size>(preamble));
+  c.push(out, quic::Chunk{reinterpret_cast<const std::uint8_t*>(preamble), wire::preamble_size, [](Errc, const std::string&) {}});
+  // The acceptor kept the connection when it accepted it; the dialler learns so from the
+  // acceptor's first bytes.
+  if (c.is_server()) set.make_ready(*this);
+}
+
+void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
+                                   std::size_t len) {
+  if (!ready) set.make_ready(*this);
+  const auto n = set.owner_.on_stripe_data(stream_key(slot, stream), data, len);
+  if (n && !c.closed()) c.consumed(stream, *n);
+}
+
+void Stripes::Link::on_closed(quic::Connection&, Errc code, const std::string& why) {
+  conn = nullptr;
+  const bool was_active = std::find(set.active_.begin(), set.active_.end(), this) != set.active_.end();
+  std::erase(set.active_, this);
+  if (ready || was_active) {
+    ready = false;
+    set.owner_.on_stripe_closed(code, why);
+  }
+}
+
+}  // namespace nexar::detail

@@ -1,0 +1,118 @@
+// The extra QUIC connections of one pair of ranks (Config::connections_per_peer). Each
+// carries one stream each way, the collective lane, and a collective message takes the
+// connection its turn names (with_turn in transport/match_queue.hpp). Every connection has
+// its own congestion window, so a lost packet shrinks one of several, and a lossy link stays
+// full. Engine thread only.
+//
+// A stripe is usable once both ends know it: at once on the side that accepted it, and on
+// the side that dialled it when the acceptor's first bytes (its preamble) arrive, which
+// proves the acceptor kept it. Usable stripes start carrying turns only at a moment when no
+// collective byte to the peer is unacknowledged on any connection (activate()): whatever
+// was sent under a tag before has then been read by the peer, so moving a turn to another
+// connection cannot reorder a tag's messages.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nexar/error.hpp>
+
+#include "quic/connection.hpp"
+#include "transport/match_queue.hpp"
+#include "wire/frame.hpp"
+
+namespace nexar::detail {
+
+class Stripes {
+ public:
+  /// Where a collective frame goes: `conn` null means the pair's first connection.
+  struct Via {
+    quic::Connection* conn = nullptr;
+    std::int64_t stream = -1;
+  };
+  /// What the stripes' connection events reach (the Peer).
+  class Owner {
+   public:
+    /// The dialled stripe's certificate names `node`: empty to keep it, else why not.
+    virtual std::string on_stripe_identity(const std::string& node) = 0;
+    /// A stripe became usable (see above).
+    virtual void on_stripe_ready() = 0;
+    /// Bytes of the peer's stream on a stripe; `key` tells it from every other stream of
+    /// the peer (stream_key). Returns the bytes whose credit goes back at once.
+    virtual std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data,
+                                                        std::size_t len) = 0;
+    /// A stripe that was usable closed.
+    virtual void on_stripe_closed(Errc code, const std::string& why) = 0;
+
+   protected:
+    ~Owner() = default;
+  };
+
+  /// `stream_priority`: the write priority of the collective lane's stream.
+  Stripes(Owner& owner, int stream_priority) : owner_(owner), priority_(stream_priority) {}
+  Stripes(const Stripes&) = delete;
+  Stripes& operator=(const Stripes&) = delete;
+
+  /// Dials a stripe: `connect` starts a connection with the handler it is given.
+  void dial(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect);
+  /// Takes a stripe the peer dialled (its certificate already checked).
+  void accept(quic::Connection& c);
+  /// Stripes dialled or accepted and not closed.
+  int live() const noexcept;
+  /// Stripes carrying turns now.
+  int active() const noexcept { return static_cast<int>(active_.size()); }
+  /// Usable stripes wait for activate().
+  bool waiting() const noexcept;
+  /// Lets every usable stripe carry turns (call only when no collective byte to the peer
+  /// is unacknowledged).
+  void activate();
+  /// The connection that carries collective tag `tag`: turn mod (active() + 1), where 0 is
+  /// the first connection.
+  Via route(Tag tag) noexcept;
+  /// Frames route() sent onto a stripe so far (diagnostics, tests).
+  std::uint64_t routed() const noexcept { return routed_; }
+  /// Unacknowledged bytes on the active stripes.
+  std::uint64_t unacked() const;
+  /// Returns `n` bytes of credit on stream `key` (a stripe's, see stream_key).
+  void consumed(std::int64_t key, std::uint64_t n);
+  /// Closes every stripe still open with `app_code` (never from inside packet processing).
+  void close_all(std::uint64_t app_code, const std::string& why);
+
+  /// The key of stream `id` of stripe `slot` (1 ..): above every id the first connection
+  /// uses, and never negative (the Peer's pseudo stream ids are).
+  static std::int64_t stream_key(int slot, std::int64_t id) noexcept { return id + (std::int64_t{slot} << 48); }
+  /// The stripe slot of a stream key, 0 for the first connection's streams.
+  static int slot_of(std::int64_t key) noexcept { return key < 0 ? 0 : static_cast<int>(key >> 48); }
+
+ private:
+  struct Link final : quic::ConnectionHandler {
+    Stripes& set;
+    int slot;
+    quic::Connection* conn = nullptr;
+    std::int64_t out = -1;
+    bool ready = false;
+    std::byte preamble[wire::preamble_size];  // queued as is: must outlive the connection
+    Link(Stripes& s, int n) : set(s), slot(n) {}
+    std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
+    void on_established(quic::Connection& c) override;
+    void on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
+                        std::size_t len) override;
+    void on_closed(quic::Connection& c, Errc code, const std::string& why) override;
+  };
+  Link& add();
+  void make_ready(Link& l);
+
+  Owner& owner_;
+  int priority_;
+  // Every stripe ever made stays (a closed one with conn null): a handler must outlive its
+  // connection's last callback, and a pair makes at most a few.
+  std::vector<std::unique_ptr<Link>> links_;
+  std::vector<Link*> active_;
+  std::uint64_t routed_ = 0;
+};
+
+}  // namespace nexar::detail
