@@ -9,12 +9,17 @@
 #include <gtest/gtest.h>
 
 #include "support.hpp"
+#include "local_processes.hpp"
 #include "cluster/local.hpp"
 #include "comm/group.hpp"
 #include "core/access.hpp"
 #include "transport/node.hpp"
 #include "transport/peer.hpp"
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -219,6 +224,53 @@ TEST(Stripes, OneConnectionDialsNoOther) {
     EXPECT_EQ(striped, 0u);
     auto& node = node_of(comms[static_cast<std::size_t>(r)]);
     EXPECT_EQ(nexar::testing::on_engine(node.engine(), [&] { return node.endpoint()->live_connections(); }), 1u);
+  }
+}
+
+// Ranks as processes, 3 connections per pair, all_reduce of 1 MiB per step so every pair's
+// extra connections are busy: rank 1 dies by SIGKILL, and each survivor's operation fails
+// within a second with rank_failed naming rank 1, not a bystander.
+struct Deaths {
+  std::atomic<std::int64_t> killed_at{0};
+  std::atomic<std::int64_t> error_at[4]{};
+};
+
+TEST(Stripes, KilledRankIsNamedWithinASecond) {
+  Deaths& shared = nexar::testing::fresh_shared<Deaths>();
+  nexar::Config cfg = config(3);
+  cfg.on_failure = nexar::FailurePolicy::manual;
+  cfg.op_timeout = 30s;  // far above the bound checked: a hang shows as a failed bound
+  cfg.yield_when_idle = true;
+  cfg.log_level = nexar::LogLevel::off;
+  auto status = nexar::testing::run_forked(3, cfg, [&](int rank, Communicator& c) {
+    for (int step = 0;; ++step) {
+      if (rank == 1 && step == 10) {
+        shared.killed_at.store(nexar::testing::now_ns());
+        kill(getpid(), SIGKILL);
+      }
+      try {
+        RANK_CHECK(rank, nexar::testing::all_reduce_step(c, step, 262147), "wrong sum at step " + std::to_string(step));
+      } catch (const nexar::Error& e) {
+        shared.error_at[rank].store(nexar::testing::now_ns());
+        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
+        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{1}, nexar::testing::ranks_text(e.failed_ranks()) + ": " + e.what());
+        break;
+      }
+      if (step == 5) {
+        auto [connections, striped] = pair_state(c, (rank + 1) % 3);
+        RANK_CHECK(rank, connections == 3 && striped > 0,
+                   "connections " + std::to_string(connections) + ", frames on the extra ones " + std::to_string(striped));
+      }
+    }
+  }, 60s);
+  ASSERT_EQ(status.size(), 3u);
+  EXPECT_EQ(status[0], 0);
+  EXPECT_EQ(status[1], 128 + SIGKILL);
+  EXPECT_EQ(status[2], 0);
+  for (int r : {0, 2}) {
+    const auto took = std::chrono::nanoseconds(shared.error_at[r].load() - shared.killed_at.load());
+    EXPECT_LT(took, 1s) << "rank " << r << " learned of the failure after "
+                        << std::chrono::duration<double>(took).count() << " s";
   }
 }
 
