@@ -283,7 +283,7 @@ TEST_F(EnvTest, Describe) {
       "udp_gso = on\n"
       "bulk_scavenger = on\n"
       "congestion = cubic\n"
-      "connections_per_peer = 1\n"
+      "connections_per_peer = 4\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "shm_collective_bytes = 1 GiB\n"
@@ -317,7 +317,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_FAILURE_TIMEOUT_MS", "750");
   set("NEXAR_ON_FAILURE", "Automatic");
   set("NEXAR_RPC_THREADS", "3");
-  set("NEXAR_CONNECTIONS_PER_PEER", "4");
+  set("NEXAR_CONNECTIONS_PER_PEER", "2");
   set("NEXAR_MAX_FRAME_BYTES", "1G");
   set("NEXAR_EAGER_LIMIT_BYTES", "32768");
   set("NEXAR_UNEXPECTED_LIMIT_BYTES", "128M");
@@ -337,7 +337,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.failure_timeout, 750ms);
   EXPECT_EQ(c.on_failure, nexar::FailurePolicy::automatic);
   EXPECT_EQ(c.rpc_threads, 3u);
-  EXPECT_EQ(c.connections_per_peer, 4u);
+  EXPECT_EQ(c.connections_per_peer, 2u);
   EXPECT_EQ(c.max_frame_bytes, GiB);
   EXPECT_EQ(c.eager_limit, 32768u);
   EXPECT_EQ(c.unexpected_limit, 128 * MiB);

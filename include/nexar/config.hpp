@@ -140,7 +140,7 @@ struct Config {
   /// first connection. The higher rank of a pair dials the extra ones once the pair is up;
   /// a rank whose own setting is lower refuses the surplus, so the pair uses the smaller
   /// of the two. Ranks that share memory (shm) never open extra connections.
-  std::uint32_t connections_per_peer = 1;
+  std::uint32_t connections_per_peer = 4;
   /// Carry the message lanes (data, bulk, collective) between ranks of one host through
   /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
   /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and

@@ -168,6 +168,7 @@ class Config:
     udp_gso: bool
     bulk_scavenger: bool
     congestion: Congestion
+    connections_per_peer: int
     impair: str
     shm: bool
     lazy_connect: bool

@@ -74,6 +74,8 @@ void register_cluster(py::module_& m) {
       .def_readwrite("bulk_scavenger", &nexar::Config::bulk_scavenger,
                      "Bulk lane under a delay-based window (yields to the other lanes).")
       .def_readwrite("congestion", &nexar::Config::congestion, "nexar.Congestion")
+      .def_readwrite("connections_per_peer", &nexar::Config::connections_per_peer,
+                     "QUIC connections between two ranks of different hosts (collectives take turns).")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
       .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,

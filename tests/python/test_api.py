@@ -134,6 +134,9 @@ def test_config():
     assert c.congestion == nexar.Congestion.CUBIC
     c.congestion = nexar.Congestion.BBR
     assert "congestion = bbr" in c.describe()
+    assert c.connections_per_peer == 4
+    c.connections_per_peer = 2
+    assert "connections_per_peer = 2" in c.describe()
     with pytest.raises(TypeError):
         c.op_timeout = "soon"
     c.rpc_threads = 0
