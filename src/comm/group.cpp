@@ -230,7 +230,7 @@ void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
 Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, next_turn(tag, to, true), left(deadline), local_of_};
+  Node::P2p a{Domain::collective, op, id_, message_tag(tag, to, true), left(deadline), local_of_};
   const Config& cfg = node_->config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -239,20 +239,20 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
 
 Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, next_turn(tag, from, false), left(deadline), local_of_, true};
+  Node::P2p a{Domain::collective, op, id_, message_tag(tag, from, false), left(deadline), local_of_, true};
   return node_->irecv(a, world_of(from), data, bytes);
 }
 
-Tag Group::next_turn(Tag tag, int peer, bool sending) {
-  std::lock_guard lk(turns_mu_);
-  auto& [sent, received] = turns_[{tag, peer}];
-  return with_turn(tag, sending ? sent++ : received++);
+Tag Group::message_tag(Tag tag, int peer, bool sending) {
+  std::lock_guard lk(messages_mu_);
+  auto& [sent, received] = messages_[{tag, peer}];
+  return collective_message_tag(tag, sending ? sent++ : received++);
 }
 
-void Group::forget_turns(Tag tag) {
-  std::lock_guard lk(turns_mu_);
-  turns_.erase(turns_.lower_bound({tag, std::numeric_limits<int>::min()}),
-               turns_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
+void Group::forget_messages(Tag tag) {
+  std::lock_guard lk(messages_mu_);
+  messages_.erase(messages_.lower_bound({tag, std::numeric_limits<int>::min()}),
+                  messages_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
 }
 
 std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
@@ -273,19 +273,19 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   st->yield_when_idle = cfg.yield_when_idle;
   // Collectives start in the same order on every rank, so the n-th one gets the same tag
   // everywhere and its messages never match another collective's.
-  const Tag tag = internal_tag_base + static_cast<Tag>(collectives_.fetch_add(1));
+  const Tag tag = collective_tag(collectives_.fetch_add(1));
   Coll c{*this, name, tag, deadline,
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
       [c, st, body = std::move(body), node = node_.get(), self = weak_from_this()]() {
-        // However the operation ends, its turns are over.
+        // However the operation ends, its message counts are done with.
         struct Forget {
           const std::weak_ptr<Group>& g;
           Tag tag;
           ~Forget() {
-            if (auto p = g.lock()) p->forget_turns(tag);
+            if (auto p = g.lock()) p->forget_messages(tag);
           }
         } forget{self, c.tag};
         try {

@@ -173,13 +173,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<bool> closed_{false};
   bool joined_by_grow_ = false;
   std::atomic<std::uint64_t> collectives_{0};
-  // Turns of the collectives' messages (with_turn in transport/match_queue.hpp): per
-  // (operation tag, group rank of the neighbour), messages sent and receives posted so far.
-  // Any thread that runs a collective; forgotten when the operation ends.
-  std::mutex turns_mu_;
-  std::map<std::pair<Tag, int>, std::pair<std::uint64_t, std::uint64_t>> turns_;
-  Tag next_turn(Tag tag, int peer, bool sending);
-  void forget_turns(Tag tag);
+  // The collectives' message counts (collective_message_tag in transport/match_queue.hpp):
+  // per (operation tag, group rank of the neighbour), messages sent and receives posted so
+  // far. Any thread that runs a collective; forgotten when the operation ends.
+  std::mutex messages_mu_;
+  std::map<std::pair<Tag, int>, std::pair<std::uint64_t, std::uint64_t>> messages_;
+  Tag message_tag(Tag tag, int peer, bool sending);
+  void forget_messages(Tag tag);
   std::atomic<std::uint64_t> splits_{0};
   std::optional<std::vector<std::uint64_t>> hosts_;  // collective thread only
   std::mutex runner_mu_;

@@ -19,23 +19,23 @@
 namespace nexar::detail {
 
 /// Message tags as matched: application tags are 0..max_tag; collectives use tags at or
-/// above internal_tag_base, which any_tag never matches.
+/// above internal_tag_base, which any_tag never matches (docs/PROTOCOL.md, "Communicator
+/// ids and collective tags").
 using Tag = std::int64_t;
-inline constexpr Tag internal_tag_base = Tag{1} << 40;
+inline constexpr Tag internal_tag_base = Tag{1} << 62;
 
-/// A collective's messages to one neighbour take turns (docs/PROTOCOL.md, "Communicator ids
-/// and collective tags"): the n-th message of an operation between two ranks carries turn
-/// n mod collective_turns in bits 56..59 of its tag. Sender and receiver count the same
-/// messages in the same order (the n-th send matches the n-th receive), so they agree on
-/// every turn, and a turn is a tag of its own: the transport may carry each turn on another
-/// connection of the pair (Config::connections_per_peer) and order still holds per tag.
-inline constexpr int collective_turns = 16;
-inline constexpr int collective_turn_shift = 56;
-constexpr Tag with_turn(Tag tag, std::uint64_t n) noexcept {
-  return tag | static_cast<Tag>((n % collective_turns) << collective_turn_shift);
+/// The tag of the n-th collective started on a communicator: n (mod 2^30) in bits 32..61.
+constexpr Tag collective_tag(std::uint64_t n) noexcept {
+  return internal_tag_base | static_cast<Tag>((n & ((std::uint64_t{1} << 30) - 1)) << 32);
 }
-constexpr int turn_of(Tag tag) noexcept {
-  return static_cast<int>((static_cast<std::uint64_t>(tag) >> collective_turn_shift) % collective_turns);
+/// The tag of the m-th message of collective `tag` between one rank and another: m (mod
+/// 2^32) in the low 32 bits. Sender and receiver count the same messages in the same order
+/// (the m-th send of an operation to a neighbour is matched by the neighbour's m-th receive
+/// from it), so they agree on every message's tag, and no two messages in flight share
+/// one: the transport may carry each on any connection of the pair
+/// (Config::connections_per_peer) without reordering anything matching relies on.
+constexpr Tag collective_message_tag(Tag tag, std::uint64_t m) noexcept {
+  return tag | static_cast<Tag>(m & 0xffffffffu);
 }
 
 /// Which matching space a point-to-point operation uses; each has its own message lane

@@ -136,14 +136,15 @@ void Peer::push(Lane lane, quic::Chunk c, Via via) {
 }
 
 Peer::Via Peer::route(Lane lane, Tag tag) {
-  if (lane != Lane::collective || stripes_.live() == 0) return {};
-  if (stripes_.waiting() && collective_idle()) stripes_.activate();
-  return stripes_.route(tag);
-}
-
-bool Peer::collective_idle() const {
-  const std::int64_t out = out_[static_cast<int>(Lane::collective)];
-  return conn_ && !conn_->closed() && (out < 0 || conn_->unacked(out) == 0) && stripes_.unacked() == 0;
+  if (lane != Lane::collective || stripes_.active() == 0) return {};
+  // Every collective message has a tag of its own (collective_message_tag), so any
+  // connection will do: the message's number plus the operation's, round the connections,
+  // so that operations of one message per neighbour spread too.
+  const auto u = static_cast<std::uint64_t>(tag);
+  const auto i = ((u & 0xffffffffu) + (u >> 32)) % static_cast<std::uint64_t>(stripes_.active() + 1);
+  if (i == 0) return {};
+  ++striped_;
+  return stripes_.at(static_cast<int>(i) - 1);
 }
 
 void Peer::dial_stripes(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect) {
@@ -170,7 +171,6 @@ std::string Peer::on_stripe_identity(const std::string& node) {
 
 void Peer::on_stripe_ready() {
   log::debug("rank {}: peer {}: an extra connection is up", node_.rank(), rank_);
-  if (collective_idle()) stripes_.activate();
 }
 
 std::optional<std::uint64_t> Peer::on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) {

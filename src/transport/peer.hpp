@@ -58,8 +58,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   /// when the peer acknowledged the last byte.
   void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
                     const std::shared_ptr<OpState>& op, Via via = {});
-  /// The connection a frame of `lane` under `tag` takes: a collective message's turn picks
-  /// one of the pair's connections (transport/stripes.hpp); everything else takes the first.
+  /// The connection a frame of `lane` under `tag` takes: a collective message one of the
+  /// pair's connections, round them by message (transport/stripes.hpp); everything else
+  /// the first.
   Via route(wire::Lane lane, Tag tag);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
   void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
@@ -173,7 +174,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   /// Connections carrying this pair's collective messages now (1 + the active stripes).
   int collective_connections() const noexcept { return 1 + stripes_.active(); }
   /// Collective frames sent on the extra connections so far (diagnostics, tests).
-  std::uint64_t striped_frames() const noexcept { return stripes_.routed(); }
+  std::uint64_t striped_frames() const noexcept { return striped_; }
 
   // ---- relaying (transport/relay.cpp), engine thread ----
   /// This rank is not our neighbour (Config::topology): every lane travels through relays,
@@ -255,8 +256,6 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   void on_stripe_ready() override;
   std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) override;
   void on_stripe_closed(Errc code, const std::string& why) override;
-  /// Whether no collective byte to the peer is unacknowledged on any connection.
-  bool collective_idle() const;
 
   Node& node_;
   int rank_;
@@ -295,6 +294,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
   Stripes stripes_;
   bool stripes_dialled_ = false;
+  std::uint64_t striped_ = 0;
 
 };
 

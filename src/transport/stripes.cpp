@@ -24,25 +24,6 @@ int Stripes::live() const noexcept {
   return static_cast<int>(std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->conn != nullptr; }));
 }
 
-bool Stripes::waiting() const noexcept {
-  const auto usable = std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->conn && l->ready; });
-  return static_cast<std::size_t>(usable) > active_.size();
-}
-
-void Stripes::activate() {
-  for (auto& l : links_)
-    if (l->conn && l->ready && std::find(active_.begin(), active_.end(), l.get()) == active_.end())
-      active_.push_back(l.get());
-}
-
-Stripes::Via Stripes::route(Tag tag) noexcept {
-  if (active_.empty()) return {};
-  const auto i = static_cast<std::size_t>(turn_of(tag)) % (active_.size() + 1);
-  if (i == 0) return {};
-  ++routed_;
-  return {active_[i - 1]->conn, active_[i - 1]->out};
-}
-
 std::uint64_t Stripes::unacked() const {
   std::uint64_t n = 0;
   for (const Link* l : active_) n += l->conn->unacked(l->out);
@@ -64,6 +45,7 @@ void Stripes::close_all(std::uint64_t app_code, const std::string& why) {
 void Stripes::make_ready(Link& l) {
   if (l.ready) return;
   l.ready = true;
+  active_.push_back(&l);
   owner_.on_stripe_ready();
 }
 
@@ -77,12 +59,15 @@ void Stripes::Link::on_established(quic::Connection& c) {
   c.push(out, quic::Chunk{reinterpret_cast<const std::uint8_t*>(preamble), wire::preamble_size, [](Errc, const std::string&) {}});
   // The acceptor kept the connection when it accepted it; the dialler learns so from the
   // acceptor's first bytes.
-  if (c.is_server()) set.make_ready(*this);
+  if (c.is_server() || confirmed) set.make_ready(*this);
 }
 
 void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                                    std::size_t len) {
-  if (!ready) set.make_ready(*this);
+  if (!ready) {
+    confirmed = true;
+    if (out >= 0) set.make_ready(*this);
+  }
   const auto n = set.owner_.on_stripe_data(stream_key(slot, stream), data, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }

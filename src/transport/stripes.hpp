@@ -1,15 +1,13 @@
 // The extra QUIC connections of one pair of ranks (Config::connections_per_peer). Each
-// carries one stream each way, the collective lane, and a collective message takes the
-// connection its turn names (with_turn in transport/match_queue.hpp). Every connection has
-// its own congestion window, so a lost packet shrinks one of several, and a lossy link stays
-// full. Engine thread only.
+// carries one stream each way, the collective lane. Every collective message has a tag of
+// its own (collective_message_tag in transport/match_queue.hpp), so the Peer may put each
+// on any connection (Peer::route takes them in turn); every connection has its own
+// congestion window, so a lost packet shrinks one of several, and a lossy link stays full.
+// Engine thread only.
 //
 // A stripe is usable once both ends know it: at once on the side that accepted it, and on
 // the side that dialled it when the acceptor's first bytes (its preamble) arrive, which
-// proves the acceptor kept it. Usable stripes start carrying turns only at a moment when no
-// collective byte to the peer is unacknowledged on any connection (activate()): whatever
-// was sent under a tag before has then been read by the peer, so moving a turn to another
-// connection cannot reorder a tag's messages.
+// proves the acceptor kept it.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +20,6 @@
 #include <nexar/error.hpp>
 
 #include "quic/connection.hpp"
-#include "transport/match_queue.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::detail {
@@ -63,18 +60,13 @@ class Stripes {
   void accept(quic::Connection& c);
   /// Stripes dialled or accepted and not closed.
   int live() const noexcept;
-  /// Stripes carrying turns now.
+  /// Usable stripes.
   int active() const noexcept { return static_cast<int>(active_.size()); }
-  /// Usable stripes wait for activate().
-  bool waiting() const noexcept;
-  /// Lets every usable stripe carry turns (call only when no collective byte to the peer
-  /// is unacknowledged).
-  void activate();
-  /// The connection that carries collective tag `tag`: turn mod (active() + 1), where 0 is
-  /// the first connection.
-  Via route(Tag tag) noexcept;
-  /// Frames route() sent onto a stripe so far (diagnostics, tests).
-  std::uint64_t routed() const noexcept { return routed_; }
+  /// Usable stripe `i` (0 .. active() - 1), in the order they became usable.
+  Via at(int i) const noexcept {
+    const Link* l = active_[static_cast<std::size_t>(i)];
+    return {l->conn, l->out};
+  }
   /// Unacknowledged bytes on the active stripes.
   std::uint64_t unacked() const;
   /// Returns `n` bytes of credit on stream `key` (a stripe's, see stream_key).
@@ -95,6 +87,7 @@ class Stripes {
     quic::Connection* conn = nullptr;
     std::int64_t out = -1;
     bool ready = false;
+    bool confirmed = false;  // the acceptor's bytes arrived (possibly before our streams opened)
     std::byte preamble[wire::preamble_size];  // queued as is: must outlive the connection
     Link(Stripes& s, int n) : set(s), slot(n) {}
     std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
@@ -112,7 +105,6 @@ class Stripes {
   // connection's last callback, and a pair makes at most a few.
   std::vector<std::unique_ptr<Link>> links_;
   std::vector<Link*> active_;
-  std::uint64_t routed_ = 0;
 };
 
 }  // namespace nexar::detail
