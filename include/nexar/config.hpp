@@ -132,9 +132,9 @@ struct Config {
   Congestion congestion = Congestion::cubic;
   /// QUIC connections between two ranks on different hosts (NEXAR_CONNECTIONS_PER_PEER),
   /// range 1 .. 16. Beyond the first, each extra connection carries only collective
-  /// traffic: a collective's messages to one neighbour take turns among the connections
-  /// (the n-th on connection n mod this), and matching stays exact because the turn is part
-  /// of the message's tag. Each connection has its own congestion window, so a lost packet
+  /// traffic: every collective message has a tag of its own (docs/PROTOCOL.md), so a
+  /// collective's messages to one neighbour go round the connections and matching needs no
+  /// order between them. Each connection has its own congestion window, so a lost packet
   /// shrinks one window of several, as parallel TCP streams do; that is what keeps a lossy
   /// link full (docs/CONFIG.md). Control, RPC, point-to-point and bulk traffic stay on the
   /// first connection. The higher rank of a pair dials the extra ones once the pair is up;
