@@ -30,6 +30,7 @@ using nexar::quic::Address;
 using nexar::quic::Impairment;
 using nexar::testing::contains;
 using nexar::testing::expect_error;
+using nexar::testing::on_every_rank;
 
 constexpr std::uint64_t ms = 1'000'000;
 
@@ -173,14 +174,6 @@ nexar::Config impaired_config(const std::string& impair) {
   c.udp_payload = 1452;  // Ethernet-sized packets: thousands per message, as off loopback
   c.shm = false;         // the ranks share a host: keep their messages on the impaired wire
   return c;
-}
-
-// Every rank of `comms` runs body(rank) on a thread of its own.
-template <class F>
-void on_every_rank(std::vector<Communicator>& comms, F body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < static_cast<int>(comms.size()); ++r) threads.emplace_back([&, r] { body(r); });
-  for (auto& t : threads) t.join();
 }
 
 // 3 ranks, every datagram arriving anywhere dropped with probability 5%: point-to-point

@@ -32,6 +32,7 @@ using namespace std::chrono_literals;
 using nexar::Communicator;
 using nexar::Errc;
 using nexar::ReduceOp;
+using nexar::testing::on_every_rank;
 
 nexar::Config config(std::uint32_t connections) {
   nexar::Config c = nexar::testing::test_config();
@@ -39,13 +40,6 @@ nexar::Config config(std::uint32_t connections) {
   c.shm = false;               // the ranks share a host: keep their messages on QUIC
   c.segment_bytes = 64 << 10;  // many segments, so many turns, per operation
   return c;
-}
-
-template <class F>
-void on_every_rank(std::vector<Communicator>& comms, F body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < static_cast<int>(comms.size()); ++r) threads.emplace_back([&, r] { body(r); });
-  for (auto& t : threads) t.join();
 }
 
 nexar::detail::Node& node_of(Communicator& c) { return nexar::detail::Access::group(c)->node(); }

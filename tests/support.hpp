@@ -1,5 +1,6 @@
 // Helpers shared by the test files: error expectations, a test configuration, random
-// bytes, running code on an engine's thread, and environment variables set for a scope.
+// bytes, running code on an engine's thread or on a thread per rank, and environment
+// variables set for a scope.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -20,6 +22,15 @@
 #include <nexar/error.hpp>
 
 namespace nexar::testing {
+
+/// Runs body(rank) for every rank of `comms` (communicators of one process), each on a
+/// thread of its own, and returns when all have returned.
+template <class Comms, class F>
+void on_every_rank(Comms& comms, F body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < static_cast<int>(comms.size()); ++r) threads.emplace_back([&, r] { body(r); });
+  for (auto& t : threads) t.join();
+}
 
 inline bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
