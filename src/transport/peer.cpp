@@ -135,8 +135,15 @@ void Peer::push(Lane lane, quic::Chunk c, Via via) {
   conn_->push(out_[static_cast<int>(lane)], std::move(c));
 }
 
-Peer::Via Peer::route(Lane lane, Tag tag) {
-  if (lane != Lane::collective || stripes_.active() == 0) return {};
+namespace {
+// Collective messages smaller than this stay on the first connection: their time on the
+// wire is latency, not a window's worth, and a connection that carries every small message
+// has its acknowledgements ride on the next one instead of travelling alone.
+constexpr std::uint64_t kStripeMinBytes = 64 * 1024;
+}  // namespace
+
+Peer::Via Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
+  if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return {};
   // Every collective message has a tag of its own (collective_message_tag), so any
   // connection will do: the message's number plus the operation's, round the connections,
   // so that operations of one message per neighbour spread too.
@@ -327,7 +334,7 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
   if (node_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
-  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), route(lane_of(d), tag));
+  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), route(lane_of(d), tag, size));
 }
 
 void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op,
@@ -348,7 +355,7 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vecto
     return;
   }
   if (node_.fail_if_revoked(comm, op)) return;
-  const Via via = route(lane_of(d), tag);
+  const Via via = route(lane_of(d), tag, size);
   send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size), via);
   push_payload(lane_of(d), parts, op, via);
 }
@@ -375,7 +382,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
   rdv_in_[static_cast<int>(d)][seq] = RdvIn{std::move(r), size};
-  send_header(lane_of(d), h, route(lane_of(d), tag));
+  send_header(lane_of(d), h, route(lane_of(d), tag, size));
 }
 
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
@@ -695,7 +702,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       d.tag = static_cast<std::uint64_t>(r.tag);
       d.seq = h.seq;
       Lane out_lane = lane_of(r.domain);
-      const Via via = route(out_lane, r.tag);
+      const Via via = route(out_lane, r.tag, r.size);
       if (r.cancelled) {
         d.flags = wire::flag_cancelled;
         send_header(out_lane, d, via);

@@ -58,10 +58,10 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   /// when the peer acknowledged the last byte.
   void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
                     const std::shared_ptr<OpState>& op, Via via = {});
-  /// The connection a frame of `lane` under `tag` takes: a collective message one of the
-  /// pair's connections, round them by message (transport/stripes.hpp); everything else
-  /// the first.
-  Via route(wire::Lane lane, Tag tag);
+  /// The connection a frame of `lane` under `tag`, for a message of `bytes`, takes: a
+  /// collective message of 64 KiB or more one of the pair's connections, round them by
+  /// message (transport/stripes.hpp); everything else the first.
+  Via route(wire::Lane lane, Tag tag, std::uint64_t bytes);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
   void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
