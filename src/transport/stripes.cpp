@@ -1,6 +1,7 @@
 #include "transport/stripes.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace nexar::detail {
 
@@ -74,12 +75,8 @@ void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, con
 
 void Stripes::Link::on_closed(quic::Connection&, Errc code, const std::string& why) {
   conn = nullptr;
-  const bool was_active = std::find(set.active_.begin(), set.active_.end(), this) != set.active_.end();
   std::erase(set.active_, this);
-  if (ready || was_active) {
-    ready = false;
-    set.owner_.on_stripe_closed(code, why);
-  }
+  if (std::exchange(ready, false)) set.owner_.on_stripe_closed(code, why);
 }
 
 }  // namespace nexar::detail
