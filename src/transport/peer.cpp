@@ -37,7 +37,7 @@ void Peer::attach(quic::Connection& c) {
 }
 
 std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node) {
-  if (node != name_) return "certificate names '" + node + "', expected '" + name_ + "'";
+  if (std::string why = on_stripe_identity(node); !why.empty()) return why;
   if (conn_ && conn_ != &c && !conn_->closed()) return "node '" + node + "' is already connected";
   return {};
 }
@@ -172,6 +172,7 @@ std::string Peer::accept_stripe(quic::Connection& c) {
 }
 
 std::string Peer::on_stripe_identity(const std::string& node) {
+  // Every connection of the pair, the first one included, must name the peer's node.
   if (node != name_) return "certificate names '" + node + "', expected '" + name_ + "'";
   return {};
 }
