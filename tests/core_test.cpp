@@ -36,7 +36,7 @@ const char* const kVars[] = {
     "NEXAR_UNEXPECTED_LIMIT_BYTES", "NEXAR_STREAM_WINDOW_BYTES", "NEXAR_UDP_PAYLOAD_BYTES",
     "NEXAR_UDP_GSO",           "NEXAR_SPIN_US",                "NEXAR_DEBUG",
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
-    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS", "NEXAR_CONNECTIONS_PER_PEER",
+    "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS", "NEXAR_CONNECTIONS_PER_PEER", "NEXAR_ENGINE_THREADS",
     "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES", "NEXAR_SHM_COLLECTIVE_BYTES",
     "NEXAR_BULK_SCAVENGER", "NEXAR_CONGESTION",
 };
@@ -207,6 +207,7 @@ TEST_F(EnvTest, DefaultsValidate) {
   EXPECT_EQ(e.rpc_timeout, c.rpc_timeout);
   EXPECT_EQ(e.rpc_threads, c.rpc_threads);
   EXPECT_EQ(e.connections_per_peer, c.connections_per_peer);
+  EXPECT_EQ(e.engine_threads, c.engine_threads);
   EXPECT_EQ(e.max_frame_bytes, c.max_frame_bytes);
   EXPECT_EQ(e.eager_limit, c.eager_limit);
   EXPECT_EQ(e.unexpected_limit, c.unexpected_limit);
@@ -284,6 +285,7 @@ TEST_F(EnvTest, Describe) {
       "bulk_scavenger = on\n"
       "congestion = cubic\n"
       "connections_per_peer = 4\n"
+      "engine_threads = 1\n"
       "shm = on\n"
       "shm_ring_bytes = 1 MiB\n"
       "shm_collective_bytes = 1 GiB\n"
@@ -318,6 +320,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_ON_FAILURE", "Automatic");
   set("NEXAR_RPC_THREADS", "3");
   set("NEXAR_CONNECTIONS_PER_PEER", "2");
+  set("NEXAR_ENGINE_THREADS", "3");
   set("NEXAR_MAX_FRAME_BYTES", "1G");
   set("NEXAR_EAGER_LIMIT_BYTES", "32768");
   set("NEXAR_UNEXPECTED_LIMIT_BYTES", "128M");
@@ -338,6 +341,7 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_EQ(c.on_failure, nexar::FailurePolicy::automatic);
   EXPECT_EQ(c.rpc_threads, 3u);
   EXPECT_EQ(c.connections_per_peer, 2u);
+  EXPECT_EQ(c.engine_threads, 3u);
   EXPECT_EQ(c.max_frame_bytes, GiB);
   EXPECT_EQ(c.eager_limit, 32768u);
   EXPECT_EQ(c.unexpected_limit, 128 * MiB);
@@ -447,6 +451,8 @@ TEST_F(EnvTest, RangeViolationsNameTheSetting) {
       {"rpc_timeout", [](Config& c) { c.rpc_timeout = -5ms; }},
       {"connections_per_peer", [](Config& c) { c.connections_per_peer = 0; }},
       {"connections_per_peer", [](Config& c) { c.connections_per_peer = 17; }},
+      {"engine_threads", [](Config& c) { c.engine_threads = 0; }},
+      {"engine_threads", [](Config& c) { c.engine_threads = 17; }},
       {"rpc_threads", [](Config& c) { c.rpc_threads = 0; }},
       {"rpc_threads", [](Config& c) { c.rpc_threads = 1025; }},
       {"max_frame_bytes", [](Config& c) { c.max_frame_bytes = 64 * KiB - 1; c.eager_limit = 0; }},

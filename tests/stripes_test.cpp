@@ -34,9 +34,10 @@ using nexar::Errc;
 using nexar::ReduceOp;
 using nexar::testing::on_every_rank;
 
-nexar::Config config(std::uint32_t connections) {
+nexar::Config config(std::uint32_t connections, std::uint32_t engine_threads = 1) {
   nexar::Config c = nexar::testing::test_config();
   c.connections_per_peer = connections;
+  c.engine_threads = engine_threads;
   c.shm = false;               // the ranks share a host: keep their messages on QUIC
   c.segment_bytes = 64 << 10;  // many segments, so many turns, per operation
   return c;
@@ -52,6 +53,12 @@ std::pair<int, std::uint64_t> pair_state(Communicator& c, int peer) {
     nexar::detail::Peer* p = node.peer(peer);
     return std::make_pair(p->collective_connections(), p->striped_frames());
   });
+}
+
+// Of those connections, how many live on a shard of rank `c` (Config::engine_threads).
+int hosted_connections(Communicator& c, int peer) {
+  auto& node = node_of(c);
+  return nexar::testing::on_engine(node.engine(), [&] { return node.peer(peer)->hosted_connections(); });
 }
 
 // Values of rank r for a test case: deterministic, so any rank can compute anyone's.
@@ -74,9 +81,8 @@ std::vector<std::int64_t> sum_of_all(std::size_t n, int world, std::uint64_t sal
 // Every collective over 4 connections per pair, 3 ranks (odd), sizes from 0 elements to
 // several MiB not divisible by the world: results equal a reference computed here, and
 // each pair carried collective frames on its extra connections.
-TEST(Stripes, EveryCollectiveExactAcrossFourConnections) {
+void every_collective_exact(std::vector<Communicator>& comms) {
   constexpr int world = 3;
-  auto comms = nexar::bootstrap_local(world, config(4));
   on_every_rank(comms, [&](int r) {
     Communicator& c = comms[static_cast<std::size_t>(r)];
     std::uint64_t salt = 0;
@@ -146,11 +152,32 @@ TEST(Stripes, EveryCollectiveExactAcrossFourConnections) {
   }
 }
 
+TEST(Stripes, EveryCollectiveExactAcrossFourConnections) {
+  auto comms = nexar::bootstrap_local(3, config(4));
+  every_collective_exact(comms);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(hosted_connections(comms[static_cast<std::size_t>(r)], (r + 1) % 3), 0);
+}
+
+// The same with 3 engine threads per rank: extra connections 1 and 2 of each pair live on
+// the two shards at both ends (3 on the node's own thread), so their bytes are encrypted,
+// decrypted and acknowledged on other threads than the one that matches them.
+TEST(Stripes, EveryCollectiveExactOnThreeEngineThreads) {
+  auto comms = nexar::bootstrap_local(3, config(4, 3));
+  every_collective_exact(comms);
+  for (int r = 0; r < 3; ++r) {
+    for (int q = 0; q < 3; ++q) {
+      if (q == r) continue;
+      EXPECT_EQ(hosted_connections(comms[static_cast<std::size_t>(r)], q), 2) << "rank " << r << " with rank " << q;
+    }
+  }
+}
+
 // 5% of the datagrams arriving anywhere dropped: all_reduce of odd sizes over 4 connections
-// per pair stays exact, and nobody is declared failed.
+// per pair, two of them on a second engine thread at each end, stays exact, and nobody is
+// declared failed.
 TEST(Stripes, ExactUnderFivePercentLoss) {
   constexpr int world = 3;
-  nexar::Config cfg = config(4);
+  nexar::Config cfg = config(4, 2);
   cfg.impair = "drop=0.05,seed=7";
   cfg.udp_payload = 1452;
   auto comms = nexar::bootstrap_local(world, cfg);
@@ -172,7 +199,8 @@ TEST(Stripes, ExactUnderFivePercentLoss) {
 
 // Rank 0 asks for 2 connections per pair, ranks 1 and 2 for 5: pairs with rank 0 use 2
 // (rank 0 refuses the surplus its higher peers dial), the pair (1, 2) uses 5, and the
-// results are exact.
+// results are exact. Their engine threads differ too (1, 3 and 2): each end places an extra
+// connection by its own count, and any placement works.
 TEST(Stripes, DifferentSettingsUseTheSmaller) {
   constexpr int world = 3;
   auto plans = nexar::cluster::plan_local(world, config(5));
@@ -182,7 +210,8 @@ TEST(Stripes, DifferentSettingsUseTheSmaller) {
     for (int r = 0; r < world; ++r) {
       starts.emplace_back([&, r] {
         comms[static_cast<std::size_t>(r)] =
-            nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]), config(r == 0 ? 2 : 5));
+            nexar::cluster::start_node(std::move(plans[static_cast<std::size_t>(r)]),
+                                       config(r == 0 ? 2 : 5, static_cast<std::uint32_t>(r == 0 ? 1 : r + 1)));
       });
     }
     for (auto& t : starts) t.join();
@@ -201,6 +230,12 @@ TEST(Stripes, DifferentSettingsUseTheSmaller) {
   EXPECT_EQ(pair_state(comms[1], 0).first, 2);
   EXPECT_EQ(pair_state(comms[1], 2).first, 5);
   EXPECT_EQ(pair_state(comms[2], 1).first, 5);
+  // Of the extra connections 1..4 of the pair (1, 2), rank 2 (3 threads) hosts 1, 2 and 4
+  // on its shards and rank 1 (2 threads) hosts 1 and 3; rank 0 has no shard. (Which of rank
+  // 1's four dials rank 0 keeps is a race: the first to arrive.)
+  EXPECT_EQ(hosted_connections(comms[2], 1), 3);
+  EXPECT_EQ(hosted_connections(comms[1], 2), 2);
+  EXPECT_EQ(hosted_connections(comms[0], 1), 0);
   for (auto& c : comms) EXPECT_TRUE(c.failed_ranks().empty());
 }
 
@@ -221,8 +256,8 @@ TEST(Stripes, OneConnectionDialsNoOther) {
   }
 }
 
-// Ranks as processes, 3 connections per pair, all_reduce of 1 MiB per step so every pair's
-// extra connections are busy: rank 1 dies by SIGKILL, and each survivor's operation fails
+// Ranks as processes, 3 connections per pair (the second on another engine thread at each
+// end), all_reduce of 1 MiB per step so every pair's extra connections are busy: rank 1 dies by SIGKILL, and each survivor's operation fails
 // within a second with rank_failed naming rank 1, not a bystander.
 struct Deaths {
   std::atomic<std::int64_t> killed_at{0};
@@ -231,7 +266,7 @@ struct Deaths {
 
 TEST(Stripes, KilledRankIsNamedWithinASecond) {
   Deaths& shared = nexar::testing::fresh_shared<Deaths>();
-  nexar::Config cfg = config(3);
+  nexar::Config cfg = config(3, 2);
   cfg.on_failure = nexar::FailurePolicy::manual;
   cfg.op_timeout = 30s;  // far above the bound checked: a hang shows as a failed bound
   cfg.yield_when_idle = true;

@@ -141,6 +141,15 @@ struct Config {
   /// a rank whose own setting is lower refuses the surplus, so the pair uses the smaller
   /// of the two. Ranks that share memory (shm) never open extra connections.
   std::uint32_t connections_per_peer = 4;
+  /// Threads that encrypt and move packets for this rank (NEXAR_ENGINE_THREADS), range
+  /// 1 .. 16. The first is the engine thread that holds every connection's first QUIC
+  /// connection and all matching; each further one (a shard) has a UDP socket, a timer and a
+  /// lock of its own and hosts a share of the extra connections (connections_per_peer): the
+  /// extra connection number i of a pair lives on thread i mod engine_threads at each end.
+  /// A pair's collective traffic is then encrypted, decrypted and acknowledged on several
+  /// cores, where one thread caps a rank at what one core can push. Worth it only with a
+  /// core to spare per thread (docs/CONFIG.md); 1 keeps everything on one thread.
+  std::uint32_t engine_threads = 1;
   /// Carry the message lanes (data, bulk, collective) between ranks of one host through
   /// shared memory instead of QUIC (NEXAR_SHM=0 disables). Control, RPC, heartbeats and
   /// everything to other hosts stay on QUIC. Two ranks use it when both have it on and

@@ -169,6 +169,7 @@ class Config:
     bulk_scavenger: bool
     congestion: Congestion
     connections_per_peer: int
+    engine_threads: int
     impair: str
     shm: bool
     lazy_connect: bool

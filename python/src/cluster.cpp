@@ -76,6 +76,8 @@ void register_cluster(py::module_& m) {
       .def_readwrite("congestion", &nexar::Config::congestion, "nexar.Congestion")
       .def_readwrite("connections_per_peer", &nexar::Config::connections_per_peer,
                      "QUIC connections between two ranks of different hosts (collectives take turns).")
+      .def_readwrite("engine_threads", &nexar::Config::engine_threads,
+                     "Threads that encrypt and move packets (extra connections spread over them).")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
       .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,

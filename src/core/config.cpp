@@ -235,6 +235,7 @@ Config Config::from_env() {
   env_ms("NEXAR_RPC_TIMEOUT_MS", c.rpc_timeout);
   env_count("NEXAR_RPC_THREADS", c.rpc_threads);
   env_count("NEXAR_CONNECTIONS_PER_PEER", c.connections_per_peer);
+  env_count("NEXAR_ENGINE_THREADS", c.engine_threads);
   env_bytes("NEXAR_MAX_FRAME_BYTES", c.max_frame_bytes);
   env_bytes("NEXAR_EAGER_LIMIT_BYTES", c.eager_limit);
   env_bytes("NEXAR_UNEXPECTED_LIMIT_BYTES", c.unexpected_limit);
@@ -311,6 +312,8 @@ void Config::validate() const {
   if (connections_per_peer < 1 || connections_per_peer > 16)
     out_of_range("connections_per_peer", "NEXAR_CONNECTIONS_PER_PEER", fmt::format("{}", connections_per_peer),
                  "1 .. 16");
+  if (engine_threads < 1 || engine_threads > 16)
+    out_of_range("engine_threads", "NEXAR_ENGINE_THREADS", fmt::format("{}", engine_threads), "1 .. 16");
   if (rpc_threads < 1 || rpc_threads > 1024)
     out_of_range("rpc_threads", "NEXAR_RPC_THREADS", fmt::format("{}", rpc_threads), "1 .. 1024");
 
@@ -415,6 +418,7 @@ std::string Config::describe() const {
   fmt::format_to(it, "bulk_scavenger = {}\n", bulk_scavenger ? "on" : "off");
   fmt::format_to(it, "congestion = {}\n", to_string(congestion));
   fmt::format_to(it, "connections_per_peer = {}\n", connections_per_peer);
+  fmt::format_to(it, "engine_threads = {}\n", engine_threads);
   fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
   fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
   fmt::format_to(it, "shm_collective_bytes = {}\n", format_bytes(shm_collective_bytes));

@@ -159,6 +159,13 @@ void Node::start() {
   ep_ = std::make_unique<quic::Endpoint>(engine_, udp_fd_, *tls_, settings_from(cfg_),
                                           cfg_.udp_gso);
   udp_fd_ = -1;
+  // Shards host only extra connections: without those they would have nothing to do.
+  if (cfg_.connections_per_peer > 1) {
+    for (std::uint32_t i = 1; i < cfg_.engine_threads; ++i) {
+      shards_.push_back(std::make_unique<Shard>(engine_, cfg_, *tls_, settings_from(cfg_), ep_->local()));
+      shards_.back()->start([this](Hosted& h, const std::string& node) { adopt_stripe(h, node); });
+    }
+  }
   engine_.set_spin_hook([this] {
     ep_->service_timers();
     poll_shm();
@@ -292,6 +299,19 @@ void Node::redial_later(int r, int attempt) {
 }
 
 void Node::on_peer_up(Peer& p) {
+  // The higher rank dials the pair's extra connections, to the shards named here; before
+  // the offer, which is what sets it dialling.
+  if (!shards_.empty() && p.rank() > rank_) {
+    std::vector<std::byte> ports;
+    for (const auto& sh : shards_) {
+      ports.push_back(static_cast<std::byte>(sh->port() >> 8));
+      ports.push_back(static_cast<std::byte>(sh->port() & 0xff));
+    }
+    FrameHeader h;
+    h.type = FrameType::ports;
+    h.src = static_cast<std::uint32_t>(rank_);
+    p.send_frame(Lane::control, encode_frame(h, ports), wire::header_size + ports.size());
+  }
   offer_shm(p);
   if (!cfg_.lazy_connect) return;
   // A failure flood reaches only the ranks connected at the time: a rank connected later
@@ -374,10 +394,15 @@ void Node::close() {
     engine_.post([this, until, done] { drain_then_shutdown(until, done); });
     done->wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(10), {});
   }
+  // Everything promised was drained above, the shards' bytes included (Peer::unacked):
+  // their connections close now, and their threads stop before the node's, so the closes
+  // they post still run.
+  for (auto& sh : shards_) sh->stop("communicator closed");
   engine_.stop();
   // A user thread may still be polling (it found the engine open a moment ago).
   std::lock_guard lk(engine_.lock());
   ep_.reset();
+  shards_.clear();
   peers_.clear();
   // Its threads post to the engine, which runs nothing any more.
   shm_.reset();
@@ -516,10 +541,35 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
   }
   // Answered without shared memory: the pair's extra connections, if it wants any, go now.
   if (cfg_.connections_per_peer > 1 && p.shm_settled() && !p.shm_expected() && !p.has_shm()) {
-    p.dial_stripes([this, &p](quic::ConnectionHandler* h) -> quic::Connection& {
-      return ep_->connect(addrs_[static_cast<std::size_t>(p.rank())], p.name(), h);
+    // Extra connection i lives on engine thread i mod n at each end (0: the node's own), so
+    // with equal settings both ends spread a pair's collective traffic alike.
+    p.dial_stripes([this, &p](int slot, quic::ConnectionHandler* h) -> Stripes::Placed {
+      quic::Address to = addrs_[static_cast<std::size_t>(p.rank())];
+      const auto& ports = p.shard_ports();
+      if (const auto j = static_cast<std::size_t>(slot) % (ports.size() + 1); j > 0) to.set_port(ports[j - 1]);
+      if (const auto k = static_cast<std::size_t>(slot) % (shards_.size() + 1); k > 0)
+        return {nullptr, shards_[k - 1]->dial(to, p.name())};
+      return {&ep_->connect(to, p.name(), h), nullptr};
     });
   }
+}
+
+void Node::adopt_stripe(Hosted& h, const std::string& node) {
+  const int r = rank_of_node(node);
+  std::string why;
+  if (r < 0 || r == rank_) {
+    why = "node '" + node + "' is not a member of this world";
+  } else if (Peer* p = peer(r); p->gone()) {
+    why = "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + p->gone_why();
+  } else if (r < rank_ || !p->up()) {
+    // A shard takes only what the first connection's rules make an extra connection.
+    why = "rank " + std::to_string(rank_) + " takes only extra connections from a higher rank it is connected to on this port";
+  } else {
+    why = p->accept_stripe(h);
+  }
+  if (why.empty()) return;
+  log::debug("rank {}: refused a connection on a shard: {}", rank_, why);
+  h.close(quic::close_error, why);
 }
 
 void Node::on_shm_attached(int rank, const ShmLink& link) {

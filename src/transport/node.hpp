@@ -36,6 +36,7 @@
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/rpc_lanes.hpp"
+#include "transport/shard.hpp"
 #include "transport/shm_presence.hpp"
 #include "transport/topology.hpp"
 #include "wire/ballot.hpp"
@@ -312,7 +313,12 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
   void offer_shm(Peer& p);
   void on_shm_offer(Peer& p, std::string_view payload);
+  /// A peer dialled a shard and its certificate names `node`: keep it as an extra
+  /// connection of that pair, or close it.
+  void adopt_stripe(Hosted& h, const std::string& node);
   void on_shm_attached(int rank, const ShmLink& link);
+  /// Engine threads carrying this node's connections: 1 + its shards.
+  int engine_threads() const noexcept { return 1 + static_cast<int>(shards_.size()); }
   /// The mailboxes of small collective messages (shm/mailbox.hpp) shared with world rank
   /// `r`: `out` written by this rank, `in` by r; `segment` keeps them mapped. All null
   /// until r's shared memory is attached (and always without it). Any thread.
@@ -510,6 +516,8 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   ShmPresence presence_;  // outlives the engine: its hooks run on user threads until the end
   Engine engine_;
   std::unique_ptr<quic::Endpoint> ep_;
+  // The extra engine threads (Config::engine_threads), hosting extra connections.
+  std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unique_ptr<ShmHub> shm_;  // when Config::shm
   bool socket_busy_ = false;         // poll(): the last read of the socket found packets

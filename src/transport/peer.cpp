@@ -132,6 +132,10 @@ void Peer::push(Lane lane, quic::Chunk c, Via via) {
     via.conn->push(via.stream, std::move(c));
     return;
   }
+  if (via.hosted) {
+    via.hosted->push(via.stream, std::move(c));
+    return;
+  }
   conn_->push(out_[static_cast<int>(lane)], std::move(c));
 }
 
@@ -154,21 +158,32 @@ Peer::Via Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   return stripes_.at(static_cast<int>(i) - 1);
 }
 
-void Peer::dial_stripes(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect) {
+void Peer::dial_stripes(const Stripes::Dialer& dialer) {
   if (stripes_dialled_ || gone() || relay_ || shm_ || !conn_) return;
   stripes_dialled_ = true;
-  for (std::uint32_t i = 1; i < node_.config().connections_per_peer; ++i) stripes_.dial(connect);
+  for (std::uint32_t i = 1; i < node_.config().connections_per_peer; ++i) stripes_.dial(dialer);
 }
 
-std::string Peer::accept_stripe(quic::Connection& c) {
+std::string Peer::stripe_refusal() const {
   const std::uint32_t want = node_.config().connections_per_peer;
   if (gone() || relay_ || shm_ || !conn_ || conn_->closed())
     return "rank " + std::to_string(node_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
   if (static_cast<std::uint32_t>(stripes_.live()) + 1 >= want)
     return "rank " + std::to_string(node_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
            " connections with rank " + std::to_string(rank_) + " (connections_per_peer = " + std::to_string(want) + ")";
-  stripes_.accept(c);
   return {};
+}
+
+std::string Peer::accept_stripe(quic::Connection& c) {
+  std::string why = stripe_refusal();
+  if (why.empty()) stripes_.accept(c);
+  return why;
+}
+
+std::string Peer::accept_stripe(Hosted& h) {
+  std::string why = stripe_refusal();
+  if (why.empty()) stripes_.accept(h);
+  return why;
 }
 
 std::string Peer::on_stripe_identity(const std::string& node) {
@@ -746,6 +761,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::revoke:
       return true;
     case FrameType::shm_offer:
+    case FrameType::ports:
       s.sink.kind = Sink::control;
       s.sink.bytes.reserve(static_cast<std::size_t>(h.length));
       return true;
@@ -889,6 +905,19 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::shm_offer:
       node_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+      break;
+    case FrameType::ports:
+      // The frame's length was checked (even, at most 15 ports); port 0 is nowhere to dial.
+      shard_ports_.clear();
+      for (std::size_t i = 0; i + 1 < k.bytes.size(); i += 2) {
+        const auto port = static_cast<std::uint16_t>((std::to_integer<unsigned>(k.bytes[i]) << 8) |
+                                                      std::to_integer<unsigned>(k.bytes[i + 1]));
+        if (port == 0) {
+          protocol_error("a ports frame names port 0");
+          return false;
+        }
+        shard_ports_.push_back(port);
+      }
       break;
     case FrameType::agree:
     case FrameType::decided: {

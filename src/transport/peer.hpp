@@ -168,11 +168,17 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   // ---- extra connections (Config::connections_per_peer), engine thread ----
   /// Dials the extra connections this rank wants with the peer, once (the higher rank of
   /// a pair dials them, after the shared-memory question was answered without it).
-  void dial_stripes(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect);
-  /// An extra connection the peer dialled, its certificate checked: kept (empty), or why not.
+  void dial_stripes(const Stripes::Dialer& dialer);
+  /// An extra connection the peer dialled, its certificate checked: kept (empty), or why
+  /// not. On the node's endpoint or on a shard's (Config::engine_threads).
   std::string accept_stripe(quic::Connection& c);
+  std::string accept_stripe(Hosted& h);
+  /// The ports of the peer's shards (a `ports` frame), where its extra connections go.
+  const std::vector<std::uint16_t>& shard_ports() const noexcept { return shard_ports_; }
   /// Connections carrying this pair's collective messages now (1 + the active stripes).
   int collective_connections() const noexcept { return 1 + stripes_.active(); }
+  /// Of those, the ones on a shard of this node (Config::engine_threads).
+  int hosted_connections() const noexcept { return stripes_.hosted(); }
   /// Collective frames sent on the extra connections so far (diagnostics, tests).
   std::uint64_t striped_frames() const noexcept { return striped_; }
 
@@ -251,6 +257,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   void confirm();
   /// Forgets the connection (refused, or given up) while the peer stays connecting.
   void drop_connection();
+  /// Why an extra connection from the peer is refused now; empty if it is taken.
+  std::string stripe_refusal() const;
   // Stripes::Owner
   std::string on_stripe_identity(const std::string& node) override;
   void on_stripe_ready() override;
@@ -294,6 +302,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
   Stripes stripes_;
   bool stripes_dialled_ = false;
+  std::vector<std::uint16_t> shard_ports_;
   std::uint64_t striped_ = 0;
 
 };

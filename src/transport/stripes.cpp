@@ -10,9 +10,13 @@ Stripes::Link& Stripes::add() {
   return *links_.back();
 }
 
-void Stripes::dial(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect) {
+void Stripes::dial(const Dialer& dialer) {
   Link& l = add();
-  l.conn = &connect(&l);
+  const Placed p = dialer(l.slot, &l);
+  l.conn = p.conn;
+  l.hosted = p.hosted;
+  if (l.hosted) l.hosted->set_events(&l);
+  l.open = l.conn || l.hosted;
 }
 
 void Stripes::accept(quic::Connection& c) {
@@ -21,13 +25,25 @@ void Stripes::accept(quic::Connection& c) {
   c.set_handler(&l);
 }
 
+void Stripes::accept(Hosted& h) {
+  Link& l = add();
+  l.hosted = &h;
+  h.set_events(&l);
+}
+
 int Stripes::live() const noexcept {
-  return static_cast<int>(std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->conn != nullptr; }));
+  return static_cast<int>(std::count_if(links_.begin(), links_.end(), [](const auto& l) { return l->open; }));
 }
 
 std::uint64_t Stripes::unacked() const {
   std::uint64_t n = 0;
-  for (const Link* l : active_) n += l->conn->unacked(l->out);
+  for (const Link* l : active_) {
+    if (l->conn) {
+      n += l->conn->unacked(l->out);
+    } else {
+      l->hosted->with([&](quic::Connection& c) { n += c.unacked(l->out); });
+    }
+  }
   return n;
 }
 
@@ -35,12 +51,24 @@ void Stripes::consumed(std::int64_t key, std::uint64_t n) {
   const int slot = slot_of(key);
   if (slot < 1 || static_cast<std::size_t>(slot) > links_.size()) return;
   Link& l = *links_[static_cast<std::size_t>(slot) - 1];
-  if (l.conn && !l.conn->closed()) l.conn->consumed(key - stream_key(slot, 0), n);
+  if (!l.open) return;
+  const std::int64_t stream = key - stream_key(slot, 0);
+  if (l.hosted) {
+    l.hosted->consumed(stream, n);
+  } else if (!l.conn->closed()) {
+    l.conn->consumed(stream, n);
+  }
 }
 
 void Stripes::close_all(std::uint64_t app_code, const std::string& why) {
-  for (auto& l : links_)
-    if (l->conn && !l->conn->closed()) l->conn->close(app_code, why);
+  for (auto& l : links_) {
+    if (!l->open) continue;
+    if (l->hosted) {
+      l->hosted->close(app_code, why);
+    } else if (!l->conn->closed()) {
+      l->conn->close(app_code, why);
+    }
+  }
 }
 
 void Stripes::make_ready(Link& l) {
@@ -54,7 +82,7 @@ std::string Stripes::Link::on_peer_identity(quic::Connection&, const std::string
   return set.owner_.on_stripe_identity(node);
 }
 
-void Stripes::Link::on_established(quic::Connection& c) {
+void Stripes::Link::established(quic::Connection& c) {
   out = c.open_stream(set.priority_);
   wire::encode_preamble(wire::Lane::collective, std::span<std::byte, wire::preamble_size>(preamble));
   c.push(out, quic::Chunk{reinterpret_cast<const std::uint8_t*>(preamble), wire::preamble_size, [](Errc, const std::string&) {}});
@@ -63,20 +91,34 @@ void Stripes::Link::on_established(quic::Connection& c) {
   if (c.is_server() || confirmed) set.make_ready(*this);
 }
 
-void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
-                                   std::size_t len) {
+std::optional<std::uint64_t> Stripes::Link::data(std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
   if (!ready) {
     confirmed = true;
     if (out >= 0) set.make_ready(*this);
   }
-  const auto n = set.owner_.on_stripe_data(stream_key(slot, stream), data, len);
+  return set.owner_.on_stripe_data(stream_key(slot, stream), bytes, len);
+}
+
+void Stripes::Link::closed(Errc code, const std::string& why) {
+  conn = nullptr;
+  open = false;
+  std::erase(set.active_, this);
+  if (std::exchange(ready, false)) set.owner_.on_stripe_closed(code, why);
+}
+
+void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* bytes,
+                                   std::size_t len) {
+  const auto n = data(stream, bytes, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }
 
-void Stripes::Link::on_closed(quic::Connection&, Errc code, const std::string& why) {
-  conn = nullptr;
-  std::erase(set.active_, this);
-  if (std::exchange(ready, false)) set.owner_.on_stripe_closed(code, why);
+void Stripes::Link::hosted_established(Hosted& h) {
+  h.with([this](quic::Connection& c) { established(c); });
+}
+
+void Stripes::Link::hosted_data(Hosted& h, std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
+  if (!open) return;
+  if (const auto n = data(stream, bytes, len)) h.consumed(stream, *n);
 }
 
 }  // namespace nexar::detail

@@ -5,11 +5,16 @@
 // congestion window, so a lost packet shrinks one of several, and a lossy link stays full.
 // Engine thread only.
 //
+// A stripe's connection lives on the node's endpoint or, with several engine threads
+// (Config::engine_threads), on a shard's (transport/shard.hpp): then its events arrive as
+// posted work, and what goes to it is posted to the shard's thread in order.
+//
 // A stripe is usable once both ends know it: at once on the side that accepted it, and on
 // the side that dialled it when the acceptor's first bytes (its preamble) arrive, which
 // proves the acceptor kept it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -20,17 +25,27 @@
 #include <nexar/error.hpp>
 
 #include "quic/connection.hpp"
+#include "transport/shard.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::detail {
 
 class Stripes {
  public:
-  /// Where a collective frame goes: `conn` null means the pair's first connection.
+  /// Where a collective frame goes: `conn` and `hosted` both null mean the pair's first
+  /// connection; otherwise one of them is the stripe's (hosted: on a shard).
   struct Via {
     quic::Connection* conn = nullptr;
     std::int64_t stream = -1;
+    Hosted* hosted = nullptr;
   };
+  /// Where a dialled stripe went: one of the two is set, or neither if it could not be dialled.
+  struct Placed {
+    quic::Connection* conn = nullptr;
+    Hosted* hosted = nullptr;
+  };
+  /// Dials stripe `slot` (1 ..) with `handler` for a connection on the node's endpoint.
+  using Dialer = std::function<Placed(int slot, quic::ConnectionHandler* handler)>;
   /// What the stripes' connection events reach (the Peer).
   class Owner {
    public:
@@ -54,18 +69,24 @@ class Stripes {
   Stripes(const Stripes&) = delete;
   Stripes& operator=(const Stripes&) = delete;
 
-  /// Dials a stripe: `connect` starts a connection with the handler it is given.
-  void dial(const std::function<quic::Connection&(quic::ConnectionHandler*)>& connect);
+  /// Dials a stripe.
+  void dial(const Dialer& dialer);
   /// Takes a stripe the peer dialled (its certificate already checked).
   void accept(quic::Connection& c);
+  /// Takes a stripe the peer dialled to a shard.
+  void accept(Hosted& h);
   /// Stripes dialled or accepted and not closed.
   int live() const noexcept;
   /// Usable stripes.
   int active() const noexcept { return static_cast<int>(active_.size()); }
+  /// Usable stripes whose connection lives on a shard.
+  int hosted() const noexcept {
+    return static_cast<int>(std::count_if(active_.begin(), active_.end(), [](const Link* l) { return l->hosted != nullptr; }));
+  }
   /// Usable stripe `i` (0 .. active() - 1), in the order they became usable.
   Via at(int i) const noexcept {
     const Link* l = active_[static_cast<std::size_t>(i)];
-    return {l->conn, l->out};
+    return {l->conn, l->out, l->hosted};
   }
   /// Unacknowledged bytes on the active stripes.
   std::uint64_t unacked() const;
@@ -81,20 +102,31 @@ class Stripes {
   static int slot_of(std::int64_t key) noexcept { return key < 0 ? 0 : static_cast<int>(key >> 48); }
 
  private:
-  struct Link final : quic::ConnectionHandler {
+  struct Link final : quic::ConnectionHandler, Hosted::Events {
     Stripes& set;
     int slot;
-    quic::Connection* conn = nullptr;
+    quic::Connection* conn = nullptr;  // on the node's endpoint
+    Hosted* hosted = nullptr;          // on a shard's
+    bool open = true;
     std::int64_t out = -1;
     bool ready = false;
     bool confirmed = false;  // the acceptor's bytes arrived (possibly before our streams opened)
     std::byte preamble[wire::preamble_size];  // queued as is: must outlive the connection
     Link(Stripes& s, int n) : set(s), slot(n) {}
+    // Wherever the connection lives.
+    void established(quic::Connection& c);
+    std::optional<std::uint64_t> data(std::int64_t stream, const std::uint8_t* data, std::size_t len);
+    void closed(Errc code, const std::string& why);
+    // quic::ConnectionHandler: a connection on the node's endpoint.
     std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
-    void on_established(quic::Connection& c) override;
+    void on_established(quic::Connection& c) override { established(c); }
     void on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                         std::size_t len) override;
-    void on_closed(quic::Connection& c, Errc code, const std::string& why) override;
+    void on_closed(quic::Connection&, Errc code, const std::string& why) override { closed(code, why); }
+    // Hosted::Events: a connection on a shard.
+    void hosted_established(Hosted& h) override;
+    void hosted_data(Hosted& h, std::int64_t stream, const std::uint8_t* data, std::size_t len) override;
+    void hosted_closed(Hosted&, Errc code, const std::string& why) override { closed(code, why); }
   };
   Link& add();
   void make_ready(Link& l);

@@ -22,7 +22,7 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::relay_ack);
+         t <= static_cast<std::uint8_t>(FrameType::ports);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
@@ -37,6 +37,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::welcome:
     case FrameType::shm_offer:
     case FrameType::relay_ack:
+    case FrameType::ports:
       return lane == Lane::control;
     case FrameType::relay:
       return true;
@@ -87,6 +88,7 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::shm_switch: return "shm_switch";
     case FrameType::relay: return "relay";
     case FrameType::relay_ack: return "relay_ack";
+    case FrameType::ports: return "ports";
   }
   return "unknown";
 }
@@ -214,6 +216,10 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
     if (type == FrameType::shm_offer && length > max_shm_offer_payload) {
       return {length_too_big(length, max_shm_offer_payload).error + " for frame type shm_offer"};
     }
+    if (type == FrameType::ports && (length > max_ports_payload || length % 2 != 0)) {
+      return {"frame length " + std::to_string(length) + " of frame type ports is not an even number of bytes up to " +
+              std::to_string(max_ports_payload)};
+    }
   }
 
   h.type = type;
@@ -239,6 +245,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::shm_offer:
     case FrameType::relay:
     case FrameType::relay_ack:
+    case FrameType::ports:
       return true;
     case FrameType::rdata:
       return (flags & flag_cancelled) == 0;

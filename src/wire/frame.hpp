@@ -55,6 +55,8 @@ enum class FrameType : std::uint8_t {
                      ///< at stream offset `seq`; payload = those bytes, then a relay_mac_size MAC
   relay_ack = 18,    ///< control: rank `src` holds bytes below `seq` of lane relay_lane(comm)
                      ///< from relay_dest(comm), which may send below `tag`; payload = a MAC
+  // Several engine threads (docs/PROTOCOL.md, "Extra connections").
+  ports = 19,        ///< control: where to dial my shards; payload = their UDP ports, 2 bytes each
 };
 
 /// Largest payload of a relay frame: relays store and forward whole segments, so this
@@ -75,6 +77,8 @@ constexpr std::uint8_t relay_lane(std::uint64_t comm) noexcept { return static_c
 
 /// Largest payload of a shm_offer frame.
 inline constexpr std::uint64_t max_shm_offer_payload = 512;
+/// Largest payload of a ports frame: a rank has at most 15 shards (Config::engine_threads).
+inline constexpr std::uint64_t max_ports_payload = 30;
 
 /// World ranks an elastic job may ever number (members, joiners, replacements): the
 /// membership service stops admitting beyond it.

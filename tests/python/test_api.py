@@ -137,6 +137,9 @@ def test_config():
     assert c.connections_per_peer == 4
     c.connections_per_peer = 2
     assert "connections_per_peer = 2" in c.describe()
+    assert c.engine_threads == 1
+    c.engine_threads = 3
+    assert "engine_threads = 3" in c.describe()
     with pytest.raises(TypeError):
         c.op_timeout = "soon"
     c.rpc_threads = 0
