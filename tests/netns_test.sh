@@ -8,7 +8,8 @@
 # subnet: host 0 runs nexar-seed, hosts 1..4 one nexar-cluster-check --allreduce-only each,
 # with the seed's environment file and NEXAR_WORLD_SIZE=4 but no NEXAR_RANK (the seed assigns
 # the ranks). Every link's receive queues have rps_cpus set. Before nexar runs, a UDP echo
-# between every pair of hosts checks the plumbing. Then the same over IPv6. Then, with every
+# between every pair of hosts checks the plumbing. Then the same over IPv6, with two engine
+# threads per rank (NEXAR_ENGINE_THREADS=2: extra connections on shards). Then, with every
 # host dropping NETNS_LOSS (5%) of its incoming UDP datagrams (iptables statistic), the
 # workers run nexar-cluster-check --soak NETNS_SOAK_SECONDS (60): bulk transfers around the
 # ring saturate the links while all_reduces are checked; a false failure fails the test.
@@ -104,7 +105,7 @@ run_part() {
   mapfile -t vars < <(read_env "$envf")
   echo "   seed env: $(read_env "$envf" | sed 's/^\(NEXAR_CLUSTER_TOKEN=\).*/\1.../' | tr '\n' ' ')"
   for ((i = 1; i <= workers; i++)); do
-    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" NEXAR_WORLD_SIZE="$workers" \
+    ip netns exec "${NETNS_HOST[i]}" env "${vars[@]}" "${part_env[@]}" NEXAR_WORLD_SIZE="$workers" \
       timeout -k 5 "$limit" "$bin/nexar-cluster-check" "${args[@]}" >"$tmp/$name.w$i.log" 2>&1 &
     pids[i]=$!
     bg_pids+=("${pids[i]}")
@@ -144,9 +145,21 @@ run_part() {
 }
 
 status=0
+part_env=()
 run_part ipv4 "${NETNS_ADDR4[0]}:$port" 4 || status=1
 if [ "$NETNS_IPV6" = 1 ]; then
+  # Two engine threads per rank here: two of each pair's three extra connections go to the
+  # peer's shard port, which it announced over IPv6 (docs/PROTOCOL.md, "ports").
+  part_env=(NEXAR_ENGINE_THREADS=2 NEXAR_DEBUG=debug)
   run_part ipv6 "[${NETNS_ADDR6[0]}]:$port" 6 || status=1
+  part_env=()
+  for ((i = 1; i <= workers; i++)); do
+    if ! grep -q 'an extra connection is up on a shard' "$tmp/ipv6.w$i.log"; then
+      echo "ipv6: FAIL: host $i used no extra connection on a shard; its log ends:"
+      tail -n 20 "$tmp/ipv6.w$i.log" | sed 's/^/     /'
+      status=1
+    fi
+  done
 fi
 # Under random datagram loss, with the links kept busy by bulk transfers and more ranks than
 # cores, nobody may be declared failed and every result must stay exact (failure detection

@@ -192,8 +192,8 @@ std::string Peer::on_stripe_identity(const std::string& node) {
   return {};
 }
 
-void Peer::on_stripe_ready() {
-  log::debug("rank {}: peer {}: an extra connection is up", node_.rank(), rank_);
+void Peer::on_stripe_ready(bool hosted) {
+  log::debug("rank {}: peer {}: an extra connection is up{}", node_.rank(), rank_, hosted ? " on a shard" : "");
 }
 
 std::optional<std::uint64_t> Peer::on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) {

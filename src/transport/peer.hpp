@@ -261,7 +261,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   std::string stripe_refusal() const;
   // Stripes::Owner
   std::string on_stripe_identity(const std::string& node) override;
-  void on_stripe_ready() override;
+  void on_stripe_ready(bool hosted) override;
   std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) override;
   void on_stripe_closed(Errc code, const std::string& why) override;
 

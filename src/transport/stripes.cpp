@@ -75,7 +75,7 @@ void Stripes::make_ready(Link& l) {
   if (l.ready) return;
   l.ready = true;
   active_.push_back(&l);
-  owner_.on_stripe_ready();
+  owner_.on_stripe_ready(l.hosted != nullptr);
 }
 
 std::string Stripes::Link::on_peer_identity(quic::Connection&, const std::string& node) {

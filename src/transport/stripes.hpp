@@ -51,8 +51,8 @@ class Stripes {
    public:
     /// The dialled stripe's certificate names `node`: empty to keep it, else why not.
     virtual std::string on_stripe_identity(const std::string& node) = 0;
-    /// A stripe became usable (see above).
-    virtual void on_stripe_ready() = 0;
+    /// A stripe became usable (see above); `hosted`: its connection lives on a shard.
+    virtual void on_stripe_ready(bool hosted) = 0;
     /// Bytes of the peer's stream on a stripe; `key` tells it from every other stream of
     /// the peer (stream_key). Returns the bytes whose credit goes back at once.
     virtual std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data,
