@@ -364,6 +364,40 @@ TEST(Validate, WelcomeOnControlLaneOnly) {
       << e.error;
 }
 
+TEST(Validate, PortsOnControlLaneOnlyWithWholePorts) {
+  // Where a rank's shards listen (several engine threads): control lane only, a payload of
+  // 2 bytes per port, at most 15 ports.
+  FrameHeader h;
+  h.type = FrameType::ports;
+  h.src = 2;
+  h.length = 4;
+  for (Lane l : all_lanes) {
+    DecodeError e = decode(h, l);
+    if (l == Lane::control) {
+      EXPECT_FALSE(e) << e.error;
+    } else {
+      EXPECT_EQ(e.error, std::string("frame type ports not allowed on lane ") + to_string(l));
+    }
+  }
+  EXPECT_EQ(std::string(to_string(FrameType::ports)), "ports");
+  EXPECT_EQ(static_cast<int>(FrameType::ports), 19);
+  EXPECT_TRUE(has_payload(h));
+  for (std::uint64_t len : {std::uint64_t{2}, std::uint64_t{16}, max_ports_payload}) {
+    h.length = len;
+    EXPECT_FALSE(decode(h, Lane::control, u64max)) << len;
+  }
+  for (std::uint64_t len : {std::uint64_t{1}, std::uint64_t{3}, max_ports_payload + 1, max_ports_payload + 2, u64max}) {
+    h.length = len;
+    DecodeError e = decode(h, Lane::control, u64max);
+    EXPECT_EQ(e.error, "frame length " + std::to_string(len) +
+                           " of frame type ports is not an even number of bytes up to 30")
+        << len;
+  }
+  h.length = 2;
+  h.flags = 1;
+  EXPECT_TRUE(contains(decode(h, Lane::control).error, "not allowed on frame type ports"));
+}
+
 TEST(Validate, HasPayload) {
   FrameHeader h;
   const std::pair<FrameType, bool> want[] = {

@@ -282,6 +282,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   Engine& engine() noexcept { return engine_; }
   /// The endpoint, for its counters (engine thread or the loop's lock); null before start().
   const quic::Endpoint* endpoint() const noexcept { return ep_.get(); }
+  quic::Endpoint* endpoint() noexcept { return ep_.get(); }
+  /// The UDP port of shard `i` (0 .. engine_threads() - 2).
+  std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
   BufferPool& pool() noexcept { return pool_; }
   MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
   const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }

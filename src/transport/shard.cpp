@@ -10,13 +10,23 @@ namespace nexar::detail {
 // ---- Hosted: the node's side ---------------------------------------------------------------
 
 void Hosted::push(std::int64_t stream, quic::Chunk c) {
+  in_transit_.fetch_add(c.len, std::memory_order_relaxed);
   shard_.engine_.post([this, stream, c = std::move(c)]() mutable {
+    in_transit_.fetch_sub(c.len, std::memory_order_relaxed);
     if (conn_) {
       conn_->push(stream, std::move(c));
     } else {
       c.done(Errc::peer_failed, "connection closed");
     }
   });
+}
+
+std::uint64_t Hosted::unacked(std::int64_t stream) {
+  // Read first: a chunk leaves the count only under the shard's lock, where the
+  // connection's count already holds it.
+  std::uint64_t n = in_transit_.load(std::memory_order_relaxed);
+  with([&](quic::Connection& c) { n += c.unacked(stream); });
+  return n;
 }
 
 void Hosted::consumed(std::int64_t stream, std::uint64_t n) {

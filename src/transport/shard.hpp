@@ -11,6 +11,7 @@
 // thread as posted work, in the order it happened.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,6 +60,9 @@ class Hosted final : public quic::ConnectionHandler {
   /// Queues `c` on `stream`, in order with everything queued before; a connection that
   /// closed meanwhile fails it.
   void push(std::int64_t stream, quic::Chunk c);
+  /// Bytes on `stream` not acknowledged yet, those still on their way to the shard's
+  /// thread included.
+  std::uint64_t unacked(std::int64_t stream);
   /// Returns `n` bytes of credit on `stream`.
   void consumed(std::int64_t stream, std::uint64_t n);
   /// Closes the connection (if still open) with `app_code`.
@@ -77,6 +81,7 @@ class Hosted final : public quic::ConnectionHandler {
   Shard& shard_;
   std::string expected_;
   quic::Connection* conn_ = nullptr;  // shard lock; null once closed
+  std::atomic<std::uint64_t> in_transit_{0};  // pushed, not yet queued on the connection
   Events* events_ = nullptr;          // node engine thread
   // Bytes received and not yet handed to the node: one run per stream in arrival order.
   // The peer's credit returns only once the node consumed them, so this stays within the

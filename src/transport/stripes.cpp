@@ -41,7 +41,7 @@ std::uint64_t Stripes::unacked() const {
     if (l->conn) {
       n += l->conn->unacked(l->out);
     } else {
-      l->hosted->with([&](quic::Connection& c) { n += c.unacked(l->out); });
+      n += l->hosted->unacked(l->out);
     }
   }
   return n;
