@@ -279,15 +279,16 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, body = std::move(body), node = node_.get(), self = weak_from_this()]() {
-        // However the operation ends, its message counts are done with.
+      [c, st, body = std::move(body), node = node_.get(), group = this]() {
+        // However the operation ends, its message counts are done with. The group outlives
+        // its running task (~Group joins the runner first), as `body` relies on too. It is
+        // never locked from a weak reference here: that copy could be the last owner, and
+        // ~Group must not run on the runner's own thread, which it joins.
         struct Forget {
-          const std::weak_ptr<Group>& g;
+          Group& g;
           Tag tag;
-          ~Forget() {
-            if (auto p = g.lock()) p->forget_messages(tag);
-          }
-        } forget{self, c.tag};
+          ~Forget() { g.forget_messages(tag); }
+        } forget{*group, c.tag};
         try {
           Node::PollScope scope(*node);
           body(c);
