@@ -326,6 +326,18 @@ TEST(Validate, FourGiBClaimRejected) {
   EXPECT_TRUE(decode(h, Lane::bulk, std::uint64_t{1} << 31));
 }
 
+// `h` decodes on the control lane and on no other, which names the frame type and lane.
+void expect_control_lane_only(const FrameHeader& h) {
+  for (Lane l : all_lanes) {
+    DecodeError e = decode(h, l);
+    if (l == Lane::control) {
+      EXPECT_FALSE(e) << e.error;
+    } else {
+      EXPECT_EQ(e.error, std::string("frame type ") + to_string(h.type) + " not allowed on lane " + to_string(l));
+    }
+  }
+}
+
 TEST(Validate, WelcomeOnControlLaneOnly) {
   // A welcome (member -> admitted joiner) is membership traffic: control lane only, no
   // flags, a payload (the member list) capped like a ballot's.
@@ -335,14 +347,7 @@ TEST(Validate, WelcomeOnControlLaneOnly) {
   h.comm = 0x1234567890abcdefull;
   h.seq = 7;
   h.length = 12;
-  for (Lane l : all_lanes) {
-    DecodeError e = decode(h, l);
-    if (l == Lane::control) {
-      EXPECT_FALSE(e) << e.error;
-    } else {
-      EXPECT_EQ(e.error, std::string("frame type welcome not allowed on lane ") + to_string(l));
-    }
-  }
+  expect_control_lane_only(h);
   FrameHeader out;
   ASSERT_FALSE(decode(encode(h), Lane::control, 1 << 20, out));
   EXPECT_TRUE(same_header(out, h)) << describe(out);
@@ -371,14 +376,7 @@ TEST(Validate, PortsOnControlLaneOnlyWithWholePorts) {
   h.type = FrameType::ports;
   h.src = 2;
   h.length = 4;
-  for (Lane l : all_lanes) {
-    DecodeError e = decode(h, l);
-    if (l == Lane::control) {
-      EXPECT_FALSE(e) << e.error;
-    } else {
-      EXPECT_EQ(e.error, std::string("frame type ports not allowed on lane ") + to_string(l));
-    }
-  }
+  expect_control_lane_only(h);
   EXPECT_EQ(std::string(to_string(FrameType::ports)), "ports");
   EXPECT_EQ(static_cast<int>(FrameType::ports), 19);
   EXPECT_TRUE(has_payload(h));
