@@ -60,10 +60,8 @@ void Hosted::drain() {
 // ---- Hosted: the shard's side --------------------------------------------------------------
 
 std::string Hosted::on_peer_identity(quic::Connection& c, const std::string& node) {
-  if (!c.is_server()) {
-    if (node != expected_) return "certificate names '" + node + "', expected '" + expected_ + "'";
-    return {};
-  }
+  // A dialled one: the connection itself checked that it names the node dialled.
+  if (!c.is_server()) return {};
   // Whether the node keeps it depends on its peers' state, which only its engine thread
   // reads: it decides there, before any later event of this connection reaches it.
   shard_.to_node([this, node] { shard_.accept_(*this, node); });
@@ -115,7 +113,7 @@ void Shard::start(AcceptFn accept) {
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection& c) -> quic::ConnectionHandler* {
-      hosted_.push_back(std::make_unique<Hosted>(*this, std::string()));
+      hosted_.push_back(std::make_unique<Hosted>(*this));
       Hosted* h = hosted_.back().get();
       h->conn_ = &c;
       return h;
@@ -134,7 +132,7 @@ void Shard::stop(const std::string& why) {
 Hosted* Shard::dial(const quic::Address& to, const std::string& node) {
   std::lock_guard lk(engine_.lock());
   if (ep_->stopped() || engine_.stopped()) return nullptr;
-  hosted_.push_back(std::make_unique<Hosted>(*this, node));
+  hosted_.push_back(std::make_unique<Hosted>(*this));
   Hosted* h = hosted_.back().get();
   h->conn_ = &ep_->connect(to, node, h);
   return h;

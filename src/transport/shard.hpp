@@ -47,8 +47,7 @@ class Hosted final : public quic::ConnectionHandler {
     ~Events() = default;
   };
 
-  /// `expected`: for a dialled connection, the node its certificate must name.
-  Hosted(Shard& shard, std::string expected) : shard_(shard), expected_(std::move(expected)) {}
+  explicit Hosted(Shard& shard) : shard_(shard) {}
 
   // ---- the node's engine thread, its lock held; never the shard's thread ----
   /// Who gets the events; set before the node's engine thread runs its next posted work.
@@ -79,7 +78,6 @@ class Hosted final : public quic::ConnectionHandler {
   void drain();
 
   Shard& shard_;
-  std::string expected_;
   quic::Connection* conn_ = nullptr;  // shard lock; null once closed
   std::atomic<std::uint64_t> in_transit_{0};  // pushed, not yet queued on the connection
   Events* events_ = nullptr;          // node engine thread
