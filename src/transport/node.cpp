@@ -52,12 +52,8 @@ class AcceptRouter final : public quic::ConnectionHandler {
  public:
   explicit AcceptRouter(Node& n) : n_(n) {}
   std::string on_peer_identity(quic::Connection& conn, const std::string& node) override {
-    int r = n_.rank_of_node(node);
-    if (r < 0 || r == n_.rank()) return "node '" + node + "' is not a member of this world";
-    if (n_.peer(r)->gone()) {
-      // Failed, or departed: it stays so (a lazy dial from it after we gave up on it, say).
-      return "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + n_.peer(r)->gone_why();
-    }
+    const int r = n_.rank_of_node(node);
+    if (std::string why = n_.refusal_of(node, r); !why.empty()) return why;
     // The higher rank of a pair that is up dials the pair's extra connections
     // (Config::connections_per_peer).
     if (r > n_.rank() && n_.peer(r)->up()) return n_.peer(r)->accept_stripe(conn);
@@ -554,18 +550,22 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
   }
 }
 
+std::string Node::refusal_of(const std::string& node, int r) {
+  if (r < 0 || r == rank_) return "node '" + node + "' is not a member of this world";
+  // Failed, or departed: it stays so (a lazy dial from it after we gave up on it, say).
+  if (Peer* p = peer(r); p->gone())
+    return "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + p->gone_why();
+  return {};
+}
+
 void Node::adopt_stripe(Hosted& h, const std::string& node) {
   const int r = rank_of_node(node);
-  std::string why;
-  if (r < 0 || r == rank_) {
-    why = "node '" + node + "' is not a member of this world";
-  } else if (Peer* p = peer(r); p->gone()) {
-    why = "node '" + node + "' (rank " + std::to_string(r) + ") is failed or gone here: " + p->gone_why();
-  } else if (r < rank_ || !p->up()) {
+  std::string why = refusal_of(node, r);
+  if (why.empty()) {
     // A shard takes only what the first connection's rules make an extra connection.
-    why = "rank " + std::to_string(rank_) + " takes only extra connections from a higher rank it is connected to on this port";
-  } else {
-    why = p->accept_stripe(h);
+    why = r < rank_ || !peer(r)->up()
+              ? "rank " + std::to_string(rank_) + " takes only extra connections from a higher rank it is connected to on this port"
+              : peer(r)->accept_stripe(h);
   }
   if (why.empty()) return;
   log::debug("rank {}: refused a connection on a shard: {}", rank_, why);

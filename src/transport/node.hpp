@@ -319,6 +319,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// A peer dialled a shard and its certificate names `node`: keep it as an extra
   /// connection of that pair, or close it.
   void adopt_stripe(Hosted& h, const std::string& node);
+  /// Why a connection whose certificate names `node` (world rank `r`, -1 if none) is
+  /// refused whatever it is for: not a member, or failed or gone here. Empty otherwise.
+  std::string refusal_of(const std::string& node, int r);
   void on_shm_attached(int rank, const ShmLink& link);
   /// Engine threads carrying this node's connections: 1 + its shards.
   int engine_threads() const noexcept { return 1 + static_cast<int>(shards_.size()); }
