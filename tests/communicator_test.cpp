@@ -551,4 +551,33 @@ TEST(Communicator, AccessReachesInternals) {
   expect_error(Errc::cancelled, [&] { pending.wait(); });
 }
 
+// Collectives of a communicator run one after another. One queued behind a collective that a
+// member never joins fails at its own deadline (torch's group timeouts rely on it), not at
+// the earlier one's; cancelled while queued, it never runs.
+TEST(Communicator, QueuedCollectiveEndsAtItsOwnDeadline) {
+  using namespace std::chrono_literals;
+  auto comms = nexar::bootstrap_local(2);
+  nexar::CollectiveOptions slow, quick;
+  slow.timeout = 60s;
+  quick.timeout = 300ms;
+  // reduce never goes through the mailboxes, whose agreement would itself be a collective.
+  std::vector<float> x(5, 1.0f), got(5), y(5, 2.0f), z(5, 3.0f);
+  Request first = comms[0].ireduce(x, got, ReduceOp::sum, 0, slow);  // rank 1 never joins
+  Request second = comms[0].ireduce(y, got, ReduceOp::sum, 0, quick);
+  Request third = comms[0].ireduce(z, got, ReduceOp::sum, 0, slow);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string w = expect_error(Errc::timeout, [&] { second.wait(); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << w;
+  EXPECT_TRUE(nexar::testing::contains(w, "reduce: rank 0")) << w;
+  EXPECT_TRUE(nexar::testing::contains(w, "Timed out waiting 300 ms")) << w;
+  third.cancel();
+  const std::string c = expect_error(Errc::cancelled, [&] { third.wait(); });
+  EXPECT_TRUE(nexar::testing::contains(c, "cancelled before it started")) << c;
+  EXPECT_FALSE(first.test());  // running: a cancel does not reach it
+  first.cancel();
+  EXPECT_FALSE(first.test());
+  for (auto& comm : comms) comm.close();
+  EXPECT_ANY_THROW(first.wait());
+}
+
 }  // namespace

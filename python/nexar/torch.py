@@ -24,6 +24,12 @@ Every process group (the default one and each ``new_group``) gets its own nexar
 communicator. Tensors must be CPU tensors; a device tensor gets a clear error. When a rank
 dies, operations of the others raise (RuntimeError naming the failed rank) within
 NEXAR_FAILURE_TIMEOUT_MS (3 s) instead of hanging.
+
+Timeouts are torch's: ``init_process_group(timeout=...)`` and ``new_group(timeout=...)``
+set a group's, an operation's own option overrides it, and an operation that cannot
+complete raises within it (plus about a second) with "Timed out" in its message, naming the
+rank it waited for. Sparse COO tensors all-reduce with SUM, as with Gloo.
+``monitored_barrier`` below stands in for torch's, which torch 1.13 keeps to Gloo.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import datetime
 import importlib
 import os
 import socket
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch.distributed as dist
 from torch.distributed import TCPStore
@@ -52,7 +58,7 @@ except ImportError as e:  # pragma: no cover - depends on how nexar was built
 
 BACKEND = "nexar"
 
-__all__ = ["BACKEND", "ProcessGroupNexar", "create_process_group"]
+__all__ = ["BACKEND", "ProcessGroupNexar", "create_process_group", "monitored_barrier"]
 
 # A world communicator joined by the nexar:// rendezvous, waiting for the backend creator of
 # the default group (same rank and size), which takes it instead of joining a second time.
@@ -124,16 +130,46 @@ def _join_through_store(store, rank: int, size: int, timeout: datetime.timedelta
     return comm
 
 
-def create_process_group(store, rank: int, size: int, timeout: datetime.timedelta):
-    """The backend's creator (torch.distributed.Backend.register_backend): a
-    ProcessGroupNexar on a new nexar communicator of the group's ranks."""
+def create_process_group(store, rank: int, size: int, timeout: datetime.timedelta,
+                         global_ranks: Sequence[int] = ()):
+    """The backend's creator: a ProcessGroupNexar on a new nexar communicator of the group's
+    ranks. `global_ranks` (each member's rank in the default group) only serves messages."""
     global _pending_world
     comm = _pending_world
     if comm is not None and comm.rank == rank and comm.size == size:
         _pending_world = None
     else:
         comm = _join_through_store(store, rank, size, timeout)
-    return ProcessGroupNexar(comm._capsule(), timeout, True)
+    return ProcessGroupNexar(comm._capsule(), timeout, True, list(global_ranks))
+
+
+def _create_extended(options, pg_options=None):
+    """torch's extended creator form (register_backend(..., extended_api=True)), which also
+    tells each member's rank in the default group (empty for the default group itself)."""
+    return create_process_group(options.store, options.group_rank, options.group_size,
+                                options.timeout, options.global_ranks_in_group or ())
+
+
+def monitored_barrier(group=None, timeout: Optional[datetime.timedelta] = None,
+                      wait_all_ranks: bool = False) -> None:
+    """torch.distributed.monitored_barrier for groups of backend "nexar" (torch 1.13 keeps its
+    own to Gloo). Rank 0 of the group waits for every other member, then releases them; a
+    member that has not arrived within `timeout` (default: the group's) makes rank 0 raise a
+    RuntimeError naming it, or, with `wait_all_ranks`, naming every member that did not
+    arrive. Any other member raises if rank 0 does not release it in time. Collective over
+    the group; it blocks, and its messages use tag nexar.MAX_TAG of the group's
+    communicator, which the group's own send/recv should leave alone."""
+    pg = dist.distributed_c10d._get_default_group() if group is None else group
+    if pg is dist.GroupMember.NON_GROUP_MEMBER:
+        return
+    if not isinstance(pg, ProcessGroupNexar):
+        raise RuntimeError(
+            f"nexar.torch.monitored_barrier: the group's backend is "
+            f"{dist.get_backend(group)}, not nexar (use torch.distributed.monitored_barrier)")
+    if timeout is None:
+        pg.monitored_barrier(wait_all_ranks=wait_all_ranks)
+    else:
+        pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
 
 def _nexar_rendezvous(url: str, timeout: datetime.timedelta = datetime.timedelta(minutes=30),
@@ -167,7 +203,7 @@ def _launched_by_nexar() -> bool:
 
 def _register() -> None:
     if BACKEND.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND, create_process_group)
+        dist.Backend.register_backend(BACKEND, _create_extended, extended_api=True)
     handlers = _rendezvous_module._rendezvous_handlers
     if "nexar" not in handlers:
         _rendezvous_module.register_rendezvous_handler("nexar", _nexar_rendezvous)

@@ -7,6 +7,8 @@
 // that DDP's future callbacks run without anyone polling.
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <charconv>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -142,9 +144,15 @@ struct Inbox {
 
 class WorkNexar : public c10d::Work {
  public:
+  using Clock = std::chrono::steady_clock;
+
+  // `what` names the operation and the rank for messages ("barrier on rank 1"), `name` names
+  // a member of the group; `timeout` bounds the operation as torch defines (the option given
+  // to the call, else the group's).
   WorkNexar(int rank, OpType type, nexar::Request request, std::vector<at::Tensor> outputs,
             std::vector<at::Tensor> keep, std::function<void()> on_success,
-            std::weak_ptr<Inbox> inbox)
+            std::weak_ptr<Inbox> inbox, std::string what, std::function<std::string(int)> name,
+            std::chrono::milliseconds timeout)
       : Work(rank, type),
         inbox_(std::move(inbox)),
         request_(std::move(request)),
@@ -152,27 +160,32 @@ class WorkNexar : public c10d::Work {
         keep_(std::move(keep)),
         on_success_(std::move(on_success)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+            c10::ListType::create(c10::TensorType::get()))),
+        what_(std::move(what)),
+        name_(std::move(name)),
+        timeout_(timeout),
+        deadline_(Clock::now() + timeout) {}
 
   bool isCompleted() override {
     if (request_.test()) settle();
     return Work::isCompleted();
   }
 
+  // Without a timeout of its own, a wait ends by the operation's deadline plus a short grace
+  // for the operation to report its own error (a collective carries its deadline too, and
+  // its error names the rank it waited for); past that it raises a timeout while the
+  // operation is given up (a receive not yet matched ends at once; the completion thread
+  // holds the tensors of anything still moving).
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
     if (timeout == kNoTimeout) {
-      try {
-        request_.wait();
-      } catch (const nexar::Error&) {
-        // settle() below records it
+      if (!finished_by(expiry())) {
+        expire();
+        if (!finished_by(Clock::now() + kGrace / 10)) {
+          throw nexar::Error(nexar::Errc::timeout, timed_out_message("the operation is still running"));
+        }
       }
     } else {
-      bool done = false;
-      try {
-        done = request_.wait_for(timeout);
-      } catch (const nexar::Error&) {
-        done = true;
-      }
+      const bool done = finished_by(Clock::now() + timeout);
       TORCH_CHECK(done, "nexar backend: ", c10d::opTypeToString(opType_), " still running after ",
                   timeout.count(), " ms (Work.wait timeout)");
     }
@@ -196,6 +209,14 @@ class WorkNexar : public c10d::Work {
   int sourceRank() const override { return request_.test() ? request_.status().source : -1; }
 
   const nexar::Request& request() const { return request_; }
+  // When the operation is given up if it has not ended: its deadline plus the grace.
+  Clock::time_point expiry() const { return deadline_ + kGrace; }
+
+  // The deadline passed: the operation is given up, and the error it then ends with is
+  // reported as this timeout. Idempotent.
+  void expire() {
+    if (!expired_.exchange(true)) request_.cancel();
+  }
 
   // Completes the Work once its request has finished: runs the copy-out step, records the
   // error, completes the future. Idempotent, from any thread.
@@ -205,6 +226,13 @@ class WorkNexar : public c10d::Work {
       try {
         request_.wait();  // finished: returns at once or throws its error
         if (on_success_) on_success_();
+      } catch (const nexar::Error& e) {
+        // torch's callers (and its tests) know a timeout by the words "Timed out".
+        if (e.code() == nexar::Errc::timeout || (expired_ && e.code() == nexar::Errc::cancelled)) {
+          error = std::make_exception_ptr(nexar::Error(nexar::Errc::timeout, timed_out_message(e.what())));
+        } else {
+          error = std::current_exception();
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -220,14 +248,47 @@ class WorkNexar : public c10d::Work {
   }
 
  private:
+  static constexpr std::chrono::milliseconds kGrace{1000};
+
+  // Whether the request finished (well or not) by `until`.
+  bool finished_by(Clock::time_point until) const {
+    try {
+      return request_.wait_for(std::max(until - Clock::now(), Clock::duration::zero()));
+    } catch (const nexar::Error&) {
+      return true;  // settle() records it
+    }
+  }
+
+  std::string timed_out_message(const std::string& detail) const {
+    std::string waited;
+    if (const int peer = peer_in(detail); peer >= 0 && name_) waited = " for " + name_(peer);
+    return "nexar backend: " + what_ + " Timed out waiting " + std::to_string(timeout_.count()) +
+           " ms" + waited + ": " + detail;
+  }
+
+  // The peer a nexar error names ("<op>: rank R, peer P ...", core/error_format.cpp), or -1.
+  static int peer_in(const std::string& message) {
+    const auto at = message.find(", peer ");
+    if (at == std::string::npos) return -1;
+    int peer = -1;
+    const char* first = message.data() + at + 7;
+    std::from_chars(first, message.data() + message.size(), peer);
+    return peer;
+  }
+
   std::weak_ptr<Inbox> inbox_;
   std::atomic<bool> wanted_{false};
+  std::atomic<bool> expired_{false};
   nexar::Request request_;
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;  // inputs and temporaries nexar reads or writes meanwhile
   std::function<void()> on_success_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::once_flag settled_;
+  std::string what_;
+  std::function<std::string(int)> name_;  // a group rank as messages name it
+  std::chrono::milliseconds timeout_;
+  Clock::time_point deadline_;
 };
 
 // The completion thread of a process group. It holds every Work until its operation ends
@@ -268,8 +329,14 @@ class Completer {
     std::vector<c10::intrusive_ptr<WorkNexar>> pending;
     bool cancelled = false;
     for (;;) {
-      std::erase_if(pending, [](const c10::intrusive_ptr<WorkNexar>& w) {
-        if (!w->request().test()) return false;
+      const auto now = WorkNexar::Clock::now();
+      std::erase_if(pending, [now](const c10::intrusive_ptr<WorkNexar>& w) {
+        if (!w->request().test()) {
+          // Past its timeout, nobody may be waiting for it (a future's callbacks): give it
+          // up here too, so that the future fails instead of waiting for nexar's own limit.
+          if (now > w->expiry()) w->expire();
+          return false;
+        }
         w->settle();
         return true;
       });
@@ -317,12 +384,19 @@ class Completer {
 
 class ProcessGroupNexar : public c10d::ProcessGroup {
  public:
-  ProcessGroupNexar(nexar::Communicator comm, std::chrono::milliseconds timeout, bool owns)
+  // `ranks`: the default group's rank of each member, for messages (empty: the same as the
+  // group's own numbering).
+  ProcessGroupNexar(nexar::Communicator comm, std::chrono::milliseconds timeout, bool owns,
+                    std::vector<int> ranks)
       : ProcessGroup(comm.rank(), comm.size()),
         comm_(std::move(comm)),
         timeout_(timeout),
         owns_(owns),
+        ranks_(std::move(ranks)),
         completer_(std::make_unique<Completer>()) {
+    TORCH_CHECK(ranks_.empty() || static_cast<int>(ranks_.size()) == getSize(),
+                "nexar backend: the group has ", getSize(), " members but ", ranks_.size(),
+                " global ranks were given");
     init();
   }
 
@@ -347,17 +421,18 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     const Flat f = flat_of(single(tensors, "broadcast"), "broadcast");
     const int root = static_cast<int>(opts.rootRank);
     auto q = comm_.ibroadcast(f.data(), f.bytes(), nexar::DataType::u8, root, options(opts.timeout));
-    return start(OpType::BROADCAST, q, {f.user}, {f.flat}, [f] { f.copy_back(); });
+    return start(OpType::BROADCAST, q, {f.user}, {f.flat}, [f] { f.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    if (single(tensors, "allreduce").is_sparse()) return sparse_allreduce(tensors[0], opts);
     const Flat f = flat_of(single(tensors, "allreduce"), "allreduce");
     const auto op = reduce_op(opts.reduceOp, "allreduce");
     const auto [t, n] = reduction_type(f.flat, op, "allreduce");
     check_avg(op, t, "allreduce");
     auto q = comm_.iall_reduce(f.data(), f.data(), n, t, op, options(opts.timeout));
-    return start(OpType::ALLREDUCE, q, {f.user}, {f.flat}, [f] { f.copy_back(); });
+    return start(OpType::ALLREDUCE, q, {f.user}, {f.flat}, [f] { f.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -382,7 +457,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     auto q = comm_.iall_reduce_bucketed(*parts, *type, op, options(opts.timeout));
     return start(OpType::ALLREDUCE_COALESCED, q, tensors, std::move(keep), [flats, parts] {
       for (const auto& f : *flats) f.copy_back();
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -394,7 +469,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     const int root = static_cast<int>(opts.rootRank);
     void* recv = getRank() == root ? f.data() : nullptr;
     auto q = comm_.ireduce(f.data(), recv, n, t, op, root, options(opts.timeout));
-    return start(OpType::REDUCE, q, {f.user}, {f.flat}, [f] { f.copy_back(); });
+    return start(OpType::REDUCE, q, {f.user}, {f.flat}, [f] { f.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -407,7 +482,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     at::Tensor tmp = at::empty({getSize() * in.flat.numel()}, in.flat.options());
     auto q = comm_.iall_gather(in.data(), tmp.data_ptr(), in.bytes(), nexar::DataType::u8,
                                options(opts.timeout));
-    return start(OpType::ALLGATHER, q, outs, {in.flat, tmp}, [outs, tmp] { unpack(tmp, outs); });
+    return start(OpType::ALLGATHER, q, outs, {in.flat, tmp}, [outs, tmp] { unpack(tmp, outs); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -421,8 +496,112 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     auto q = comm_.iall_gather(in.data(), out.data(), in.bytes(), nexar::DataType::u8,
                                options(opts.timeout));
     return start(OpType::_ALLGATHER_BASE, q, {out.user}, {in.flat, out.flat},
-                 [out] { out.copy_back(); });
+                 [out] { out.copy_back(); }, opts.timeout);
   }
+
+  // Each rank's input tensors, one after another as bytes, gathered in one all_gather:
+  // outputs[r][i] receives rank r's inputs[i]. Tensors may differ in dtype and size among
+  // themselves but not across ranks (a rank whose inputs add up to other bytes gets nexar's
+  // size error).
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
+    const char* op = "allgather_coalesced";
+    TORCH_CHECK(!inputs.empty(), "nexar backend: ", op, ": no input tensors");
+    TORCH_CHECK(static_cast<int>(outputs.size()) == getSize(), "nexar backend: ", op,
+                ": output_tensor_lists must hold world size (", getSize(), ") lists, not ",
+                outputs.size());
+    for (const auto& t : inputs) check_cpu(t, op);
+    for (std::size_t r = 0; r < outputs.size(); ++r) {
+      TORCH_CHECK(outputs[r].size() == inputs.size(), "nexar backend: ", op, ": output list ", r,
+                  " holds ", outputs[r].size(), " tensors, the input list ", inputs.size());
+      for (std::size_t i = 0; i < inputs.size(); ++i) {
+        const at::Tensor& o = outputs[r][i];
+        check_cpu(o, op);
+        TORCH_CHECK(o.sizes() == inputs[i].sizes() && o.scalar_type() == inputs[i].scalar_type(),
+                    "nexar backend: ", op, ": output ", r, "[", i, "] is ", o.sizes(), " ",
+                    o.scalar_type(), " but input ", i, " is ", inputs[i].sizes(), " ",
+                    inputs[i].scalar_type());
+      }
+    }
+    const at::Tensor in = pack_bytes(inputs);
+    const auto bytes = static_cast<std::size_t>(in.numel());
+    const at::Tensor all = at::empty({getSize() * in.numel()}, in.options());
+    auto q = comm_.iall_gather(in.data_ptr(), all.data_ptr(), bytes, nexar::DataType::u8,
+                               options(opts.timeout));
+    std::vector<at::Tensor> results;
+    for (const auto& list : outputs) results.insert(results.end(), list.begin(), list.end());
+    return start(OpType::ALLGATHER_COALESCED, q, results, {in, all}, [outputs, all, bytes] {
+      const auto* base = static_cast<const std::byte*>(all.data_ptr());
+      for (std::size_t r = 0; r < outputs.size(); ++r) {
+        const std::byte* p = base + r * bytes;
+        for (const auto& t : outputs[r]) {
+          copy_bytes_into(t, p);
+          p += t.numel() * t.element_size();
+        }
+      }
+    }, opts.timeout);
+  }
+
+  // Gloo's monitored barrier: rank 0 waits for every other member (in rank order), then
+  // releases them. A member that has not arrived within the timeout is named; with
+  // wait_all_ranks, every such member is. Blocks the caller. Messages use the reserved tag
+  // nexar::max_tag of the group's communicator.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    const auto timeout = effective(opts.timeout);
+    const auto deadline = WorkNexar::Clock::now() + timeout;
+    const auto left = [&] {
+      return std::max(deadline - WorkNexar::Clock::now(), WorkNexar::Clock::duration::zero());
+    };
+    // Whether `q` finished by the deadline; `why` gets its error, if it failed.
+    const auto arrived = [&](const nexar::Request& q, std::string& why) {
+      try {
+        if (q.wait_for(left())) return true;
+        q.cancel();
+        why = "not arrived";
+      } catch (const nexar::Error& e) {
+        why = e.what();
+      }
+      return false;
+    };
+    const std::string ms = std::to_string(timeout.count()) + " ms";
+    std::string why;
+    if (getRank() != 0) {
+      auto sent = comm_.isend(0, kMonitoredTag, nullptr, 0);
+      auto released = comm_.irecv(0, kMonitoredTag, nullptr, 0);
+      TORCH_CHECK(arrived(sent, why) && arrived(released, why), "nexar backend: monitored_barrier: ",
+                  who(getRank()), " reached the barrier, but ", who(0), " did not release it within ",
+                  ms, " (", why, ")");
+      return;
+    }
+    std::vector<nexar::Request> arrivals;
+    for (int r = 1; r < getSize(); ++r) arrivals.push_back(comm_.irecv(r, kMonitoredTag, nullptr, 0));
+    std::vector<std::string> missing;
+    for (int r = 1; r < getSize(); ++r) {
+      if (!missing.empty() && !wait_all_ranks) {
+        arrivals[static_cast<std::size_t>(r - 1)].cancel();
+        continue;
+      }
+      if (!arrived(arrivals[static_cast<std::size_t>(r - 1)], why)) missing.push_back(who(r) + " (" + why + ")");
+    }
+    if (!missing.empty()) {
+      std::string names;
+      for (const auto& m : missing) names += (names.empty() ? "" : ", ") + m;
+      TORCH_CHECK(false, "nexar backend: monitored_barrier: ", missing.size() == 1 ? "rank " : "ranks ",
+                  "failed to pass monitoredBarrier in ", ms, ": ", names);
+    }
+    std::vector<nexar::Request> releases;
+    for (int r = 1; r < getSize(); ++r) releases.push_back(comm_.isend(r, kMonitoredTag, nullptr, 0));
+    for (std::size_t i = 0; i < releases.size(); ++i) {
+      TORCH_CHECK(arrived(releases[i], why), "nexar backend: monitored_barrier: ", who(getRank()),
+                  " could not release ", who(static_cast<int>(i) + 1), " within ", ms, " (", why, ")");
+    }
+  }
+
+  // The group's collectives start in the same order on every member, so the count of those
+  // started is the same on each (torch compares them to find a desynchronized group).
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return collectives_.load(); }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
@@ -444,7 +623,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
                            nexar::DataType::u8, root, options(opts.timeout));
     return start(OpType::GATHER, q, outs, {in.flat, tmp}, [outs, tmp] {
       if (tmp.defined()) unpack(tmp, outs);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -463,7 +642,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     }
     auto q = comm_.iscatter(tmp.defined() ? tmp.data_ptr() : nullptr, out.data(), out.bytes(),
                             nexar::DataType::u8, root, options(opts.timeout));
-    return start(OpType::SCATTER, q, {out.user}, {out.flat, tmp}, [out] { out.copy_back(); });
+    return start(OpType::SCATTER, q, {out.user}, {out.flat, tmp}, [out] { out.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -478,7 +657,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     check_avg(op, t, "reduce_scatter");
     // n splits evenly over the ranks, so nexar's block r is exactly input_list[r]'s slot.
     auto q = comm_.ireduce_scatter(in.data_ptr(), out.data(), n, t, op, options(opts.timeout));
-    return start(OpType::REDUCE_SCATTER, q, {out.user}, {in, out.flat}, [out] { out.copy_back(); });
+    return start(OpType::REDUCE_SCATTER, q, {out.user}, {in, out.flat}, [out] { out.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -494,7 +673,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     check_avg(op, t, "reduce_scatter");
     auto q = comm_.ireduce_scatter(in.data(), out.data(), n, t, op, options(opts.timeout));
     return start(OpType::_REDUCE_SCATTER_BASE, q, {out.user}, {in.flat, out.flat},
-                 [out] { out.copy_back(); });
+                 [out] { out.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -513,7 +692,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
       auto q = comm_.iall_to_all(in.data(), out.data(), in.bytes() / world, nexar::DataType::u8,
                                  options(opts.timeout));
       return start(OpType::ALLTOALL_BASE, q, {out.user}, {in.flat, out.flat},
-                   [out] { out.copy_back(); });
+                   [out] { out.copy_back(); }, opts.timeout);
     }
     auto counts = std::make_shared<std::array<std::vector<std::size_t>, 4>>();
     split_bytes(in.flat, input_splits, "input_split_sizes", (*counts)[0], (*counts)[1]);
@@ -522,7 +701,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     auto q = comm_.iall_to_all_v(in.data(), c[0], c[1], out.data(), c[2], c[3],
                                  nexar::DataType::u8, options(opts.timeout));
     return start(OpType::ALLTOALL_BASE, q, {out.user}, {in.flat, out.flat},
-                 [out, counts] { out.copy_back(); });
+                 [out, counts] { out.copy_back(); }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
@@ -551,12 +730,12 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     return start(OpType::ALLTOALL, q, outputs, {in, out}, [outputs, out, counts] {
       const auto* bytes = static_cast<const std::byte*>(out.data_ptr());
       for (std::size_t i = 0; i < outputs.size(); ++i) copy_bytes_into(outputs[i], bytes + (*counts)[3][i]);
-    });
+    }, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     auto q = comm_.ibarrier(options(opts.timeout));
-    return start(OpType::BARRIER, q, {}, {}, nullptr);
+    return start(OpType::BARRIER, q, {}, {}, nullptr, opts.timeout);
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
@@ -588,21 +767,118 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     completer_.reset();
   }
 
+  // An operation's timeout as torch defines it: its own option, else the group's.
+  std::chrono::milliseconds effective(std::chrono::milliseconds timeout) const {
+    return timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
+  }
+
   nexar::CollectiveOptions options(std::chrono::milliseconds timeout) const {
     nexar::CollectiveOptions o;
-    o.timeout = timeout == c10d::kUnsetTimeout ? timeout_ : timeout;
+    o.timeout = effective(timeout);
     return o;
   }
+
+  // "rank 2" for rank 2 of the default group, else "rank 5 (group rank 1)".
+  static std::string who(const std::vector<int>& ranks, int group_rank) {
+    const bool known = group_rank >= 0 && static_cast<std::size_t>(group_rank) < ranks.size();
+    const int global = known ? ranks[static_cast<std::size_t>(group_rank)] : group_rank;
+    std::string s = "rank " + std::to_string(global);
+    if (global != group_rank) s += " (group rank " + std::to_string(group_rank) + ")";
+    return s;
+  }
+  std::string who(int group_rank) const { return who(ranks_, group_rank); }
 
   c10::intrusive_ptr<c10d::Work> start(OpType type, nexar::Request q,
                                        std::vector<at::Tensor> outputs,
                                        std::vector<at::Tensor> keep,
-                                       std::function<void()> on_success) {
+                                       std::function<void()> on_success,
+                                       std::chrono::milliseconds timeout = c10d::kUnsetTimeout) {
+    if (type != OpType::SEND && type != OpType::RECV && type != OpType::RECVANYSOURCE) ++collectives_;
+    std::string what = c10d::opTypeToString(type);
+    std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) { return std::tolower(c); });
+    what += " on " + who(getRank());
     auto w = c10::make_intrusive<WorkNexar>(getRank(), type, std::move(q), std::move(outputs),
-                                            std::move(keep), std::move(on_success),
-                                            completer_->inbox());
+                                            std::move(keep), std::move(on_success), completer_->inbox(),
+                                            std::move(what), [ranks = ranks_](int r) { return who(ranks, r); },
+                                            effective(timeout));
     completer_->add(w);
     return w;
+  }
+
+  static constexpr int kMonitoredTag = nexar::max_tag;
+
+  // Gloo's sparse all_reduce (SUM only): every rank's coalesced indices and values are
+  // gathered, concatenated in rank order and coalesced, which sums the duplicates; every
+  // rank computes the same, so the results are identical. Runs on the caller's thread (the
+  // sizes of each step depend on the one before) and returns a finished Work.
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
+    const char* op = "allreduce (sparse)";
+    TORCH_CHECK(tensor.device().is_cpu(), "nexar backend: ", op, ": CPU tensors only (this one is on ",
+                tensor.device(), ")");
+    TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM, "nexar backend: ", op,
+                ": sparse tensors reduce with SUM only");
+    const auto o = options(opts.timeout);
+    const at::Tensor in = tensor.coalesce();
+    // What every rank must agree on, then this rank's count of entries.
+    constexpr std::size_t kMaxDims = 24;
+    TORCH_CHECK(static_cast<std::size_t>(in.dim()) <= kMaxDims, "nexar backend: ", op, ": at most ",
+                kMaxDims, " dimensions (this tensor has ", in.dim(), ")");
+    constexpr std::size_t kMeta = 4 + kMaxDims;
+    std::vector<int64_t> meta(kMeta, -1);
+    meta[0] = static_cast<int64_t>(in.scalar_type());
+    meta[1] = in.sparse_dim();
+    meta[2] = in.dim();
+    for (int64_t d = 0; d < in.dim(); ++d) meta[static_cast<std::size_t>(4 + d)] = in.size(d);
+    meta[3] = in._nnz();
+    const auto world = static_cast<std::size_t>(getSize());
+    std::vector<int64_t> metas(kMeta * world);
+    comm_.all_gather(meta.data(), metas.data(), kMeta, nexar::DataType::i64, o);
+    std::vector<std::size_t> nnz(world);
+    for (std::size_t r = 0; r < world; ++r) {
+      const int64_t* m = metas.data() + r * kMeta;
+      const bool same = std::equal(m, m + 3, meta.data()) && std::equal(m + 4, m + kMeta, meta.data() + 4);
+      TORCH_CHECK(same, "nexar backend: ", op, ": ", who(static_cast<int>(r)), " has a sparse ",
+                  static_cast<at::ScalarType>(m[0]), " tensor of ", m[2], " dimensions (", m[1],
+                  " sparse) unlike ", who(getRank()), "'s ", in.scalar_type(), " tensor of sizes ",
+                  in.sizes(), " (", in.sparse_dim(), " sparse)");
+      nnz[r] = static_cast<std::size_t>(m[3]);
+    }
+    const at::Tensor indices = in._indices().contiguous();  // [sparse_dim, nnz]
+    const at::Tensor values = in._values().contiguous();    // [nnz, dense sizes...]
+    const auto sparse_dim = static_cast<std::size_t>(in.sparse_dim());
+    std::size_t row = static_cast<std::size_t>(values.element_size());  // bytes of one entry's values
+    for (int64_t d = 1; d < values.dim(); ++d) row *= static_cast<std::size_t>(values.size(d));
+    std::vector<std::size_t> icounts(world), vcounts(world);
+    for (std::size_t r = 0; r < world; ++r) {
+      icounts[r] = sparse_dim * nnz[r];
+      vcounts[r] = row * nnz[r];
+    }
+    const auto idispls = prefix(icounts), vdispls = prefix(vcounts);
+    const auto total = static_cast<int64_t>(std::accumulate(nnz.begin(), nnz.end(), std::size_t{0}));
+    at::Tensor all_indices = at::empty({static_cast<int64_t>(idispls.back() + icounts.back())}, indices.options());
+    at::Tensor all_values = at::empty({static_cast<int64_t>(vdispls.back() + vcounts.back())},
+                                      at::TensorOptions().dtype(at::kByte));
+    auto qi = comm_.iall_gather_v(indices.data_ptr(), icounts[static_cast<std::size_t>(getRank())],
+                                  all_indices.data_ptr(), icounts, idispls, nexar::DataType::i64, o);
+    auto qv = comm_.iall_gather_v(values.data_ptr(), vcounts[static_cast<std::size_t>(getRank())],
+                                  all_values.data_ptr(), vcounts, vdispls, nexar::DataType::u8, o);
+    qi.wait();
+    qv.wait();
+    // Rank r's indices are a [sparse_dim, nnz_r] block: side by side, they make the whole.
+    std::vector<at::Tensor> blocks;
+    for (std::size_t r = 0; r < world; ++r) {
+      blocks.push_back(all_indices.narrow(0, static_cast<int64_t>(idispls[r]), static_cast<int64_t>(icounts[r]))
+                           .view({static_cast<int64_t>(sparse_dim), static_cast<int64_t>(nnz[r])}));
+    }
+    std::vector<int64_t> value_sizes = values.sizes().vec();
+    value_sizes[0] = total;
+    const at::Tensor summed =
+        at::sparse_coo_tensor(at::cat(blocks, 1), all_values.view(values.scalar_type()).view(value_sizes),
+                              in.sizes(), in.options())
+            .coalesce();
+    tensor.copy_(summed);
+    ++collectives_;
+    return start(OpType::ALLREDUCE, nexar::Request{}, {tensor}, {}, nullptr, opts.timeout);
   }
 
   // Every tensor of a list has `like`'s dtype and size, and there is one per rank.
@@ -680,6 +956,8 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
   nexar::Communicator comm_;
   std::chrono::milliseconds timeout_;
   bool owns_;
+  std::vector<int> ranks_;
+  std::atomic<std::uint64_t> collectives_{0};  // started on this group (its sequence number)
   std::unique_ptr<Completer> completer_;
 };
 
@@ -693,12 +971,15 @@ PYBIND11_MODULE(_torch, m) {
   py::class_<ProcessGroupNexar, c10::intrusive_ptr<ProcessGroupNexar>, c10d::ProcessGroup>(
       m, "ProcessGroupNexar",
       "A torch.distributed ProcessGroup on a nexar communicator (CPU tensors).")
-      .def(py::init([](py::capsule comm, std::chrono::milliseconds timeout, bool owns) {
+      .def(py::init([](py::capsule comm, std::chrono::milliseconds timeout, bool owns,
+                       std::vector<int> ranks) {
              auto* c = static_cast<nexar::Communicator*>(
                  PyCapsule_GetPointer(comm.ptr(), "nexar.Communicator"));
              if (c == nullptr) throw py::error_already_set();
-             return c10::make_intrusive<ProcessGroupNexar>(*c, timeout, owns);
+             return c10::make_intrusive<ProcessGroupNexar>(*c, timeout, owns, std::move(ranks));
            }),
            py::arg("comm"), py::arg("timeout"), py::arg("owns") = true,
-           "comm: Communicator._capsule(); owns: close the communicator with the group.");
+           py::arg("ranks") = std::vector<int>{},
+           "comm: Communicator._capsule(); owns: close the communicator with the group; ranks: "
+           "each member's rank in the default group (for messages; empty: the same numbering).");
 }

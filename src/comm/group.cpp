@@ -1,7 +1,10 @@
 #include "comm/group.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+
+#include <fmt/format.h>
 
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
@@ -166,6 +169,10 @@ namespace {
 
 thread_local int t_blocking_calls = 0;
 
+// Where a started collective is: waiting on the collective thread, running, or given up
+// before it ran (its deadline passed or it was cancelled while waiting).
+constexpr int kQueued = 0, kRunning = 1, kGivenUp = 2;
+
 std::chrono::milliseconds left(CollectivePort::Clock::time_point deadline) {
   auto d = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - CollectivePort::Clock::now());
   return std::max(d, std::chrono::milliseconds(1));
@@ -278,8 +285,28 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
+  // A collective waits on the collective thread behind the ones started before it. If its
+  // deadline passes (or it is cancelled) while it still waits there, it is given up at once
+  // and never runs: nothing of it has moved, and it would otherwise wait for the earlier
+  // one's own, possibly much later, deadline. Once it runs, its messages carry the deadline.
+  auto phase = std::make_shared<std::atomic<int>>(kQueued);
+  st->canceller = [weak, phase, name, rank = rank_, deadline,
+                   ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout.value_or(cfg.op_timeout))](
+                      Errc code) {
+    int queued = kQueued;
+    if (!phase->compare_exchange_strong(queued, kGivenUp)) return;
+    auto s = weak.lock();
+    if (!s) return;
+    if (Clock::now() >= deadline) code = Errc::timeout;  // given up past its deadline: it timed out
+    std::string why = code == Errc::timeout
+                          ? fmt::format("Timed out waiting {} ms: an earlier collective of this communicator "
+                                        "still runs (a member has not called it yet)",
+                                        ms.count())
+                          : std::string("cancelled before it started");
+    s->complete(code, format_error(code, ErrorContext{name, rank, -1, {}, {}}, why));
+  };
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, body = std::move(body), node = node_.get(), group = this]() {
+      [c, st, phase, body = std::move(body), node = node_.get(), group = this]() {
         // However the operation ends, its message counts are done with. The group outlives
         // its running task (~Group joins the runner first), as `body` relies on too. It is
         // never locked from a weak reference here: that copy could be the last owner, and
@@ -289,6 +316,8 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
           Tag tag;
           ~Forget() { g.forget_messages(tag); }
         } forget{*group, c.tag};
+        int queued = kQueued;
+        if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
         try {
           Node::PollScope scope(*node);
           body(c);

@@ -155,7 +155,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// 1st, 2nd, 4th ... such call it starts an agreement (a collective), and at the call after
   /// that it waits for it. Returns the bytes up to which they apply from this call on (0:
   /// not yet, or not every member shares memory with every other, or one turned it off).
-  std::size_t vote_mailboxes();
+  /// The agreement takes the timeout of `o`, the options of the call `op` that starts it; a
+  /// failed agreement is thrown by the call that waits for it, naming that call.
+  std::size_t vote_mailboxes(const char* op, const CollectiveOptions& o);
   /// start(), with the caller running the collective when it waits for it (`caller_waits`).
   Request start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
                      std::function<void(const Coll&)> body, bool caller_waits);

@@ -35,7 +35,7 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
                                                         const CollectiveOptions& o, bool blocking) {
   check_open(op);
   std::size_t limit = mailbox_limit_.load(std::memory_order_acquire);
-  if (limit == 0) limit = vote_mailboxes();
+  if (limit == 0) limit = vote_mailboxes(op, o);
   if (limit == 0 || bytes > limit) return std::nullopt;
   // Mailbox collectives of a communicator run one after another on each rank, in order:
   // a blocking one runs in its caller unless non-blocking ones wait on the collective
@@ -56,14 +56,22 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
 
 void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
 
-std::size_t Group::vote_mailboxes() {
+std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
   const std::uint64_t n = mailbox_candidates_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (mailbox_pending_at_ != 0 && n == mailbox_pending_at_ + 1) {
     // Every member started it one such call ago, behind only collectives that need no
     // call of anyone's to finish: waiting here cannot wait for this rank's own later work.
     Request r = std::move(mailbox_pending_);
     mailbox_pending_at_ = 0;
-    r.wait();
+    try {
+      r.wait();
+    } catch (const Error& e) {
+      // Named as the call that meets it: the agreement is this library's, not the caller's.
+      throw Error(e.code(),
+                  std::string(op) + ": the members' agreement on shared-memory mailboxes, started by an earlier "
+                                    "collective of this communicator, did not complete: " + e.what(),
+                  e.failed_ranks());
+    }
     if (mailbox_agreed_ == 0) return 0;
     mailbox_boxes_ = std::move(mailbox_offered_);
     mailbox_used_.assign(mailbox_boxes_.size(), 0);
@@ -85,7 +93,11 @@ std::size_t Group::vote_mailboxes() {
   mailbox_vote_ = mine;
   mailbox_offered_ = std::move(boxes);
   // On the collective thread even from a blocking call: the caller does not wait for it now.
-  mailbox_pending_ = start_task("mailbox vote", {}, DataType::u64, ReduceOp::min,
+  // It takes the deadline of the call that started it: a member that never makes that call
+  // must not hold the collectives queued behind the vote for longer than their own timeout.
+  CollectiveOptions vote;
+  vote.timeout = o.timeout;
+  mailbox_pending_ = start_task("mailbox vote", vote, DataType::u64, ReduceOp::min,
                                 [this](const Coll& c) { coll::all_reduce(c, &mailbox_vote_, &mailbox_agreed_, 1); },
                                 false);
   mailbox_pending_at_ = n;

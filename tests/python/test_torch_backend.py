@@ -66,3 +66,13 @@ def test_killed_rank_raises():
         line = next((ln for ln in out.splitlines() if f"RAISED {r} " in ln), None)
         assert line is not None, out
         assert float(line.split()[-1]) < 6, line
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_timeouts(n):
+    rc, out = run([sys.executable, "-m", "torch.distributed.run", "-r", "1", "-t", "1",
+                   "--nproc_per_node", str(n), "--master_addr", "127.0.0.1",
+                   "--master_port", str(free_port()), str(WORKER), "timeouts"])
+    assert rc == 0, out
+    for r in range(n):
+        assert f"TIMEOUTS OK {r} {n}" in out, out

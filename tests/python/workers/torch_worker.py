@@ -5,8 +5,12 @@ see test_torch_backend.py).
                                    ranks' inputs, then a few DDP steps; prints "TORCH OK r n"
     torch_worker.py kill VICTIM    rank VICTIM dies after a barrier; the others' all_reduce
                                    must raise within the failure timeout
+    torch_worker.py timeouts       (3 or more ranks) operations a member never joins raise
+                                   within the group's timeout, naming it; prints
+                                   "TIMEOUTS OK r n"
 """
 
+import datetime
 import os
 import signal
 import sys
@@ -29,7 +33,7 @@ def inp(rank, *shape, dtype=torch.float32, salt=0):
 def expect_error(fn, text):
     try:
         fn()
-    except (RuntimeError, ValueError) as e:
+    except (RuntimeError, ValueError, nexar.Error) as e:
         assert text in str(e), f"expected {text!r} in: {e}"
         return
     raise AssertionError(f"no error (expected {text!r})")
@@ -170,6 +174,113 @@ def check_ops(r, n):
     dist.barrier()
 
 
+def random_sparse(rank, salt, sparse_dims, dense_dims, nnz):
+    """A sparse COO tensor of shape [5] * sparse_dims + [3] * dense_dims with `nnz` random
+    entries, duplicates among them (not coalesced)."""
+    g = torch.Generator().manual_seed(7919 * rank + salt)
+    indices = torch.randint(0, 5, (sparse_dims, nnz), generator=g)
+    values = torch.randn([nnz] + [3] * dense_dims, generator=g, dtype=torch.float64)
+    return torch.sparse_coo_tensor(indices, values, [5] * sparse_dims + [3] * dense_dims)
+
+
+def check_added_ops(r, n):
+    """allgather_coalesced, sparse all_reduce, monitored_barrier and sequence numbers."""
+    every = range(n)
+    shapes = [(3, 2), (0,), (1,), (1031,), (2, 1, 3)]
+    # torch 1.13 takes one dtype per call
+    for dtype in (torch.float32, torch.int64, torch.complex64, torch.bfloat16):
+        def inputs(rank):
+            return [inp(rank, *shape, dtype=torch.float32, salt=k).to(dtype)
+                    for k, shape in enumerate(shapes)]
+
+        outs = [[torch.empty(shape, dtype=dtype) for shape in shapes] for _ in every]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "deprecated" in torch 1.13, still in its API
+            dist.all_gather_coalesced(outs, inputs(r))
+        for i in every:
+            for got, want in zip(outs[i], inputs(i)):
+                assert got.dtype == want.dtype and torch.equal(got, want), (i, got, want)
+    # Ranks whose inputs differ in bytes get an error, never garbage.
+    k = 3 + (r == n - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expect_error(lambda: dist.all_gather_coalesced([[torch.zeros(k)] for _ in every],
+                                                       [torch.zeros(k)]),
+                     "the ranks disagree")
+
+    # Sparse all_reduce: SUM against the dense sum, with some ranks holding no entries.
+    for sparse_dims, dense_dims in ((1, 0), (2, 0), (3, 0), (1, 1), (2, 2)):
+        nnz = lambda i: 0 if i == 1 else 2 * i + 3  # noqa: E731
+        t = random_sparse(r, 10 * sparse_dims + dense_dims, sparse_dims, dense_dims, nnz(r))
+        want = sum(random_sparse(i, 10 * sparse_dims + dense_dims, sparse_dims, dense_dims,
+                                 nnz(i)).to_dense() for i in every)
+        dist.all_reduce(t)
+        assert t.is_sparse
+        torch.testing.assert_close(t.to_dense(), want, rtol=1e-12, atol=1e-12)
+    expect_error(lambda: dist.all_reduce(random_sparse(r, 1, 1, 0, 2), op=dist.ReduceOp.MAX),
+                 "SUM only")
+
+    nexar.torch.monitored_barrier(timeout=datetime.timedelta(seconds=30), wait_all_ranks=True)
+    nexar.torch.monitored_barrier()
+
+    # Sequence numbers: the same on every member.
+    pg = dist.distributed_c10d._get_default_group()
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in every]
+    dist.all_gather(seqs, torch.tensor([pg._get_sequence_number_for_group()]))
+    assert len({int(s.item()) for s in seqs}) == 1, seqs
+
+
+def raises_in_time(fn, limit, *texts, least=None):
+    """fn() raises within `limit` seconds (plus a little), not before `least` (default: not
+    much sooner than `limit`), with every text in its message."""
+    least = limit - 0.1 if least is None else least
+    start = time.monotonic()
+    try:
+        fn()
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        assert least <= took <= limit + 1.5, f"raised after {took:.2f} s, not ~{limit} s: {e}"
+        for text in texts:
+            assert text in str(e), f"expected {text!r} in: {e}"
+        return
+    raise AssertionError("no error")
+
+
+def check_timeouts(r, n):
+    """The group's timeout bounds operations a member never joins (torch's semantics), and
+    the error names the member waited for. Ranks 1 and 2 form the group; rank 2 stays away."""
+    g = dist.new_group([1, 2], timeout=datetime.timedelta(seconds=2))
+    if r == 1:
+        raises_in_time(lambda: dist.barrier(g), 2, "Timed out", "rank 2")
+        # The group is broken now: the next collective may raise at once, naming the earlier
+        # failure, but never later than its timeout.
+        raises_in_time(lambda: dist.all_reduce(torch.ones(5), group=g), 2, "timeout", least=0)
+        raises_in_time(lambda: dist.recv(torch.zeros(3), src=2, group=g), 2, "Timed out", "rank 2")
+        # An operation's own timeout overrides the group's.
+        opts = dist.BarrierOptions()
+        opts.timeout = datetime.timedelta(seconds=1)
+        raises_in_time(g.barrier(opts=opts).wait, 1, "Timed out")
+    dist.barrier()  # the world group is still whole
+
+    # monitored_barrier names the members that did not come.
+    late = list(range(n - 1, 0, -2))  # the last rank and every second one below it
+    one = datetime.timedelta(seconds=1)
+    if r not in late:
+        if r == 0:
+            raises_in_time(lambda: nexar.torch.monitored_barrier(timeout=one), 1,
+                           f"rank {min(late)} ", "failed to pass monitoredBarrier")
+        else:
+            raises_in_time(lambda: nexar.torch.monitored_barrier(timeout=one), 1, "did not release")
+    dist.barrier()
+    if r not in late:
+        if r == 0:
+            raises_in_time(lambda: nexar.torch.monitored_barrier(timeout=one, wait_all_ranks=True),
+                           1, *[f"rank {i} " for i in late])
+        else:
+            raises_in_time(lambda: nexar.torch.monitored_barrier(timeout=one), 1, "did not release")
+    dist.barrier()
+
+
 def check_ddp(r, n):
     torch.manual_seed(r)  # different initial weights: DDP must broadcast rank 0's
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -197,9 +308,13 @@ def main():
     assert dist.get_backend() == "nexar"
     if mode == "check":
         check_ops(r, n)
+        check_added_ops(r, n)
         check_ddp(r, n)
         dist.barrier()
         print(f"TORCH OK {r} {n}", flush=True)
+    elif mode == "timeouts":
+        check_timeouts(r, n)
+        print(f"TIMEOUTS OK {r} {n}", flush=True)
     else:
         victim = int(sys.argv[2])
         start = time.monotonic()
