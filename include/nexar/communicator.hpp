@@ -76,8 +76,10 @@ concept CollectiveOutput = WritableContiguousRange<R> && HasDataType<range_eleme
 template <class In, class Out>
 concept SameElementType = std::same_as<range_element_t<In>, range_element_t<Out>>;
 
-/// A set of `size()` ranks, each holding one Communicator, connected by one QUIC connection
-/// per pair with independent lanes (control, data, RPC request, RPC response, bulk).
+/// A set of `size()` ranks, each holding one Communicator. Each pair of ranks is connected
+/// over QUIC (Config::connections_per_peer connections between hosts, 4 by default; one
+/// inside a host, whose message lanes move to shared memory), with independent lanes:
+/// control, data, RPC request, RPC response, bulk and collective.
 ///
 /// Threading: every member function may be called from any thread, concurrently.
 /// Ordering: messages from one source with one tag on one communicator arrive in the order

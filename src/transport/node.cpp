@@ -174,7 +174,8 @@ void Node::start() {
     });
   }
   engine_.start();
-  // Lower ranks dial higher ones: exactly one connection per pair.
+  // Lower ranks dial higher ones, so a pair's first connection is opened once; the extra
+  // connections between hosts (Config::connections_per_peer) follow it (stripes.hpp).
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
