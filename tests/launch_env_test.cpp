@@ -7,6 +7,7 @@
 #include <nexar/error.hpp>
 
 #include "cluster/launch_env.hpp"
+#include "core/env_vars.hpp"
 #include "support.hpp"
 
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -760,3 +762,43 @@ TEST(LaunchEnv, TokenReaders) {
 }
 
 }  // namespace
+
+// The table of NEXAR_* variables (core/env_vars.hpp), which keeps Config::from_env() from
+// warning about them, lists exactly what resolve_launch_env() asks for.
+TEST(LaunchEnv, EveryNexarVariableReadIsListed) {
+  std::set<std::string> asked;
+  const auto recording = [&asked](Vars vars) -> EnvLookup {
+    return [&asked, vars = std::move(vars)](const char* name) -> std::optional<std::string> {
+      asked.insert(name);
+      const auto it = vars.find(name);
+      if (it == vars.end()) return std::nullopt;
+      return it->second;
+    };
+  };
+  const std::vector<Vars> environments = {
+      {{"NEXAR_RANK", "0"}, {"NEXAR_WORLD_SIZE", "2"}, {"NEXAR_SEED_ADDR", "h:1"},
+       {"NEXAR_CLUSTER_TOKEN", "t"}},
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"NEXAR_CLUSTER_TOKEN", "t"},
+       {"NEXAR_ELASTIC", "1"}},
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n1"},
+       {"SLURM_JOB_ID", "7"}},
+  };
+  for (const Vars& vars : environments) {
+    (void)launched(recording(vars));
+    (void)resolve_launch_env(recording(vars));
+  }
+  std::set<std::string> nexar_asked;
+  for (const auto& name : asked) {
+    if (name.rfind("NEXAR_", 0) != 0) continue;
+    nexar_asked.insert(name);
+    const auto* v = nexar::detail::find_env_var(name);
+    EXPECT_TRUE(v != nullptr && v->reader == nexar::detail::EnvReader::launcher)
+        << name << " is read by resolve_launch_env() but not listed as a launcher variable "
+        << "in src/core/env_vars.hpp";
+  }
+  for (const auto& v : nexar::detail::kEnvVars) {
+    if (v.reader != nexar::detail::EnvReader::launcher) continue;
+    EXPECT_TRUE(nexar_asked.count(std::string(v.name)) != 0)
+        << v.name << " is listed as a launcher variable but resolve_launch_env() never reads it";
+  }
+}

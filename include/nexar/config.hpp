@@ -232,7 +232,9 @@ struct Config {
   LogLevel log_level = LogLevel::warn;
 
   /// Returns the defaults overridden by NEXAR_* environment variables.
-  /// Throws nexar::Error(Errc::invalid_argument) on a malformed value.
+  /// Throws nexar::Error(Errc::invalid_argument) on a malformed value. A NEXAR_* variable
+  /// that nexar does not read is logged at warn level, once per process, naming the
+  /// closest one that exists (docs/CONFIG.md).
   static Config from_env();
 
   /// Throws nexar::Error(Errc::invalid_argument) if a value is out of range.

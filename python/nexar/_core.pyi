@@ -172,7 +172,12 @@ class Config:
     engine_threads: int
     impair: str
     shm: bool
+    shm_ring_bytes: int
+    shm_collective_bytes: int
+    topology: str  # "full_mesh", "k_regular:K" or "hypercube" (NEXAR_TOPOLOGY's text)
     lazy_connect: bool
+    relay_hop_limit: int
+    relay_window: int
     yield_when_idle: bool
     segment_bytes: int
     allreduce_ring_bytes: int

@@ -48,7 +48,8 @@ void register_cluster(py::module_& m) {
       m, "Config",
       "Every nexar setting (docs/CONFIG.md). Config() has the defaults, Config.from_env() "
       "applies the NEXAR_* environment; keyword arguments set fields. Durations read as "
-      "datetime.timedelta and accept seconds or a timedelta.");
+      "datetime.timedelta and accept seconds or a timedelta; topology is NEXAR_TOPOLOGY's "
+      "text.");
   cfg.def(py::init([](const py::kwargs& kw) {
             nexar::Config c;
             py::object self = py::cast(c);
@@ -80,8 +81,17 @@ void register_cluster(py::module_& m) {
                      "Threads that encrypt and move packets (extra connections spread over them).")
       .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
+      .def_readwrite("shm_ring_bytes", &nexar::Config::shm_ring_bytes,
+                     "Bytes of each shared-memory ring (a power of two).")
+      .def_readwrite("shm_collective_bytes", &nexar::Config::shm_collective_bytes,
+                     "Collectives up to this many bytes per rank go through shared-memory "
+                     "mailboxes (0: never).")
       .def_readwrite("lazy_connect", &nexar::Config::lazy_connect,
                      "Open a full mesh's connections on first use instead of at start.")
+      .def_readwrite("relay_hop_limit", &nexar::Config::relay_hop_limit,
+                     "Most hops a relayed message may take (0: the topology's diameter + 4).")
+      .def_readwrite("relay_window", &nexar::Config::relay_window,
+                     "Bytes in flight to one relayed rank per lane.")
       .def_readwrite("yield_when_idle", &nexar::Config::yield_when_idle,
                      "Yield the core while spinning (oversubscribed hosts).")
       .def_readwrite("segment_bytes", &nexar::Config::segment_bytes, "Pipelining segment.")
@@ -100,6 +110,11 @@ void register_cluster(py::module_& m) {
   def_ms<&nexar::Config::failure_timeout>(cfg, "failure_timeout",
                                           "Silence after which a peer is declared failed.");
   def_ms<&nexar::Config::rpc_timeout>(cfg, "rpc_timeout", "Default RPC deadline.");
+  // The text NEXAR_TOPOLOGY takes: parse() errors name the setting and the text.
+  cfg.def_property(
+      "topology", [](const nexar::Config& c) { return c.topology.to_string(); },
+      [](nexar::Config& c, const std::string& text) { c.topology = nexar::Topology::parse(text); },
+      "Which ranks connect directly: 'full_mesh', 'k_regular:K' or 'hypercube'.");
   cfg.def_property(
       "spin", [](const nexar::Config& c) { return c.spin; },
       [](nexar::Config& c, py::handle v) {

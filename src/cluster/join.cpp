@@ -19,6 +19,7 @@
 #include "cluster/token.hpp"
 #include "comm/group.hpp"
 #include "core/access.hpp"
+#include "core/env_vars.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "quic/endpoint.hpp"
@@ -526,8 +527,9 @@ Communicator join_from_env(const Config& config) {
   // More ranks on this host than cores: waiters that spin without yielding take the cores
   // from the ranks they wait for (as in bootstrap_local), unless the user chose otherwise.
   Config cfg = config;
-  if (cluster::oversubscribed(env.local_world, env.local_cpus) && std::getenv("NEXAR_SPIN_US") == nullptr &&
-      std::getenv("NEXAR_YIELD_WHEN_IDLE") == nullptr)
+  if (cluster::oversubscribed(env.local_world, env.local_cpus) &&
+      std::getenv(detail::EnvName("NEXAR_SPIN_US").c_str()) == nullptr &&
+      std::getenv(detail::EnvName("NEXAR_YIELD_WHEN_IDLE").c_str()) == nullptr)
     cluster::wait_politely(cfg);
   std::shared_ptr<Seed> seed;
   if (env.embed_seed) {

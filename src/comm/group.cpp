@@ -4,8 +4,6 @@
 #include <atomic>
 #include <limits>
 
-#include <fmt/format.h>
-
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
 #include "core/access.hpp"
@@ -299,9 +297,9 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
     if (!s) return;
     if (Clock::now() >= deadline) code = Errc::timeout;  // given up past its deadline: it timed out
     std::string why = code == Errc::timeout
-                          ? fmt::format("Timed out waiting {} ms: an earlier collective of this communicator "
-                                        "still runs (a member has not called it yet)",
-                                        ms.count())
+                          ? "Timed out waiting " + std::to_string(ms.count()) +
+                                " ms: an earlier collective of this communicator still runs (a member has not "
+                                "called it yet)"
                           : std::string("cancelled before it started");
     s->complete(code, format_error(code, ErrorContext{name, rank, -1, {}, {}}, why));
   };

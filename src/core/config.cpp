@@ -1,5 +1,6 @@
 // Config::from_env(), validate() and describe(). The variables and ranges are documented
-// in docs/CONFIG.md; keep the two in step.
+// in docs/CONFIG.md; keep the two in step. Every variable read here must be listed in
+// core/env_vars.hpp (EnvName refuses others at compile time).
 #include <charconv>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
@@ -13,6 +14,7 @@
 #include <optional>
 #include <string_view>
 
+#include "core/env_vars.hpp"
 #include "core/impair_spec.hpp"
 #include "core/log.hpp"
 
@@ -113,27 +115,35 @@ bool parse_bool(const char* var, std::string_view s) {
   malformed(var, s, "not a boolean (0, 1, true, false, on, off)");
 }
 
+using detail::EnvName;
+
 // Set variables only; unset ones leave the default. A set but empty variable is an
 // error like any other malformed value: it is usually a broken script, not intent.
-std::optional<std::string_view> env(const char* var) {
-  const char* v = std::getenv(var);
+// EnvName: only variables listed in core/env_vars.hpp compile.
+std::optional<std::string_view> env(EnvName name) {
+  const char* v = std::getenv(name.c_str());
   if (v == nullptr) return std::nullopt;
   return std::string_view(v);
 }
 
-void env_ms(const char* var, milliseconds& out) {
-  if (auto s = env(var)) {
-    out = parse_duration<milliseconds>(var, *s,
+void env_ms(EnvName name, milliseconds& out) {
+  if (auto s = env(name)) {
+    out = parse_duration<milliseconds>(name.c_str(), *s,
                                        "not a duration in milliseconds (examples: 500, 15000)");
   }
 }
 
-void env_bytes(const char* var, std::uint64_t& out) {
-  if (auto s = env(var)) out = parse_bytes(var, *s);
+void env_bytes(EnvName name, std::uint64_t& out) {
+  if (auto s = env(name)) out = parse_bytes(name.c_str(), *s);
 }
 
-void env_count(const char* var, std::uint32_t& out) {
-  if (auto s = env(var)) {
+void env_bool(EnvName name, bool& out) {
+  if (auto s = env(name)) out = parse_bool(name.c_str(), *s);
+}
+
+void env_count(EnvName name, std::uint32_t& out) {
+  const char* var = name.c_str();
+  if (auto s = env(name)) {
     std::uint32_t v = 0;
     auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
     if (ec != std::errc{} || end != s->data() + s->size() || s->empty())
@@ -221,6 +231,8 @@ const char* to_string(Congestion c) noexcept {
 }
 
 Config Config::from_env() {
+  // A NEXAR_* variable nothing reads is most likely a misspelled setting.
+  detail::warn_unknown_env();
   Config c;
   env_ms("NEXAR_TIMEOUT_MS", c.op_timeout);
   env_ms("NEXAR_CONNECT_TIMEOUT_MS", c.connect_timeout);
@@ -255,14 +267,14 @@ Config Config::from_env() {
     c.udp_payload = static_cast<std::uint32_t>(v);
   }
   if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
-  if (auto s = env("NEXAR_UDP_GSO")) c.udp_gso = parse_bool("NEXAR_UDP_GSO", *s);
-  if (auto s = env("NEXAR_BULK_SCAVENGER")) c.bulk_scavenger = parse_bool("NEXAR_BULK_SCAVENGER", *s);
+  env_bool("NEXAR_UDP_GSO", c.udp_gso);
+  env_bool("NEXAR_BULK_SCAVENGER", c.bulk_scavenger);
   if (auto s = env("NEXAR_CONGESTION")) {
     if (iequals(*s, "cubic")) c.congestion = Congestion::cubic;
     else if (iequals(*s, "bbr")) c.congestion = Congestion::bbr;
     else malformed("NEXAR_CONGESTION", *s, "not a congestion controller (cubic, bbr)");
   }
-  if (auto s = env("NEXAR_SHM")) c.shm = parse_bool("NEXAR_SHM", *s);
+  env_bool("NEXAR_SHM", c.shm);
   env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
   env_bytes("NEXAR_SHM_COLLECTIVE_BYTES", c.shm_collective_bytes);
   if (auto s = env("NEXAR_TOPOLOGY")) {
@@ -272,10 +284,10 @@ Config Config::from_env() {
       malformed("NEXAR_TOPOLOGY", *s, e.what());
     }
   }
-  if (auto s = env("NEXAR_LAZY_CONNECT")) c.lazy_connect = parse_bool("NEXAR_LAZY_CONNECT", *s);
+  env_bool("NEXAR_LAZY_CONNECT", c.lazy_connect);
   env_count("NEXAR_RELAY_HOPS", c.relay_hop_limit);
   env_bytes("NEXAR_RELAY_WINDOW_BYTES", c.relay_window);
-  if (auto s = env("NEXAR_YIELD_WHEN_IDLE")) c.yield_when_idle = parse_bool("NEXAR_YIELD_WHEN_IDLE", *s);
+  env_bool("NEXAR_YIELD_WHEN_IDLE", c.yield_when_idle);
   if (auto s = env("NEXAR_SPIN_US")) {
     c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
                                           "not a duration in microseconds (examples: 0, 100)");

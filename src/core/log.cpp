@@ -10,6 +10,8 @@
 
 #include "core/log.hpp"
 
+#include "core/env_vars.hpp"
+
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -97,7 +99,7 @@ namespace detail {
 int init_level() noexcept {
   LogLevel lvl = LogLevel::warn;
   // A malformed NEXAR_DEBUG is reported by Config::from_env(); logging itself never throws.
-  if (const char* env = std::getenv("NEXAR_DEBUG")) {
+  if (const char* env = std::getenv(nexar::detail::EnvName("NEXAR_DEBUG").c_str())) {
     if (auto parsed = parse_level(env)) lvl = *parsed;
   }
   int expected = -1;

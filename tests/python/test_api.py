@@ -1,6 +1,8 @@
 """The package's surface: errors (classes, code, message), buffer checks of collectives,
 dtypes, requests, split, close and context managers, Config, Seed + join."""
 
+import pathlib
+import re
 import threading
 import time
 
@@ -145,6 +147,79 @@ def test_config():
     c.rpc_threads = 0
     with pytest.raises(nexar.InvalidArgumentError):
         c.validate()
+
+
+@pytest.mark.parametrize("field,var,good,shown,bad,problem", [
+    ("topology", "NEXAR_TOPOLOGY", "k_regular:4", "k_regular:4", "ring", "topology 'ring'"),
+    ("topology", "NEXAR_TOPOLOGY", "HyperCube", "hypercube", "k_regular:3",
+     "topology 'k_regular:3'"),
+    ("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", 4 << 20, "4 MiB", 3 << 20,
+     "Config::shm_ring_bytes = 3 MiB (NEXAR_SHM_RING_BYTES) is out of range"),
+    ("shm_collective_bytes", "NEXAR_SHM_COLLECTIVE_BYTES", 0, "0 bytes", (1 << 30) + 1,
+     "Config::shm_collective_bytes = 1073741825 bytes (NEXAR_SHM_COLLECTIVE_BYTES)"),
+    ("relay_hop_limit", "NEXAR_RELAY_HOPS", 7, "7", 256,
+     "Config::relay_hop_limit = 256 (NEXAR_RELAY_HOPS) is out of range"),
+    ("relay_window", "NEXAR_RELAY_WINDOW_BYTES", 64 << 10, "64 KiB", 32 << 10,
+     "Config::relay_window = 32 KiB (NEXAR_RELAY_WINDOW_BYTES) is out of range"),
+], ids=("topology", "topology_case", "shm_ring", "shm_collective", "relay_hops", "relay_window"))
+def test_config_topology_shm_relay(monkeypatch, field, var, good, shown, bad, problem):
+    """Set from Python, a field reads back as set (topology in its canonical text), shows in
+    describe(), means what its variable means, and a bad value raises naming the field:
+    topology at once (its text is parsed), the others in validate() as every field."""
+    c = nexar.Config(**{field: good})
+    want = shown if field == "topology" else good
+    assert getattr(c, field) == want
+    assert f"{field} = {shown}" in c.describe()
+    c.validate()
+    monkeypatch.setenv(var, str(good))
+    assert getattr(nexar.Config.from_env(), field) == want
+    with pytest.raises(nexar.InvalidArgumentError, match=re.escape(problem)):
+        setattr(c, field, bad)
+        c.validate()
+
+
+def test_config_topology_reaches_the_world():
+    cfg = short_config()
+    cfg.topology = "k_regular:2"
+    cfg.relay_hop_limit = 3
+    comms = nexar.bootstrap_local(4, cfg)
+    assert [c.neighbours() for c in comms] == [[1, 3], [0, 2], [1, 3], [0, 2]]
+    assert run_ranks(comms, lambda c: int(c.all_reduce(np.array([c.rank]))[0])) == [6] * 4
+    for c in comms:
+        c.close()
+
+
+CONFIG_HPP = pathlib.Path(__file__).resolve().parents[2] / "include" / "nexar" / "config.hpp"
+
+# Fields of the C++ nexar::Config that nexar.Config leaves out on purpose, each with its
+# reason. Empty: Python has every one (impair, meant for tests, included).
+NOT_IN_PYTHON = {}
+
+
+def cpp_config_fields():
+    """The data members of `struct Config` in include/nexar/config.hpp, in order."""
+    text = CONFIG_HPP.read_text()
+    body = text[text.index("\nstruct Config {"):]
+    body = body[:body.index("\n};")]
+    return re.findall(r"^  (?!static\b)[A-Za-z_][\w:<>, ]*?\s+(\w+)\s*(?:\{.*\}|=.*)?;$", body,
+                      re.M)
+
+
+def test_config_has_every_cpp_field():
+    """nexar.Config drifts from nexar::Config: a field added in C++ must be bound (or listed
+    in NOT_IN_PYTHON with a reason), and a bound one must still exist in C++."""
+    cpp = cpp_config_fields()
+    assert "op_timeout" in cpp and "log_level" in cpp and len(cpp) == len(set(cpp)), cpp
+    # The parse agrees with what C++ itself lists: describe() names every field (impair only
+    # when set).
+    lines = nexar.Config(impair="seed=1").describe().splitlines()
+    described = [line.split(" = ")[0] for line in lines]
+    assert sorted(described) == sorted(cpp), "describe() and struct Config disagree"
+    py = {n for n, v in vars(nexar.Config).items() if isinstance(v, property)}
+    assert set(NOT_IN_PYTHON) <= set(cpp), "NOT_IN_PYTHON names fields C++ no longer has"
+    missing = [f for f in cpp if f not in py and f not in NOT_IN_PYTHON]
+    assert not missing, f"nexar::Config fields missing from nexar.Config: {missing}"
+    assert py <= set(cpp), f"nexar.Config fields C++ does not have: {sorted(py - set(cpp))}"
 
 
 def test_seed_and_join():
