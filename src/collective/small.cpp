@@ -43,7 +43,7 @@ using Ticket = CollectivePort::Ticket;
 // faster (2 processes on this project's 2-core machine, busbw in 3 alternating runs: 128
 // KiB 4.25-4.62 GB/s in chunks against 3.91-4.34; 256 KiB 4.20-4.26 against 5.22-6.06;
 // 16 MiB 3.22-3.49 against 3.37-3.93). With more ranks the chunks were faster at every
-// size measured, up to 64 MiB (docs/ARCHITECTURE.md).
+// size measured, up to 64 MiB (docs/PERFORMANCE.md, "Collectives through mailboxes").
 constexpr std::size_t kOneRoundBytes = 4096;
 constexpr std::size_t kFanOutBytes = std::size_t{128} << 10;
 constexpr std::size_t kTwoRanksMostBytes = std::size_t{128} << 10;

@@ -33,8 +33,9 @@ constexpr std::uint64_t kAckGraceNs = 50'000;
 // acknowledge within min(this, srtt / 8) plus the grace above, so 0.5 ms is a promise
 // kept. Measured (bench/netns_loss.sh -r 3, 4 hosts at 1 Gbit/s, all_reduce 64 MiB busbw,
 // medians): with 5% random loss 0.012 -> 0.081 GB/s, with 1% 0.081 -> 0.102 GB/s, none
-// 0.112 -> 0.110 (docs/ARCHITECTURE.md, "Under loss"). An ACK held up longer (a descheduled
-// process) costs at most a spurious probe packet, which RFC 9002 does not punish.
+// 0.112 -> 0.110 (docs/PERFORMANCE.md, "QUIC under loss"). An ACK held up longer (a
+// descheduled process) costs at most a spurious probe packet, which RFC 9002 does not
+// punish.
 constexpr std::uint64_t kMaxAckDelayNs = 500'000;
 
 void random_cid(ngtcp2_cid& cid, std::size_t len) {

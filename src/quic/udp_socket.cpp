@@ -118,7 +118,7 @@ int UdpSocket::send_one(const Address& to, const std::uint8_t* data, std::size_t
       // A queue beyond the socket, the device's qdisc, is full and dropped the datagram
       // (IP_RECVERR reports it). Sending it again at once had it dropped again, GSO batch
       // after GSO batch, in a busy loop under the engine lock: 17-23% of the packets
-      // offered to 1 Gbit/s tbf links were dropped so (docs/ARCHITECTURE.md, "A full queue
+      // offered to 1 Gbit/s tbf links were dropped so (docs/PERFORMANCE.md, "A full queue
       // on the way out"). Lost here as at a full router: QUIC resends it and slows down.
       ++queue_drops_;
       return 0;
