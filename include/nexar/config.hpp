@@ -240,8 +240,12 @@ struct Config {
   /// Throws nexar::Error(Errc::invalid_argument) if a value is out of range.
   void validate() const;
 
-  /// One line per setting, "name = value", for logs.
+  /// One line per setting, "name = value", for logs (impair only when set); the same as
+  /// describe(true).
   std::string describe() const;
+  /// all = true: every setting, as describe(). all = false: only the settings whose value
+  /// differs from the default Config{}'s (an empty string when none does).
+  std::string describe(bool all) const;
 };
 
 }  // namespace nexar

@@ -61,7 +61,10 @@ void register_cluster(py::module_& m) {
                   "The defaults overridden by NEXAR_* variables (errors name a bad one).")
       .def("validate", &nexar::Config::validate, "Raises nexar.InvalidArgumentError if a value "
                                                  "is out of range.")
-      .def("describe", &nexar::Config::describe, "One line per setting, 'name = value'.")
+      .def("describe", py::overload_cast<bool>(&nexar::Config::describe, py::const_),
+           py::arg("all") = true,
+           "One line per setting, 'name = value'; all=False: only the settings that differ "
+           "from the defaults.")
       .def("__repr__", [](const nexar::Config& c) { return "<nexar.Config\n" + c.describe() + ">"; })
       .def_readwrite("on_failure", &nexar::Config::on_failure, "nexar.FailurePolicy")
       .def_readwrite("rpc_threads", &nexar::Config::rpc_threads, "Most RPC handlers at once.")

@@ -1,6 +1,7 @@
-// Config::from_env(), validate() and describe(). The variables and ranges are documented
-// in docs/CONFIG.md; keep the two in step. Every variable read here must be listed in
-// core/env_vars.hpp (EnvName refuses others at compile time).
+// Config::from_env(), validate() and describe(), driven by the settings table kSettings
+// (core/settings.hpp): each setting's variable, kind, range, doc line and tier are declared
+// there once. Its variables must be listed in core/env_vars.hpp (a static_assert refuses
+// others) and documented in docs/CONFIG.md (tests/settings_test.cpp checks both).
 #include <charconv>
 #include <nexar/config.hpp>
 #include <nexar/error.hpp>
@@ -9,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -17,6 +17,7 @@
 #include "core/env_vars.hpp"
 #include "core/impair_spec.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace nexar {
 namespace {
@@ -115,41 +116,25 @@ bool parse_bool(const char* var, std::string_view s) {
   malformed(var, s, "not a boolean (0, 1, true, false, on, off)");
 }
 
-using detail::EnvName;
-
-// Set variables only; unset ones leave the default. A set but empty variable is an
-// error like any other malformed value: it is usually a broken script, not intent.
-// EnvName: only variables listed in core/env_vars.hpp compile.
-std::optional<std::string_view> env(EnvName name) {
-  const char* v = std::getenv(name.c_str());
-  if (v == nullptr) return std::nullopt;
-  return std::string_view(v);
+std::uint32_t parse_count(const char* var, std::string_view s) {
+  std::uint32_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || s.empty())
+    malformed(var, s, "not a whole number (examples: 1, 16)");
+  return v;
 }
 
-void env_ms(EnvName name, milliseconds& out) {
-  if (auto s = env(name)) {
-    out = parse_duration<milliseconds>(name.c_str(), *s,
-                                       "not a duration in milliseconds (examples: 500, 15000)");
-  }
+FailurePolicy parse_failure_policy(const char* var, std::string_view s) {
+  if (iequals(s, "abort")) return FailurePolicy::abort;
+  if (iequals(s, "manual")) return FailurePolicy::manual;
+  if (iequals(s, "automatic")) return FailurePolicy::automatic;
+  malformed(var, s, "not a failure policy (abort, manual, automatic)");
 }
 
-void env_bytes(EnvName name, std::uint64_t& out) {
-  if (auto s = env(name)) out = parse_bytes(name.c_str(), *s);
-}
-
-void env_bool(EnvName name, bool& out) {
-  if (auto s = env(name)) out = parse_bool(name.c_str(), *s);
-}
-
-void env_count(EnvName name, std::uint32_t& out) {
-  const char* var = name.c_str();
-  if (auto s = env(name)) {
-    std::uint32_t v = 0;
-    auto [end, ec] = std::from_chars(s->data(), s->data() + s->size(), v);
-    if (ec != std::errc{} || end != s->data() + s->size() || s->empty())
-      malformed(var, *s, "not a whole number (examples: 1, 16)");
-    out = v;
-  }
+Congestion parse_congestion(const char* var, std::string_view s) {
+  if (iequals(s, "cubic")) return Congestion::cubic;
+  if (iequals(s, "bbr")) return Congestion::bbr;
+  malformed(var, s, "not a congestion controller (cubic, bbr)");
 }
 
 // ---- formatting --------------------------------------------------------------------------
@@ -172,12 +157,214 @@ std::string format_bytes(std::uint64_t v) {
                           var, allowed));
 }
 
-void check_timeout(std::string_view setting, const char* var, milliseconds v) {
-  if (v.count() <= 0 || v > kMaxTimeout) {
-    out_of_range(setting, var, fmt::format("{} ms", v.count()),
-                 fmt::format("1 ms .. {} ms (365 days)", kMaxTimeout.count()));
+
+// ---- the settings table --------------------------------------------------------------------
+
+using detail::Setting;
+using detail::SettingKind;
+using detail::SettingTier;
+
+std::string on_off(bool b) { return b ? "on" : "off"; }
+
+std::int64_t clamp_i64(std::uint64_t v) {
+  return v > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+             ? std::numeric_limits<std::int64_t>::max()
+             : static_cast<std::int64_t>(v);
+}
+
+constexpr std::int64_t kTimeoutMax = kMaxTimeout.count();
+
+// One entry per field: the accessors are written by these macros from the field's name.
+#define NEXAR_MS(F, VAR, TIER, MIN, DOC)                                                        \
+  Setting{#F, VAR, SettingKind::duration_ms, SettingTier::TIER, MIN, kTimeoutMax, " (365 days)", \
+          DOC, [](const Config& c) -> std::int64_t { return c.F.count(); },                     \
+          [](const Config& c) { return fmt::format("{} ms", c.F.count()); },                   \
+          [](const Config& c) { return fmt::format("{}", c.F.count()); },                      \
+          [](Config& c, const char* var, std::string_view s) {                                  \
+            c.F = parse_duration<milliseconds>(                                                 \
+                var, s, "not a duration in milliseconds (examples: 500, 15000)");               \
+          }}
+#define NEXAR_BYTES(F, VAR, TIER, MIN, MAX, DOC)                                         \
+  Setting{#F, VAR, SettingKind::bytes, SettingTier::TIER, MIN, MAX, "", DOC,             \
+          [](const Config& c) -> std::int64_t { return clamp_i64(c.F); },                \
+          [](const Config& c) { return format_bytes(c.F); },                             \
+          [](const Config& c) { return format_bytes(c.F); },                             \
+          [](Config& c, const char* var, std::string_view s) { c.F = parse_bytes(var, s); }}
+// Bytes whose range validate() checks itself (it depends on other settings, or is more
+// than bounds).
+#define NEXAR_BYTES_CUSTOM(F, VAR, TIER, DOC)                                            \
+  Setting{#F, VAR, SettingKind::bytes, SettingTier::TIER, 0, 0, "", DOC, nullptr,        \
+          [](const Config& c) { return format_bytes(c.F); },                             \
+          [](const Config& c) { return format_bytes(c.F); },                             \
+          [](Config& c, const char* var, std::string_view s) { c.F = parse_bytes(var, s); }}
+#define NEXAR_COUNT(F, VAR, TIER, MIN, MAX, DOC)                                         \
+  Setting{#F, VAR, SettingKind::count, SettingTier::TIER, MIN, MAX, "", DOC,             \
+          [](const Config& c) -> std::int64_t { return c.F; },                           \
+          [](const Config& c) { return fmt::format("{}", c.F); },                        \
+          [](const Config& c) { return fmt::format("{}", c.F); },                        \
+          [](Config& c, const char* var, std::string_view s) { c.F = parse_count(var, s); }}
+#define NEXAR_BOOL(F, VAR, TIER, DOC)                                                    \
+  Setting{#F, VAR, SettingKind::boolean, SettingTier::TIER, 0, 1, "", DOC, nullptr,      \
+          [](const Config& c) { return on_off(c.F); },                                   \
+          [](const Config& c) { return on_off(c.F); },                                   \
+          [](Config& c, const char* var, std::string_view s) { c.F = parse_bool(var, s); }}
+#define NEXAR_ENUM(F, VAR, TIER, TO_STRING, PARSE, DOC)                                        \
+  Setting{#F, VAR, SettingKind::enumeration, SettingTier::TIER, 0, 0, "", DOC, nullptr,  \
+          [](const Config& c) { return std::string(TO_STRING(c.F)); },                   \
+          [](const Config& c) { return std::string(TO_STRING(c.F)); },                   \
+          [](Config& c, const char* var, std::string_view s) { c.F = PARSE(var, s); }}
+
+constexpr Setting kSettings[] = {
+    NEXAR_MS(op_timeout, "NEXAR_TIMEOUT_MS", user, 1,
+             "deadline of every blocking call that does not take its own"),
+    NEXAR_MS(connect_timeout, "NEXAR_CONNECT_TIMEOUT_MS", user, 1,
+             "deadline of connection set-up, handshake included"),
+    NEXAR_MS(idle_timeout, "NEXAR_IDLE_TIMEOUT_MS", tuning, 1,
+             "QUIC idle timeout (raised to twice failure_timeout)"),
+    // Heartbeats go out at a tenth of it: below 50 ms they would be a load, not a probe.
+    NEXAR_MS(failure_timeout, "NEXAR_FAILURE_TIMEOUT_MS", user, 50,
+             "how long a silent peer lasts before it is declared failed"),
+    NEXAR_ENUM(on_failure, "NEXAR_ON_FAILURE", user, to_string, parse_failure_policy,
+               "what communicators do when a member fails: abort, manual, automatic"),
+    NEXAR_MS(rpc_timeout, "NEXAR_RPC_TIMEOUT_MS", user, 1, "default deadline of an RPC call"),
+    NEXAR_COUNT(rpc_threads, "NEXAR_RPC_THREADS", tuning, 1, 1024,
+                "most RPC handlers one rank runs at once"),
+    NEXAR_BYTES(max_frame_bytes, "NEXAR_MAX_FRAME_BYTES", tuning, kMinFrame, kMaxFrame,
+                "largest payload one frame may claim"),
+    NEXAR_BYTES_CUSTOM(eager_limit, "NEXAR_EAGER_LIMIT_BYTES", tuning,
+                       "messages up to this size are sent eagerly, larger ones by rendezvous"),
+    NEXAR_BYTES_CUSTOM(unexpected_limit, "NEXAR_UNEXPECTED_LIMIT_BYTES", tuning,
+                       "unexpected eager bytes buffered per peer and lane"),
+    NEXAR_BYTES(stream_window, "NEXAR_STREAM_WINDOW_BYTES", tuning, kMinWindow, kMaxWindow,
+                "QUIC per-stream receive window"),
+    NEXAR_BYTES(segment_bytes, "NEXAR_SEGMENT_BYTES", tuning, 4 * KiB, 64 * MiB,
+                "pipelining segment of ring and chain collectives"),
+    NEXAR_BYTES_CUSTOM(allreduce_ring_bytes, "NEXAR_ALLREDUCE_RING_BYTES", tuning,
+                       "all_reduce uses the ring at or above this size"),
+    NEXAR_BYTES_CUSTOM(allreduce_doubling_bytes, "NEXAR_ALLREDUCE_DOUBLING_BYTES", tuning,
+                       "all_reduce uses recursive doubling below this size"),
+    NEXAR_BYTES_CUSTOM(broadcast_chain_bytes, "NEXAR_BROADCAST_CHAIN_BYTES", tuning,
+                       "broadcast uses a pipelined chain at or above this size"),
+    NEXAR_BYTES_CUSTOM(collective_eager_bytes, "NEXAR_COLLECTIVE_EAGER_BYTES", tuning,
+                       "collectives send messages up to this size eagerly"),
+    Setting{"udp_payload", "NEXAR_UDP_PAYLOAD_BYTES", SettingKind::bytes, SettingTier::tuning, 0,
+            0, "", "largest UDP payload sent; 0: the path MTU", nullptr,
+            [](const Config& c) {
+              return c.udp_payload == 0 ? std::string("auto (the path MTU)")
+                                        : fmt::format("{} bytes", c.udp_payload);
+            },
+            [](const Config& c) { return fmt::format("{}", c.udp_payload); },
+            [](Config& c, const char* var, std::string_view s) {
+              const std::uint64_t v = parse_bytes(var, s);
+              // Values that do not even fit the field are refused here; the rest by validate().
+              if (v > std::numeric_limits<std::uint32_t>::max()) {
+                malformed(var, s, fmt::format("out of range (0 or {}..{})", kMinUdp, kMaxUdp));
+              }
+              c.udp_payload = static_cast<std::uint32_t>(v);
+            }},
+    NEXAR_BOOL(udp_gso, "NEXAR_UDP_GSO", tuning, "use UDP GSO/GRO when the kernel has them"),
+    NEXAR_BOOL(bulk_scavenger, "NEXAR_BULK_SCAVENGER", tuning,
+               "bulk traffic yields the path to every other lane"),
+    NEXAR_ENUM(congestion, "NEXAR_CONGESTION", tuning, to_string, parse_congestion,
+               "congestion controller between ranks: cubic, bbr"),
+    NEXAR_COUNT(connections_per_peer, "NEXAR_CONNECTIONS_PER_PEER", tuning, 1, 16,
+                "QUIC connections between two ranks on different hosts"),
+    NEXAR_COUNT(engine_threads, "NEXAR_ENGINE_THREADS", tuning, 1, 16,
+                "threads that encrypt and move packets for this rank"),
+    NEXAR_BOOL(shm, "NEXAR_SHM", user, "carry messages between ranks of a host in shared memory"),
+    NEXAR_BYTES_CUSTOM(shm_ring_bytes, "NEXAR_SHM_RING_BYTES", tuning,
+                       "bytes of each shared-memory ring (a power of two)"),
+    NEXAR_BYTES(shm_collective_bytes, "NEXAR_SHM_COLLECTIVE_BYTES", tuning, 0, GiB,
+                "collectives up to this size per rank go through shared-memory mailboxes"),
+    Setting{"topology", "NEXAR_TOPOLOGY", SettingKind::topology, SettingTier::user, 0, 0, "",
+            "which ranks connect directly: full_mesh, k_regular:K, hypercube", nullptr,
+            [](const Config& c) { return c.topology.to_string(); },
+            [](const Config& c) { return c.topology.to_string(); },
+            [](Config& c, const char* var, std::string_view s) {
+              try {
+                c.topology = Topology::parse(s);
+              } catch (const Error& e) {
+                malformed(var, s, e.what());
+              }
+            }},
+    NEXAR_BOOL(lazy_connect, "NEXAR_LAZY_CONNECT", tuning,
+               "open a full mesh's connections on first use"),
+    Setting{"relay_hop_limit", "NEXAR_RELAY_HOPS", SettingKind::count, SettingTier::tuning, 0, 0,
+            "", "most hops a relayed message may take; 0: the diameter + 4", nullptr,
+            [](const Config& c) {
+              return c.relay_hop_limit == 0 ? std::string("auto (diameter + 4)")
+                                            : fmt::format("{}", c.relay_hop_limit);
+            },
+            [](const Config& c) { return fmt::format("{}", c.relay_hop_limit); },
+            [](Config& c, const char* var, std::string_view s) { c.relay_hop_limit = parse_count(var, s); }},
+    NEXAR_BYTES(relay_window, "NEXAR_RELAY_WINDOW_BYTES", tuning, 64 * KiB, GiB,
+                "bytes in flight to one non-neighbour per lane"),
+    Setting{"impair", "NEXAR_IMPAIR", SettingKind::text, SettingTier::debug, 0, 0, "",
+            "faults injected where datagrams arrive (tests and benchmarks)", nullptr,
+            [](const Config& c) { return c.impair; },
+            [](const Config& c) { return c.impair.empty() ? std::string("empty") : c.impair; },
+            [](Config& c, const char*, std::string_view s) { c.impair = std::string(s); }},
+    Setting{"spin", "NEXAR_SPIN_US", SettingKind::spin_us, SettingTier::tuning, 0,
+            std::chrono::duration_cast<microseconds>(kMaxSpin).count(), "",
+            "how long a waiting thread spins before sleeping",
+            [](const Config& c) -> std::int64_t { return c.spin.count(); },
+            [](const Config& c) { return fmt::format("{} us", c.spin.count()); },
+            [](const Config& c) { return fmt::format("{}", c.spin.count()); },
+            [](Config& c, const char* var, std::string_view s) {
+              c.spin = parse_duration<microseconds>(
+                  var, s, "not a duration in microseconds (examples: 0, 100)");
+            }},
+    NEXAR_BOOL(yield_when_idle, "NEXAR_YIELD_WHEN_IDLE", tuning,
+               "give up the core after every poll while spinning"),
+    Setting{"log_level", "NEXAR_DEBUG", SettingKind::enumeration, SettingTier::user, 0, 0, "",
+            "log level: off, error, warn, info, debug, trace", nullptr,
+            [](const Config& c) { return std::string(log::to_string(c.log_level)); },
+            [](const Config& c) { return std::string(log::to_string(c.log_level)); },
+            [](Config& c, const char* var, std::string_view s) {
+              const auto lvl = log::parse_level(s);
+              if (!lvl) {
+                malformed(var, s, "not a log level (off, error, warn, info, debug, trace or 0-5)");
+              }
+              c.log_level = *lvl;
+            }},
+};
+
+#undef NEXAR_MS
+#undef NEXAR_BYTES
+#undef NEXAR_BYTES_CUSTOM
+#undef NEXAR_COUNT
+#undef NEXAR_BOOL
+#undef NEXAR_ENUM
+
+// Every variable of the table is one kEnvVars lists for Config::from_env().
+constexpr bool settings_listed() {
+  for (const Setting& s : kSettings) {
+    const detail::EnvVar* v = detail::find_env_var(s.var);
+    if (v == nullptr || v->reader != detail::EnvReader::config) return false;
+  }
+  return true;
+}
+static_assert(settings_listed(), "a Config setting's variable is missing from kEnvVars");
+
+// The range of a plain setting as validate() names it.
+std::string allowed_range(const Setting& s) {
+  switch (s.kind) {
+    case SettingKind::duration_ms:
+      return fmt::format("{} ms .. {} ms{}", s.min, s.max, s.range_note);
+    case SettingKind::spin_us: return fmt::format("{} .. {} us{}", s.min, s.max, s.range_note);
+    case SettingKind::bytes:
+      return fmt::format("{} .. {}{}",
+                         s.min == 0 ? std::string("0") : format_bytes(static_cast<std::uint64_t>(s.min)),
+                         format_bytes(static_cast<std::uint64_t>(s.max)), s.range_note);
+    default: return fmt::format("{} .. {}{}", s.min, s.max, s.range_note);
   }
 }
+
+}  // namespace
+
+std::span<const Setting> detail::settings() noexcept { return kSettings; }
+
+namespace {
 
 }  // namespace
 
@@ -234,83 +421,26 @@ Config Config::from_env() {
   // A NEXAR_* variable nothing reads is most likely a misspelled setting.
   detail::warn_unknown_env();
   Config c;
-  env_ms("NEXAR_TIMEOUT_MS", c.op_timeout);
-  env_ms("NEXAR_CONNECT_TIMEOUT_MS", c.connect_timeout);
-  env_ms("NEXAR_IDLE_TIMEOUT_MS", c.idle_timeout);
-  env_ms("NEXAR_FAILURE_TIMEOUT_MS", c.failure_timeout);
-  if (auto s = env("NEXAR_ON_FAILURE")) {
-    if (iequals(*s, "abort")) c.on_failure = FailurePolicy::abort;
-    else if (iequals(*s, "manual")) c.on_failure = FailurePolicy::manual;
-    else if (iequals(*s, "automatic")) c.on_failure = FailurePolicy::automatic;
-    else malformed("NEXAR_ON_FAILURE", *s, "not a failure policy (abort, manual, automatic)");
-  }
-  env_ms("NEXAR_RPC_TIMEOUT_MS", c.rpc_timeout);
-  env_count("NEXAR_RPC_THREADS", c.rpc_threads);
-  env_count("NEXAR_CONNECTIONS_PER_PEER", c.connections_per_peer);
-  env_count("NEXAR_ENGINE_THREADS", c.engine_threads);
-  env_bytes("NEXAR_MAX_FRAME_BYTES", c.max_frame_bytes);
-  env_bytes("NEXAR_EAGER_LIMIT_BYTES", c.eager_limit);
-  env_bytes("NEXAR_UNEXPECTED_LIMIT_BYTES", c.unexpected_limit);
-  env_bytes("NEXAR_STREAM_WINDOW_BYTES", c.stream_window);
-  env_bytes("NEXAR_SEGMENT_BYTES", c.segment_bytes);
-  env_bytes("NEXAR_ALLREDUCE_RING_BYTES", c.allreduce_ring_bytes);
-  env_bytes("NEXAR_ALLREDUCE_DOUBLING_BYTES", c.allreduce_doubling_bytes);
-  env_bytes("NEXAR_BROADCAST_CHAIN_BYTES", c.broadcast_chain_bytes);
-  env_bytes("NEXAR_COLLECTIVE_EAGER_BYTES", c.collective_eager_bytes);
-  if (auto s = env("NEXAR_UDP_PAYLOAD_BYTES")) {
-    const std::uint64_t v = parse_bytes("NEXAR_UDP_PAYLOAD_BYTES", *s);
-    // Values that do not even fit the field are refused here; the rest by validate().
-    if (v > std::numeric_limits<std::uint32_t>::max()) {
-      malformed("NEXAR_UDP_PAYLOAD_BYTES", *s,
-                fmt::format("out of range (0 or {}..{})", kMinUdp, kMaxUdp));
-    }
-    c.udp_payload = static_cast<std::uint32_t>(v);
-  }
-  if (auto s = env("NEXAR_IMPAIR")) c.impair = std::string(*s);
-  env_bool("NEXAR_UDP_GSO", c.udp_gso);
-  env_bool("NEXAR_BULK_SCAVENGER", c.bulk_scavenger);
-  if (auto s = env("NEXAR_CONGESTION")) {
-    if (iequals(*s, "cubic")) c.congestion = Congestion::cubic;
-    else if (iequals(*s, "bbr")) c.congestion = Congestion::bbr;
-    else malformed("NEXAR_CONGESTION", *s, "not a congestion controller (cubic, bbr)");
-  }
-  env_bool("NEXAR_SHM", c.shm);
-  env_bytes("NEXAR_SHM_RING_BYTES", c.shm_ring_bytes);
-  env_bytes("NEXAR_SHM_COLLECTIVE_BYTES", c.shm_collective_bytes);
-  if (auto s = env("NEXAR_TOPOLOGY")) {
-    try {
-      c.topology = Topology::parse(*s);
-    } catch (const Error& e) {
-      malformed("NEXAR_TOPOLOGY", *s, e.what());
-    }
-  }
-  env_bool("NEXAR_LAZY_CONNECT", c.lazy_connect);
-  env_count("NEXAR_RELAY_HOPS", c.relay_hop_limit);
-  env_bytes("NEXAR_RELAY_WINDOW_BYTES", c.relay_window);
-  env_bool("NEXAR_YIELD_WHEN_IDLE", c.yield_when_idle);
-  if (auto s = env("NEXAR_SPIN_US")) {
-    c.spin = parse_duration<microseconds>("NEXAR_SPIN_US", *s,
-                                          "not a duration in microseconds (examples: 0, 100)");
-  }
-  if (auto s = env("NEXAR_DEBUG")) {
-    const auto lvl = log::parse_level(*s);
-    if (!lvl) {
-      malformed("NEXAR_DEBUG", *s, "not a log level (off, error, warn, info, debug, trace or 0-5)");
-    }
-    c.log_level = *lvl;
+  // Set variables only; unset ones leave the default. A set but empty variable is an
+  // error like any other malformed value: it is usually a broken script, not intent.
+  // The table's variables are all in core/env_vars.hpp (settings_listed() above).
+  for (const Setting& s : kSettings) {
+    const std::string var(s.var);
+    if (const char* v = std::getenv(var.c_str())) s.parse(c, var.c_str(), v);
   }
   c.validate();
   return c;
 }
 
 void Config::validate() const {
-  check_timeout("op_timeout", "NEXAR_TIMEOUT_MS", op_timeout);
-  check_timeout("connect_timeout", "NEXAR_CONNECT_TIMEOUT_MS", connect_timeout);
-  check_timeout("idle_timeout", "NEXAR_IDLE_TIMEOUT_MS", idle_timeout);
-  // Heartbeats go out at a tenth of it: below 50 ms they would be a load, not a probe.
-  if (failure_timeout < milliseconds(50) || failure_timeout > kMaxTimeout) {
-    out_of_range("failure_timeout", "NEXAR_FAILURE_TIMEOUT_MS", fmt::format("{} ms", failure_timeout.count()),
-                 fmt::format("50 ms .. {} ms (365 days)", kMaxTimeout.count()));
+  // The plain ranges come from the settings table; the checks below it are those that
+  // depend on other settings or are more than bounds.
+  for (const Setting& s : kSettings) {
+    if (s.value == nullptr) continue;
+    const std::int64_t v = s.value(*this);
+    if (v < s.min || v > s.max) {
+      out_of_range(s.field, std::string(s.var).c_str(), s.show(*this), allowed_range(s));
+    }
   }
   if (on_failure != FailurePolicy::abort && on_failure != FailurePolicy::manual &&
       on_failure != FailurePolicy::automatic) {
@@ -319,23 +449,6 @@ void Config::validate() const {
   }
   if (congestion != Congestion::cubic && congestion != Congestion::bbr) {
     out_of_range("congestion", "NEXAR_CONGESTION", fmt::format("{}", static_cast<int>(congestion)), "cubic, bbr");
-  }
-  check_timeout("rpc_timeout", "NEXAR_RPC_TIMEOUT_MS", rpc_timeout);
-  if (connections_per_peer < 1 || connections_per_peer > 16)
-    out_of_range("connections_per_peer", "NEXAR_CONNECTIONS_PER_PEER", fmt::format("{}", connections_per_peer),
-                 "1 .. 16");
-  if (engine_threads < 1 || engine_threads > 16)
-    out_of_range("engine_threads", "NEXAR_ENGINE_THREADS", fmt::format("{}", engine_threads), "1 .. 16");
-  if (rpc_threads < 1 || rpc_threads > 1024)
-    out_of_range("rpc_threads", "NEXAR_RPC_THREADS", fmt::format("{}", rpc_threads), "1 .. 1024");
-
-  if (max_frame_bytes < kMinFrame || max_frame_bytes > kMaxFrame) {
-    out_of_range("max_frame_bytes", "NEXAR_MAX_FRAME_BYTES", format_bytes(max_frame_bytes),
-                 fmt::format("{} .. {}", format_bytes(kMinFrame), format_bytes(kMaxFrame)));
-  }
-  if (stream_window < kMinWindow || stream_window > kMaxWindow) {
-    out_of_range("stream_window", "NEXAR_STREAM_WINDOW_BYTES", format_bytes(stream_window),
-                 fmt::format("{} .. {}", format_bytes(kMinWindow), format_bytes(kMaxWindow)));
   }
   // An eager message is sent before the receiver asked for it, so it has to fit one frame
   // and one stream window; otherwise it could stall behind flow control forever.
@@ -355,18 +468,10 @@ void Config::validate() const {
     out_of_range("udp_payload", "NEXAR_UDP_PAYLOAD_BYTES", fmt::format("{}", udp_payload),
                  fmt::format("0 (automatic) or {} .. {}", kMinUdp, kMaxUdp));
   }
-  if (segment_bytes < 4096 || segment_bytes > (64u << 20)) {
-    out_of_range("segment_bytes", "NEXAR_SEGMENT_BYTES", format_bytes(segment_bytes),
-                 "4 KiB .. 64 MiB");
-  }
   if (shm_ring_bytes < (64u << 10) || shm_ring_bytes > (256u << 20) ||
       (shm_ring_bytes & (shm_ring_bytes - 1)) != 0) {
     out_of_range("shm_ring_bytes", "NEXAR_SHM_RING_BYTES", format_bytes(shm_ring_bytes),
                  "a power of two, 64 KiB .. 256 MiB");
-  }
-  if (shm_collective_bytes > (std::uint64_t{1} << 30)) {
-    out_of_range("shm_collective_bytes", "NEXAR_SHM_COLLECTIVE_BYTES", format_bytes(shm_collective_bytes),
-                 "0 .. 1 GiB");
   }
   if (topology.kind == Topology::Kind::k_regular && (topology.k < 2 || topology.k % 2 != 0 || topology.k > 65536)) {
     out_of_range("topology", "NEXAR_TOPOLOGY", topology.to_string(), "k_regular:K with K even, 2 .. 65536");
@@ -383,13 +488,6 @@ void Config::validate() const {
   if (relay_hop_limit > 255) {
     out_of_range("relay_hop_limit", "NEXAR_RELAY_HOPS", fmt::format("{}", relay_hop_limit), "0 (automatic) or 1 .. 255");
   }
-  if (relay_window < 64 * KiB || relay_window > GiB) {
-    out_of_range("relay_window", "NEXAR_RELAY_WINDOW_BYTES", format_bytes(relay_window), "64 KiB .. 1 GiB");
-  }
-  if (spin.count() < 0 || spin > kMaxSpin) {
-    out_of_range("spin", "NEXAR_SPIN_US", fmt::format("{} us", spin.count()),
-                 fmt::format("0 .. {} us", kMaxSpin.count()));
-  }
   try {
     (void)detail::ImpairSpec::parse(impair);
   } catch (const Error& e) {
@@ -402,50 +500,18 @@ void Config::validate() const {
   }
 }
 
-std::string Config::describe() const {
+std::string Config::describe() const { return describe(true); }
+
+std::string Config::describe(bool all) const {
+  static const Config kDefaults;
   std::string out;
-  auto it = std::back_inserter(out);
-  fmt::format_to(it, "op_timeout = {} ms\n", op_timeout.count());
-  fmt::format_to(it, "connect_timeout = {} ms\n", connect_timeout.count());
-  fmt::format_to(it, "idle_timeout = {} ms\n", idle_timeout.count());
-  fmt::format_to(it, "failure_timeout = {} ms\n", failure_timeout.count());
-  fmt::format_to(it, "on_failure = {}\n", to_string(on_failure));
-  fmt::format_to(it, "rpc_timeout = {} ms\n", rpc_timeout.count());
-  fmt::format_to(it, "rpc_threads = {}\n", rpc_threads);
-  fmt::format_to(it, "max_frame_bytes = {}\n", format_bytes(max_frame_bytes));
-  fmt::format_to(it, "eager_limit = {}\n", format_bytes(eager_limit));
-  fmt::format_to(it, "unexpected_limit = {}\n", format_bytes(unexpected_limit));
-  fmt::format_to(it, "stream_window = {}\n", format_bytes(stream_window));
-  fmt::format_to(it, "segment_bytes = {}\n", format_bytes(segment_bytes));
-  fmt::format_to(it, "allreduce_ring_bytes = {}\n", format_bytes(allreduce_ring_bytes));
-  fmt::format_to(it, "allreduce_doubling_bytes = {}\n", format_bytes(allreduce_doubling_bytes));
-  fmt::format_to(it, "broadcast_chain_bytes = {}\n", format_bytes(broadcast_chain_bytes));
-  fmt::format_to(it, "collective_eager_bytes = {}\n", format_bytes(collective_eager_bytes));
-  if (udp_payload == 0) {
-    fmt::format_to(it, "udp_payload = auto (the path MTU)\n");
-  } else {
-    fmt::format_to(it, "udp_payload = {} bytes\n", udp_payload);
+  for (const Setting& s : kSettings) {
+    std::string value = s.show(*this);
+    if (s.kind == SettingKind::text && value.empty()) continue;  // impair: none
+    if (!all && value == s.show(kDefaults)) continue;
+    if (!out.empty()) out += '\n';
+    out += fmt::format("{} = {}", s.field, value);
   }
-  fmt::format_to(it, "udp_gso = {}\n", udp_gso ? "on" : "off");
-  fmt::format_to(it, "bulk_scavenger = {}\n", bulk_scavenger ? "on" : "off");
-  fmt::format_to(it, "congestion = {}\n", to_string(congestion));
-  fmt::format_to(it, "connections_per_peer = {}\n", connections_per_peer);
-  fmt::format_to(it, "engine_threads = {}\n", engine_threads);
-  fmt::format_to(it, "shm = {}\n", shm ? "on" : "off");
-  fmt::format_to(it, "shm_ring_bytes = {}\n", format_bytes(shm_ring_bytes));
-  fmt::format_to(it, "shm_collective_bytes = {}\n", format_bytes(shm_collective_bytes));
-  fmt::format_to(it, "topology = {}\n", topology.to_string());
-  fmt::format_to(it, "lazy_connect = {}\n", lazy_connect ? "on" : "off");
-  if (relay_hop_limit == 0) {
-    fmt::format_to(it, "relay_hop_limit = auto (diameter + 4)\n");
-  } else {
-    fmt::format_to(it, "relay_hop_limit = {}\n", relay_hop_limit);
-  }
-  fmt::format_to(it, "relay_window = {}\n", format_bytes(relay_window));
-  if (!impair.empty()) fmt::format_to(it, "impair = {}\n", impair);
-  fmt::format_to(it, "spin = {} us\n", spin.count());
-  fmt::format_to(it, "yield_when_idle = {}\n", yield_when_idle ? "on" : "off");
-  fmt::format_to(it, "log_level = {}", log::to_string(log_level));
   return out;
 }
 

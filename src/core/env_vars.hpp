@@ -1,8 +1,9 @@
 // Every NEXAR_* environment variable anything of nexar reads, in one table, and the warning
 // for the others (a misspelled setting would otherwise be ignored without a word).
 //
-// Config::from_env() reads its variables through EnvName, which refuses at compile time a
-// name missing from the table; tests check the other direction (every config entry is read
+// Config::from_env() reads the variables of the settings table (core/settings.hpp), which a
+// static_assert in src/core/config.cpp checks against this table; the other readers go
+// through EnvName, which refuses at compile time a name missing from it; tests check the other direction (every config entry is read
 // by from_env(), every launcher entry by resolve_launch_env(), and nothing else there).
 // docs/CONFIG.md documents each variable.
 #pragma once
