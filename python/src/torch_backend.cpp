@@ -164,7 +164,8 @@ class WorkNexar : public c10d::Work {
         what_(std::move(what)),
         name_(std::move(name)),
         timeout_(timeout),
-        deadline_(Clock::now() + timeout) {}
+        // A timeout of centuries (timedelta.max) would overflow the clock's nanoseconds.
+        deadline_(Clock::now() + std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365 * 100)))) {}
 
   bool isCompleted() override {
     if (request_.test()) settle();
