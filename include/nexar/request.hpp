@@ -57,9 +57,11 @@ class Request {
   /// Result of a finished receive (source, tag, size). Undefined before completion.
   Status status() const noexcept;
 
-  /// Asks the engine to cancel the operation. A receive not yet matched, or a send whose
-  /// data has not started to move, completes with Errc::cancelled; otherwise the call has
-  /// no effect and the operation completes normally.
+  /// Asks the engine to cancel the operation. A receive not yet matched, a send whose data
+  /// has not started to move, or a collective still waiting behind earlier collectives of
+  /// its communicator (it then never runs on this rank) completes with Errc::cancelled
+  /// (Errc::timeout once its deadline has passed); otherwise the call has no effect and the
+  /// operation completes normally.
   void cancel() const;
 
  private:

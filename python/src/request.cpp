@@ -100,7 +100,8 @@ void register_requests(py::module_& m) {
            "Waits at most `timeout` seconds; False if still running. Raises if it failed.")
       .def("cancel", &PyRequest::cancel,
            "Asks nexar to cancel the operation (a receive not yet matched, a send not yet "
-           "started); it then fails with nexar.CancelledError.")
+           "started, a collective still queued behind earlier ones); it then fails with "
+           "nexar.CancelledError.")
       .def_property_readonly("status", &PyRequest::status,
                              "Status of a completed receive (source, tag, bytes).")
       .def("exception", &PyRequest::exception,
