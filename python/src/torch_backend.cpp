@@ -124,6 +124,16 @@ const at::Tensor& single(const std::vector<at::Tensor>& v, const char* what) {
 
 class WorkNexar;
 
+// How messages name group rank `group_rank`: "rank 2" when `ranks` (each member's rank in
+// the default group) is empty or numbers it the same, else "rank 5 (group rank 1)".
+std::string rank_name(const std::vector<int>& ranks, int group_rank) {
+  const bool known = group_rank >= 0 && static_cast<std::size_t>(group_rank) < ranks.size();
+  const int global = known ? ranks[static_cast<std::size_t>(group_rank)] : group_rank;
+  std::string s = "rank " + std::to_string(global);
+  if (global != group_rank) s += " (group rank " + std::to_string(group_rank) + ")";
+  return s;
+}
+
 // What a process group's completion thread and its Works share: new Works, and the wake-ups
 // (a new Work, a future asked for, the group stopping).
 struct Inbox {
@@ -146,12 +156,12 @@ class WorkNexar : public c10d::Work {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `what` names the operation and the rank for messages ("barrier on rank 1"), `name` names
-  // a member of the group; `timeout` bounds the operation as torch defines (the option given
-  // to the call, else the group's).
+  // `ranks`: the group's numbering for messages (rank_name), shared with the group;
+  // `timeout` bounds the operation as torch defines (the option given to the call, else the
+  // group's). Messages are only composed when an operation times out.
   WorkNexar(int rank, OpType type, nexar::Request request, std::vector<at::Tensor> outputs,
             std::vector<at::Tensor> keep, std::function<void()> on_success,
-            std::weak_ptr<Inbox> inbox, std::string what, std::function<std::string(int)> name,
+            std::weak_ptr<Inbox> inbox, std::shared_ptr<const std::vector<int>> ranks,
             std::chrono::milliseconds timeout)
       : Work(rank, type),
         inbox_(std::move(inbox)),
@@ -161,8 +171,7 @@ class WorkNexar : public c10d::Work {
         on_success_(std::move(on_success)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))),
-        what_(std::move(what)),
-        name_(std::move(name)),
+        ranks_(std::move(ranks)),
         timeout_(timeout),
         // A timeout of centuries (timedelta.max) would overflow the clock's nanoseconds.
         deadline_(Clock::now() + std::min(timeout, std::chrono::milliseconds(std::chrono::hours(24 * 365 * 100)))) {}
@@ -261,10 +270,12 @@ class WorkNexar : public c10d::Work {
   }
 
   std::string timed_out_message(const std::string& detail) const {
+    std::string op = c10d::opTypeToString(opType_);
+    std::transform(op.begin(), op.end(), op.begin(), [](unsigned char c) { return std::tolower(c); });
     std::string waited;
-    if (const int peer = peer_in(detail); peer >= 0 && name_) waited = " for " + name_(peer);
-    return "nexar backend: " + what_ + " Timed out waiting " + std::to_string(timeout_.count()) +
-           " ms" + waited + ": " + detail;
+    if (const int peer = peer_in(detail); peer >= 0) waited = " for " + rank_name(*ranks_, peer);
+    return "nexar backend: " + op + " on " + rank_name(*ranks_, rank_) + " Timed out waiting " +
+           std::to_string(timeout_.count()) + " ms" + waited + ": " + detail;
   }
 
   // The peer a nexar error names ("<op>: rank R, peer P ...", core/error_format.cpp), or -1.
@@ -286,8 +297,7 @@ class WorkNexar : public c10d::Work {
   std::function<void()> on_success_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::once_flag settled_;
-  std::string what_;
-  std::function<std::string(int)> name_;  // a group rank as messages name it
+  std::shared_ptr<const std::vector<int>> ranks_;
   std::chrono::milliseconds timeout_;
   Clock::time_point deadline_;
 };
@@ -393,10 +403,10 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
         comm_(std::move(comm)),
         timeout_(timeout),
         owns_(owns),
-        ranks_(std::move(ranks)),
+        ranks_(std::make_shared<const std::vector<int>>(std::move(ranks))),
         completer_(std::make_unique<Completer>()) {
-    TORCH_CHECK(ranks_.empty() || static_cast<int>(ranks_.size()) == getSize(),
-                "nexar backend: the group has ", getSize(), " members but ", ranks_.size(),
+    TORCH_CHECK(ranks_->empty() || static_cast<int>(ranks_->size()) == getSize(),
+                "nexar backend: the group has ", getSize(), " members but ", ranks_->size(),
                 " global ranks were given");
     init();
   }
@@ -779,15 +789,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
     return o;
   }
 
-  // "rank 2" for rank 2 of the default group, else "rank 5 (group rank 1)".
-  static std::string who(const std::vector<int>& ranks, int group_rank) {
-    const bool known = group_rank >= 0 && static_cast<std::size_t>(group_rank) < ranks.size();
-    const int global = known ? ranks[static_cast<std::size_t>(group_rank)] : group_rank;
-    std::string s = "rank " + std::to_string(global);
-    if (global != group_rank) s += " (group rank " + std::to_string(group_rank) + ")";
-    return s;
-  }
-  std::string who(int group_rank) const { return who(ranks_, group_rank); }
+  std::string who(int group_rank) const { return rank_name(*ranks_, group_rank); }
 
   c10::intrusive_ptr<c10d::Work> start(OpType type, nexar::Request q,
                                        std::vector<at::Tensor> outputs,
@@ -795,13 +797,9 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
                                        std::function<void()> on_success,
                                        std::chrono::milliseconds timeout = c10d::kUnsetTimeout) {
     if (type != OpType::SEND && type != OpType::RECV && type != OpType::RECVANYSOURCE) ++collectives_;
-    std::string what = c10d::opTypeToString(type);
-    std::transform(what.begin(), what.end(), what.begin(), [](unsigned char c) { return std::tolower(c); });
-    what += " on " + who(getRank());
     auto w = c10::make_intrusive<WorkNexar>(getRank(), type, std::move(q), std::move(outputs),
                                             std::move(keep), std::move(on_success), completer_->inbox(),
-                                            std::move(what), [ranks = ranks_](int r) { return who(ranks, r); },
-                                            effective(timeout));
+                                            ranks_, effective(timeout));
     completer_->add(w);
     return w;
   }
@@ -957,7 +955,7 @@ class ProcessGroupNexar : public c10d::ProcessGroup {
   nexar::Communicator comm_;
   std::chrono::milliseconds timeout_;
   bool owns_;
-  std::vector<int> ranks_;
+  std::shared_ptr<const std::vector<int>> ranks_;  // each member's default-group rank, or empty
   std::atomic<std::uint64_t> collectives_{0};  // started on this group (its sequence number)
   std::unique_ptr<Completer> completer_;
 };

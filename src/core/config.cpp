@@ -184,19 +184,16 @@ constexpr std::int64_t kTimeoutMax = kMaxTimeout.count();
             c.F = parse_duration<milliseconds>(                                                 \
                 var, s, "not a duration in milliseconds (examples: 500, 15000)");               \
           }}
-#define NEXAR_BYTES(F, VAR, TIER, MIN, MAX, DOC)                                         \
-  Setting{#F, VAR, SettingKind::bytes, SettingTier::TIER, MIN, MAX, "", DOC,             \
-          [](const Config& c) -> std::int64_t { return clamp_i64(c.F); },                \
+#define NEXAR_BYTES_WITH(F, VAR, TIER, MIN, MAX, VALUE, DOC)                             \
+  Setting{#F, VAR, SettingKind::bytes, SettingTier::TIER, MIN, MAX, "", DOC, VALUE,      \
           [](const Config& c) { return format_bytes(c.F); },                             \
           [](const Config& c) { return format_bytes(c.F); },                             \
           [](Config& c, const char* var, std::string_view s) { c.F = parse_bytes(var, s); }}
+#define NEXAR_BYTES(F, VAR, TIER, MIN, MAX, DOC) \
+  NEXAR_BYTES_WITH(F, VAR, TIER, MIN, MAX, [](const Config& c) -> std::int64_t { return clamp_i64(c.F); }, DOC)
 // Bytes whose range validate() checks itself (it depends on other settings, or is more
 // than bounds).
-#define NEXAR_BYTES_CUSTOM(F, VAR, TIER, DOC)                                            \
-  Setting{#F, VAR, SettingKind::bytes, SettingTier::TIER, 0, 0, "", DOC, nullptr,        \
-          [](const Config& c) { return format_bytes(c.F); },                             \
-          [](const Config& c) { return format_bytes(c.F); },                             \
-          [](Config& c, const char* var, std::string_view s) { c.F = parse_bytes(var, s); }}
+#define NEXAR_BYTES_CUSTOM(F, VAR, TIER, DOC) NEXAR_BYTES_WITH(F, VAR, TIER, 0, 0, nullptr, DOC)
 #define NEXAR_COUNT(F, VAR, TIER, MIN, MAX, DOC)                                         \
   Setting{#F, VAR, SettingKind::count, SettingTier::TIER, MIN, MAX, "", DOC,             \
           [](const Config& c) -> std::int64_t { return c.F; },                           \
@@ -331,6 +328,7 @@ constexpr Setting kSettings[] = {
 
 #undef NEXAR_MS
 #undef NEXAR_BYTES
+#undef NEXAR_BYTES_WITH
 #undef NEXAR_BYTES_CUSTOM
 #undef NEXAR_COUNT
 #undef NEXAR_BOOL
@@ -363,10 +361,6 @@ std::string allowed_range(const Setting& s) {
 }  // namespace
 
 std::span<const Setting> detail::settings() noexcept { return kSettings; }
-
-namespace {
-
-}  // namespace
 
 Topology Topology::parse(std::string_view text) {
   auto bad = [&](std::string_view what) -> Topology {
@@ -425,8 +419,7 @@ Config Config::from_env() {
   // error like any other malformed value: it is usually a broken script, not intent.
   // The table's variables are all in core/env_vars.hpp (settings_listed() above).
   for (const Setting& s : kSettings) {
-    const std::string var(s.var);
-    if (const char* v = std::getenv(var.c_str())) s.parse(c, var.c_str(), v);
+    if (const char* v = std::getenv(s.var)) s.parse(c, s.var, v);
   }
   c.validate();
   return c;
@@ -439,7 +432,7 @@ void Config::validate() const {
     if (s.value == nullptr) continue;
     const std::int64_t v = s.value(*this);
     if (v < s.min || v > s.max) {
-      out_of_range(s.field, std::string(s.var).c_str(), s.show(*this), allowed_range(s));
+      out_of_range(s.field, s.var, s.show(*this), allowed_range(s));
     }
   }
   if (on_failure != FailurePolicy::abort && on_failure != FailurePolicy::manual &&

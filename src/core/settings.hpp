@@ -48,7 +48,7 @@ constexpr std::string_view to_string(SettingTier t) noexcept {
 
 struct Setting {
   std::string_view field;  ///< the member of Config (describe()'s name)
-  std::string_view var;    ///< its NEXAR_* variable (listed in kEnvVars, reader config)
+  const char* var;         ///< its NEXAR_* variable (listed in kEnvVars, reader config)
   SettingKind kind;
   SettingTier tier;
   /// Plain range checked by validate() when `value` is set: min .. max inclusive, in the
