@@ -115,7 +115,7 @@ TEST(ShmPresence, AWaitingWriterIsRungOrFindsTheRoomItself) {
   p.b_presence.watched();
   // Fill A's ring on the data lane: the rest waits, with A's mark set.
   p.a_sends(data, p.payload.size());
-  EXPECT_TRUE(p.a->unread() > 64 * 1024) << "some of it waits for room";
+  EXPECT_TRUE(p.a->unacked() > 64 * 1024) << "some of it waits for room";
   // A polls, so B frees room without ringing it...
   p.a_presence.watched();
   p.b_reads(data);
@@ -130,7 +130,7 @@ TEST(ShmPresence, AWaitingWriterIsRungOrFindsTheRoomItself) {
   p.b_reads(data);
   EXPECT_EQ(rings(p.a_bell), 1u);
   // Once everything is written, the mark goes and nothing is pending.
-  while (p.a->unread() > 0) {
+  while (p.a->unacked() > 0) {
     ASSERT_TRUE(p.a->flush(moved, more));
     p.b_reads(data);
   }
@@ -151,7 +151,7 @@ TEST(ShmPresence, ALinkJoinsInItsNodesStateAndLeavesWhenItsPeerIsGone) {
   std::vector<std::uint8_t> msg(32, 1);
   a.push(coll, quic::Chunk{msg.data(), msg.size(), {}});
   EXPECT_EQ(rings(b_bell), 0u) << "B joined a polled node: its word was cleared";
-  b.fail_pending(Errc::peer_failed, "gone");
+  b.fail(Errc::peer_failed, "gone");
   EXPECT_FALSE(b_presence.unwatched()) << "the link left: its bytes are nobody's work";
   a.push(coll, quic::Chunk{msg.data(), msg.size(), {}});
   EXPECT_EQ(rings(b_bell), 1u) << "a link that left keeps its word set";

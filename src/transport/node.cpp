@@ -653,7 +653,7 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
     std::size_t len = wire::header_size + size;
     submit([this, dest, lane, tag, b = std::move(b), len]() mutable {
       Peer* q = peer(dest);
-      q->send_frame(lane, std::move(b), len, {}, q->route(lane, tag, len - wire::header_size));
+      q->send_frame(lane, std::move(b), len, {}, &q->route(lane, tag, len - wire::header_size));
     });
     RecvOp shape;  // only for mapping the destination into the caller's communicator
     shape.local_of = a.local_of;

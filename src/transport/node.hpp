@@ -291,6 +291,13 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
   bool receiving(Domain d, const OpState* op) const;
   Peer* peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)].get(); }
+  /// The peer of world rank `r`, or null (out of the table, or the node closed). Engine
+  /// lock held.
+  Peer* peer_locked(int r) noexcept;
+  /// The node name of world rank `r` (what its certificate names).
+  const std::string& name_of(int r) const { return names_.at(static_cast<std::size_t>(r)); }
+  /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
+  PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   int rank_of_node(const std::string& node) const;
   /// A receive was matched with an unexpected message (or a peer's data): deliver.
   void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
@@ -494,8 +501,6 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
     void fail(const std::shared_ptr<OpState>& op) const;
   };
   RevokeError revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const;
-  /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
-  PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   /// The header of a `failed` frame from this rank naming world rank `r`.
   wire::FrameHeader failed_header(int r) const;
   /// Sends a header-only or small control frame to every live peer but `except`.
@@ -505,9 +510,6 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   static thread_local bool t_scope_asleep_;
   /// Dials world rank `r` (engine thread).
   void dial(int r);
-  /// The peer of world rank `r`, or null (out of the table, or the node closed). Engine
-  /// lock held.
-  Peer* peer_locked(int r) noexcept;
 
   Config cfg_;
   int rank_;
@@ -572,8 +574,6 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::atomic<bool> closed_{false};
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;
-  friend class Peer;
-  friend class ShmHub;
 };
 
 }  // namespace nexar::detail

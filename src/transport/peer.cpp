@@ -12,33 +12,24 @@ using wire::FrameHeader;
 using wire::FrameType;
 using wire::Lane;
 
-namespace {
-// Write priority of the outgoing streams (indexed by lane): control first, then RPC, then
-// data and collective together, bulk last, so a long bulk transfer never sits in front of a
-// barrier or an RPC. Data and collective share a class: the connection takes turns between
-// streams of one class, so a large send and a large collective share the link and a small
-// message of either waits about a packet at most.
-constexpr int lane_priority[wire::lane_count] = {0, 2, 1, 1, 3, 2};
-}  // namespace
-
 Peer::Peer(Node& node, int rank, std::string name, quic::Address addr)
     : node_(node),
       rank_(rank),
       name_(std::move(name)),
       addr_(addr),
       addr_text_(addr.to_string()),
-      stripes_(*this, lane_priority[static_cast<int>(Lane::collective)]) {}
+      stripes_(*this, QuicLink::priority(Lane::collective)) {}
 
 void Peer::attach(quic::Connection& c) {
-  conn_ = &c;
-  ++conn_gen_;
+  quic_.attach(c);
   c.set_handler(this);
   c.user = this;
 }
 
 std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node) {
   if (std::string why = on_stripe_identity(node); !why.empty()) return why;
-  if (conn_ && conn_ != &c && !conn_->closed()) return "node '" + node + "' is already connected";
+  const quic::Connection* conn = quic_.connection();
+  if (conn && conn != &c && !conn->closed()) return "node '" + node + "' is already connected";
   return {};
 }
 
@@ -62,15 +53,8 @@ quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
 
 void Peer::on_established(quic::Connection& c) {
   attach(c);
-  for (int l = 0; l < wire::lane_count; ++l) {
-    out_[l] = c.open_stream(lane_priority[l], static_cast<Lane>(l) == Lane::bulk && node_.config().bulk_scavenger);
-    PooledBuffer b = node_.pool().acquire(wire::preamble_size);
-    wire::encode_preamble(static_cast<Lane>(l),
-                          std::span<std::byte, wire::preamble_size>(b.data(), wire::preamble_size));
-    const auto* p = reinterpret_cast<const std::uint8_t*>(b.data());
-    c.push(out_[l], quic::Chunk{p, wire::preamble_size, chunk_done(std::move(b), nullptr)});
-  }
-  const std::string& my_name = node_.names_[static_cast<std::size_t>(node_.rank())];
+  quic_.open_streams(node_.config().bulk_scavenger);
+  const std::string& my_name = node_.name_of(node_.rank());
   FrameHeader h;
   h.type = FrameType::hello;
   h.src = static_cast<std::uint32_t>(node_.rank());
@@ -80,8 +64,7 @@ void Peer::on_established(quic::Connection& c) {
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
   const auto* hp = reinterpret_cast<const std::uint8_t*>(b.data());
-  c.push(out_[static_cast<int>(Lane::control)],
-         quic::Chunk{hp, wire::header_size + my_name.size(), chunk_done(std::move(b), nullptr)});
+  quic_.push_now(Lane::control, quic::Chunk{hp, wire::header_size + my_name.size(), chunk_done(std::move(b), nullptr)});
   // The side that accepted has taken this connection. The side that dialled knows only
   // that its handshake ended: the acceptor may still refuse it (its check of our
   // certificate comes after), so nothing more goes out until the acceptor's hello proves
@@ -92,18 +75,15 @@ void Peer::on_established(quic::Connection& c) {
 void Peer::confirm() {
   // What was queued while the connection was being set up follows the hello.
   state_.store(State::up, std::memory_order_release);
-  auto early = std::move(early_);
-  early_.clear();
-  for (auto& [lane, chunk] : early) push(lane, std::move(chunk));
+  quic_.confirm();
   node_.on_peer_up(*this);
   log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
 }
 
-void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done, Via via) {
+void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done, Link* via) {
   // A neighbour that said goodbye lingers until its own last bytes are acknowledged: what
   // we relay to it meanwhile (acknowledgements of those bytes among them) still goes.
-  const bool lingering = gone_code_ == Errc::peer_closed && conn_ && !conn_->closed() &&
-                         out_[static_cast<int>(lane)] >= 0 && !done;
+  const bool lingering = gone_code_ == Errc::peer_closed && quic_.open(lane) && !done;
   if (gone() && !lingering) {
     if (done) node_.fail(done, gone_code_ == Errc::ok ? Errc::peer_failed : gone_code_, rank_, gone_why_);
     return;
@@ -112,31 +92,11 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
   push(lane, quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))}, via);
 }
 
-void Peer::push(Lane lane, quic::Chunk c, Via via) {
-  if (relay_) {
-    relay_->push(lane, std::move(c));
-    node_.relay_pump(*this, lane);
-    return;
-  }
-  if (!conn_ || out_[static_cast<int>(lane)] < 0 || state_.load(std::memory_order_relaxed) == State::connecting) {
-    early_.emplace_back(lane, std::move(c));
-    if (!conn_) node_.connect_lazily(rank_);
-    return;
-  }
-  const int i = ShmLink::index(lane);
-  if (shm_ && i >= 0 && shm_->sending(i)) {
-    shm_->push(i, std::move(c));
-    return;
-  }
-  if (via.conn) {
-    via.conn->push(via.stream, std::move(c));
-    return;
-  }
-  if (via.hosted) {
-    via.hosted->push(via.stream, std::move(c));
-    return;
-  }
-  conn_->push(out_[static_cast<int>(lane)], std::move(c));
+void Peer::push(Lane lane, quic::Chunk c, Link* via) {
+  Link& link = via ? *via : route(lane, 0, 0);
+  link.push(lane, std::move(c));
+  // A chunk that waits for a connection nobody dialled yet (Config::lazy_connect) dials it.
+  if (&link == &quic_ && !quic_.connection()) node_.connect_lazily(rank_);
 }
 
 namespace {
@@ -146,27 +106,32 @@ namespace {
 constexpr std::uint64_t kStripeMinBytes = 64 * 1024;
 }  // namespace
 
-Peer::Via Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
-  if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return {};
+Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
+  if (relay_) return *relay_;
+  // A neighbour still connecting (or not dialled yet): the chunks wait on the first
+  // connection, in order, and go once it is confirmed.
+  if (!quic_.ready() || state_.load(std::memory_order_relaxed) == State::connecting) return quic_;
+  if (shm_ && shm_->sending(lane)) return *shm_;
+  if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return quic_;
   // Every collective message has a tag of its own (collective_message_tag), so any
   // connection will do: the message's number plus the operation's, round the connections,
   // so that operations of one message per neighbour spread too.
   const auto u = static_cast<std::uint64_t>(tag);
   const auto i = ((u & 0xffffffffu) + (u >> 32)) % static_cast<std::uint64_t>(stripes_.active() + 1);
-  if (i == 0) return {};
+  if (i == 0) return quic_;
   ++striped_;
   return stripes_.at(static_cast<int>(i) - 1);
 }
 
 void Peer::dial_stripes(const Stripes::Dialer& dialer) {
-  if (stripes_dialled_ || gone() || relay_ || shm_ || !conn_) return;
+  if (stripes_dialled_ || gone() || relay_ || shm_ || !quic_.connection()) return;
   stripes_dialled_ = true;
   for (std::uint32_t i = 1; i < node_.config().connections_per_peer; ++i) stripes_.dial(dialer);
 }
 
 std::string Peer::stripe_refusal() const {
   const std::uint32_t want = node_.config().connections_per_peer;
-  if (gone() || relay_ || shm_ || !conn_ || conn_->closed())
+  if (gone() || relay_ || shm_ || !quic_.connection() || quic_.connection()->closed())
     return "rank " + std::to_string(node_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
   if (static_cast<std::uint32_t>(stripes_.live()) + 1 >= want)
     return "rank " + std::to_string(node_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
@@ -196,9 +161,10 @@ void Peer::on_stripe_ready(bool hosted) {
   log::debug("rank {}: peer {}: an extra connection is up{}", node_.rank(), rank_, hosted ? " on a shard" : "");
 }
 
-std::optional<std::uint64_t> Peer::on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) {
+std::optional<std::uint64_t> Peer::on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
+                                                  std::size_t len) {
   if (gone()) return std::nullopt;
-  return deliver(key, data, len);
+  return on_link_data(link, stream, data, len);
 }
 
 void Peer::on_stripe_closed(Errc code, const std::string& why) {
@@ -210,15 +176,13 @@ void Peer::on_stripe_closed(Errc code, const std::string& why) {
 }
 
 void Peer::drop_connection() {
-  conn_ = nullptr;
-  ++conn_gen_;
+  quic_.detach();
   hello_seen_ = false;
-  for (auto& id : out_) id = -1;
-  in_.clear();
+  std::erase_if(in_, [this](const auto& e) { return e.first.first == &quic_; });
 }
 
 void Peer::abandon_dial() {
-  abandoned_ = conn_;
+  abandoned_ = quic_.connection();
   drop_connection();
   // Inside the handshake of the incoming connection: close ours once that call unwinds,
   // unless it closed by itself meanwhile (on_closed then forgot it).
@@ -239,7 +203,7 @@ void Peer::shm_failed() {
 }
 
 void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
-  if (shm_ || gone() || !conn_) return;
+  if (shm_ || gone() || !quic_.connection()) return;
   shm_ = std::move(link);
   shm_expected_ = true;
   shm_settled_ = true;
@@ -284,7 +248,7 @@ bool Peer::poll_shm() {
       if (bytes.empty()) break;
       if (part == 0) limit = shm_->quantum(i);
       bytes = bytes.first(std::min(bytes.size(), limit - turn));
-      const auto credit = deliver(shm_stream(i), bytes.data(), bytes.size());
+      const auto credit = on_link_data(*shm_, static_cast<std::uint64_t>(i), bytes.data(), bytes.size());
       if (!credit || gone()) return true;
       r.release(bytes.size());
       if (*credit) r.grant(*credit);
@@ -303,26 +267,6 @@ bool Peer::poll_shm() {
   return moved;
 }
 
-void Peer::credit(std::int64_t id, std::uint64_t n) {
-  if (is_relay_stream(id)) {
-    if (!relay_) return;
-    relay_->consumed(pseudo_lane(id), n);
-    node_.owe_relay_ack(rank_, pseudo_lane(id));
-    return;
-  }
-  if (id < 0) {
-    if (!shm_) return;
-    shm_->in(shm_ring(id)).grant(n);
-    shm_->wake_writer(shm_ring(id));
-    return;
-  }
-  if (Stripes::slot_of(id) > 0) {
-    stripes_.consumed(id, n);
-    return;
-  }
-  if (conn_ && !conn_->closed()) conn_->consumed(id, n);
-}
-
 FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
                                  std::uint64_t length) const {
   FrameHeader h;
@@ -335,7 +279,7 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
   return h;
 }
 
-void Peer::send_header(Lane lane, const FrameHeader& h, Via via) {
+void Peer::send_header(Lane lane, const FrameHeader& h, Link* via) {
   PooledBuffer b = node_.pool().acquire(wire::header_size);
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   send_frame(lane, std::move(b), wire::header_size, {}, via);
@@ -350,11 +294,11 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
   if (node_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
-  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), route(lane_of(d), tag, size));
+  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), &route(lane_of(d), tag, size));
 }
 
 void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op,
-                        Via via) {
+                        Link* via) {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const bool last = i + 1 == parts.size();
     quic::Chunk c{static_cast<const std::uint8_t*>(parts[i].data), parts[i].bytes,
@@ -371,7 +315,7 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vecto
     return;
   }
   if (node_.fail_if_revoked(comm, op)) return;
-  const Via via = route(lane_of(d), tag, size);
+  Link* via = &route(lane_of(d), tag, size);
   send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size), via);
   push_payload(lane_of(d), parts, op, via);
 }
@@ -398,16 +342,16 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
   rdv_in_[static_cast<int>(d)][seq] = RdvIn{std::move(r), size};
-  send_header(lane_of(d), h, route(lane_of(d), tag, size));
+  send_header(lane_of(d), h, &route(lane_of(d), tag, size));
 }
 
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
   std::uint64_t& held = unexpected_bytes_[static_cast<int>(d)];
   held -= std::min(held, bytes);
   if (held >= node_.config().unexpected_limit) return;
-  for (auto& [id, s] : in_) {
+  for (auto& [key, s] : in_) {
     if (s->deferred && domain_of(s->reader.lane()) == d) {
-      credit(id, s->deferred);
+      s->link->consumed(s->stream, s->deferred);
       s->deferred = 0;
     }
   }
@@ -416,15 +360,10 @@ void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
 std::uint64_t Peer::unacked() const {
   if (gone()) return 0;
   if (relay_) return relay_->unacked();
-  std::uint64_t n = 0;
-  // Queued before the connection was up (lazy connections, a neighbour still connecting):
-  // promised to the caller all the same.
-  for (const auto& [lane, c] : early_) n += c.len;
-  if (!conn_) return n;
-  for (auto id : out_)
-    if (id >= 0) n += conn_->unacked(id);
+  std::uint64_t n = quic_.unacked();
+  if (!quic_.connection()) return n;
   n += stripes_.unacked();
-  if (shm_) n += shm_->unread();
+  if (shm_) n += shm_->unacked();
   return n;
 }
 
@@ -443,13 +382,12 @@ struct Peer::Reader {
   InStream& s;
   bool on_preamble(Lane lane) {
     // An extra connection of the pair carries the collective lane only.
-    if (Stripes::slot_of(s.id) > 0 && lane != Lane::collective) {
-      p.protocol_error("an extra connection's stream carries lane " + std::to_string(static_cast<int>(lane)));
+    if (!s.link->carries(lane)) {
+      p.protocol_error(s.link->describe(s.stream) + " carries lane " + std::to_string(static_cast<int>(lane)));
       return false;
     }
-    for (auto& [id, other] : p.in_) {
-      if (other.get() != &s && other->reader.lane() == lane && id != s.id &&
-          Stripes::slot_of(id) == Stripes::slot_of(s.id)) {
+    for (auto& [key, other] : p.in_) {
+      if (other.get() != &s && other->link == s.link && other->reader.lane() == lane) {
         p.protocol_error("second stream for lane " + std::to_string(static_cast<int>(lane)));
         return false;
       }
@@ -464,16 +402,18 @@ struct Peer::Reader {
 void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                           std::size_t len) {
   if (gone()) return;
-  const auto n = deliver(stream, data, len);
+  const auto n = on_link_data(quic_, static_cast<std::uint64_t>(stream), data, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }
 
-std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* data, std::size_t len) {
-  auto& slot = in_[id];
+std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
+                                                std::size_t len) {
+  auto& slot = in_[{&link, stream}];
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
-    slot->id = id;
-    if (id < 0) slot->reader.start_without_preamble(pseudo_lane(id));
+    slot->link = &link;
+    slot->stream = stream;
+    if (auto lane = link.stream_lane(stream)) slot->reader.start_without_preamble(*lane);
   }
   InStream& s = *slot;
   s.deferred_now = 0;
@@ -481,10 +421,7 @@ std::optional<std::uint64_t> Peer::deliver(std::int64_t id, const std::uint8_t* 
   auto in = std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len);
   if (auto err = s.reader.feed(in, r)) {
     if (!gone()) {
-      protocol_error((is_relay_stream(id) ? "relayed lane " + std::string(wire::to_string(s.reader.lane()))
-                      : id < 0 ? "shared-memory lane " + std::string(wire::to_string(s.reader.lane()))
-                             : "stream " + std::to_string(id)) +
-                     ": " + err.error);
+      protocol_error(link.describe(stream) + ": " + err.error);
     }
     return std::nullopt;
   }
@@ -502,17 +439,17 @@ void Peer::protocol_error(const std::string& why) {
 }
 
 void Peer::close_later(std::uint64_t app_code, std::string why) {
-  quic::Connection* c = conn_;
+  quic::Connection* c = quic_.connection();
   if (!c) return;
   // Posted work does not always run in the order it was posted: work a user thread posts
   // while it makes progress inline can run before work the engine thread posted a moment
   // earlier. So the connection may have closed by itself and been freed (its own posted
   // work) by the time this runs: close it only if it is still ours. A closed connection
-  // is no longer ours (on_closed cleared conn_), and the generation tells a new
-  // connection at the same address from it.
-  const std::uint64_t gen = conn_gen_;
+  // is no longer ours (on_closed forgot it), and the generation tells a new connection at
+  // the same address from it.
+  const std::uint64_t gen = quic_.generation();
   node_.engine().post([this, c, gen, app_code, why = std::move(why)] {
-    if (conn_ == c && conn_gen_ == gen) c->close(app_code, why);
+    if (quic_.connection() == c && quic_.generation() == gen) c->close(app_code, why);
   });
 }
 
@@ -520,7 +457,7 @@ void Peer::abort(const std::string& why) {
   if (gone()) return;
   log::warn("rank {}: giving up on peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::peer_failed, why);
-  if (conn_) conn_->close(quic::close_error, why);
+  if (quic::Connection* c = quic_.connection()) c->close(quic::close_error, why);
 }
 
 void Peer::lost(const std::string& why) {
@@ -547,8 +484,8 @@ void Peer::cut_off(const std::string& why) {
 }
 
 void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {
-  if (!up() || !conn_) return;
-  if (now - conn_->last_rx() < period || now - last_heartbeat_ < period) return;
+  if (!up() || !quic_.connection()) return;
+  if (now - quic_.connection()->last_rx() < period || now - last_heartbeat_ < period) return;
   last_heartbeat_ = now;
   FrameHeader h;
   h.type = FrameType::heartbeat;
@@ -569,14 +506,9 @@ void Peer::mark_gone(Errc code, const std::string& why) {
     state_.store(State::gone, std::memory_order_release);
   }
   // Everything in flight with this peer fails now, naming it.
-  if (shm_) shm_->fail_pending(gone_code_, gone_why_);
-  if (relay_) relay_->fail_pending(gone_code_, gone_why_);
-  {
-    auto early = std::move(early_);
-    early_.clear();
-    for (auto& [lane, chunk] : early)
-      if (chunk.done) chunk.done(gone_code_, gone_why_);
-  }
+  if (shm_) shm_->fail(gone_code_, gone_why_);
+  if (relay_) relay_->fail(gone_code_, gone_why_);
+  quic_.fail(gone_code_, gone_why_);
   for (auto& [seq, r] : rdv_out_)
     if (!r.cancelled) node_.fail(r.op, gone_code_, rank_, gone_why_);
   rdv_out_.clear();
@@ -634,11 +566,11 @@ bool Peer::receiving(const OpState* op) const {
 bool Peer::on_header(InStream& s, const FrameHeader& h) {
   // Messages over QUIC are moving (not control frames, nor the switch to shared memory):
   // waiters keep the engine thread from waking for the replies (Engine::settle_delay).
-  if (s.id >= 0 && s.reader.lane() != Lane::control && h.type != FrameType::shm_switch)
+  if (s.link->on_socket() && s.reader.lane() != Lane::control && h.type != FrameType::shm_switch)
     node_.engine().note_socket_messages();
   // Relayed frames name their origin, which need not be this neighbour.
   if (h.type == FrameType::relay || h.type == FrameType::relay_ack) {
-    if (is_relay_stream(s.id)) {
+    if (s.link == relay_.get()) {
       protocol_error(std::string(wire::to_string(h.type)) + " frame inside a relayed lane");
       return false;
     }
@@ -718,7 +650,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       d.tag = static_cast<std::uint64_t>(r.tag);
       d.seq = h.seq;
       Lane out_lane = lane_of(r.domain);
-      const Via via = route(out_lane, r.tag, r.size);
+      Link* via = &route(out_lane, r.tag, r.size);
       if (r.cancelled) {
         d.flags = wire::flag_cancelled;
         send_header(out_lane, d, via);
@@ -769,7 +701,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       const int i = ShmLink::index(lane);
       // Only once per lane, on its QUIC stream, and only where shared memory was offered:
       // a switch into memory nobody maps would leave the lane's messages unread.
-      if (s.id < 0 || i < 0 || shm_in_[i] || !shm_expected_) {
+      if (s.link != &quic_ || i < 0 || shm_in_[i] || !shm_expected_) {
         protocol_error("unexpected shm_switch on lane " + std::string(wire::to_string(lane)));
         return false;
       }
@@ -868,7 +800,9 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       }
       hello_seen_ = true;
       // The acceptor's hello: the connection we dialled is ours.
-      if (state_.load(std::memory_order_relaxed) == State::connecting && conn_ && !conn_->is_server()) confirm();
+      if (state_.load(std::memory_order_relaxed) == State::connecting && quic_.connection() &&
+          !quic_.connection()->is_server())
+        confirm();
       break;
     }
     case FrameType::goodbye:
@@ -965,8 +899,9 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
     abandoned_ = nullptr;
     return;
   }
-  if (&c != conn_ && conn_) return;  // a duplicate connection we refused, or a dial we gave up
-  if (&c == conn_ && code == Errc::tls && !c.is_server() && !gone() &&
+  quic::Connection* conn = quic_.connection();
+  if (&c != conn && conn) return;  // a duplicate connection we refused, or a dial we gave up
+  if (&c == conn && code == Errc::tls && !c.is_server() && !gone() &&
       state_.load(std::memory_order_relaxed) == State::connecting &&
       why.find(simultaneous_open) != std::string::npos) {
     // Lazy connections: the lower rank refused our dial because its own dial to us is under
@@ -976,7 +911,7 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
     node_.redial_later(rank_, ++refusals_);
     return;
   }
-  conn_ = nullptr;
+  quic_.detach();
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
   if (code == Errc::rank_failed && !gone()) node_.on_failed_notice(rank_, node_.rank(), why);
   mark_gone(code, why);

@@ -1,6 +1,7 @@
-// One remote rank as seen from a node: its QUIC connection, one outgoing stream per lane,
-// the incoming streams it opened (each with its own frame reader), and the rendezvous
-// transfers in flight with it. Engine thread only.
+// One remote rank as seen from a node: the links that carry the pair's lanes (its first
+// QUIC connection, extra connections, shared memory or relays: transport/link.hpp), the
+// rule that picks one for each chunk (route), the incoming streams of every link (each with
+// its own frame reader), and the rendezvous transfers in flight with it. Engine thread only.
 #pragma once
 
 #include <atomic>
@@ -18,7 +19,9 @@
 #include "engine/buffer_pool.hpp"
 #include "engine/op_state.hpp"
 #include "quic/connection.hpp"
+#include "transport/link.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/quic_link.hpp"
 #include "transport/relay_link.hpp"
 #include "transport/shm_link.hpp"
 #include "transport/stripes.hpp"
@@ -28,9 +31,8 @@ namespace nexar::detail {
 
 class Node;
 
-class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
+class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
-  using Via = Stripes::Via;
   Peer(Node& node, int rank, std::string name, quic::Address addr);
 
   int rank() const noexcept { return rank_; }
@@ -43,25 +45,29 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   const std::string& gone_why() const noexcept { return gone_why_; }
 
   void attach(quic::Connection& c);
-  quic::Connection* connection() noexcept { return conn_; }
+  quic::Connection* connection() const noexcept { return quic_.connection(); }
 
-  /// Queues a whole frame (header + payload already in `buf`) on `lane`; `done`, if set,
-  /// succeeds once the peer acknowledged it.
+  /// Queues a whole frame (header + payload already in `buf`) on `lane`, over `via` if
+  /// given (a link route() picked), else over the one route() picks for a small frame;
+  /// `done`, if set, succeeds once the peer acknowledged it.
   void send_frame(wire::Lane lane, PooledBuffer buf, std::size_t len,
-                  std::shared_ptr<OpState> done = {}, Via via = {});
+                  std::shared_ptr<OpState> done = {}, Link* via = nullptr);
   /// A message frame's header from this rank.
   wire::FrameHeader message_header(wire::FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
                                    std::uint64_t length) const;
   /// Queues a header-only frame.
-  void send_header(wire::Lane lane, const wire::FrameHeader& h, Via via = {});
+  void send_header(wire::Lane lane, const wire::FrameHeader& h, Link* via = nullptr);
   /// Queues a payload straight from the caller's memory after its header; `op` succeeds
   /// when the peer acknowledged the last byte.
   void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
-                    const std::shared_ptr<OpState>& op, Via via = {});
-  /// The connection a frame of `lane` under `tag`, for a message of `bytes`, takes: a
-  /// collective message of 64 KiB or more one of the pair's connections, round them by
-  /// message (transport/stripes.hpp); everything else the first.
-  Via route(wire::Lane lane, Tag tag, std::uint64_t bytes);
+                    const std::shared_ptr<OpState>& op, Link* via = nullptr);
+  /// The routing rule: the link that the frames of a message of `bytes` on `lane` under
+  /// `tag` take. In order: the relays, for a peer that is no neighbour; the first
+  /// connection while it is not ready (the chunks wait there); the lane's shared-memory
+  /// ring once it switched; for a collective message of 64 KiB or more, one of the pair's
+  /// connections, round them by message (transport/stripes.hpp); else the first connection.
+  /// A new carrier is a Link and a line here.
+  Link& route(wire::Lane lane, Tag tag, std::uint64_t bytes);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
   void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
@@ -137,7 +143,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   static constexpr std::string_view simultaneous_open = "simultaneous open";
   /// Whether our connection to the peer is one we dialled and the peer has not confirmed.
   bool dialling() const noexcept {
-    return conn_ && !conn_->closed() && !conn_->is_server() && state_.load(std::memory_order_relaxed) == State::connecting;
+    const quic::Connection* c = quic_.connection();
+    return c && !c->closed() && !c->is_server() && state_.load(std::memory_order_relaxed) == State::connecting;
   }
   /// Gives up our unconfirmed dial: the peer's own dial (arriving now) is kept instead.
   void abandon_dial();
@@ -206,7 +213,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
     bool truncated = false;
   };
   struct InStream {
-    std::int64_t id = -1;
+    Link* link = nullptr;
+    std::uint64_t stream = 0;  // the link's number for it
     wire::FrameReader reader;
     Sink sink;
     std::uint64_t deferred = 0;      // bytes held back while unexpected data is over budget
@@ -225,26 +233,11 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   struct Reader;  // FrameReader handler
   friend struct Reader;
 
-  /// Feeds `len` received bytes of stream `id` (a QUIC stream, or a shared-memory ring:
-  /// shm_stream()) to its frame reader. Returns the bytes whose credit can go back at once,
-  /// or nothing when the stream broke the protocol (the peer is then gone).
-  std::optional<std::uint64_t> deliver(std::int64_t id, const std::uint8_t* data, std::size_t len);
-  /// Gives `n` bytes of credit back on stream `id`.
-  void credit(std::int64_t id, std::uint64_t n);
-  /// Queues a chunk on `lane`: on its ring once the lane switched to shared memory, else
-  /// on its QUIC stream.
-  void push(wire::Lane lane, quic::Chunk c, Via via = {});
-  /// The pseudo stream id of shared-memory ring `i` (QUIC's ids are never negative).
-  static std::int64_t shm_stream(int i) noexcept { return -2 - i; }
-  /// The ring of a pseudo stream id (the inverse of shm_stream).
-  static int shm_ring(std::int64_t id) noexcept { return static_cast<int>(-2 - id); }
-  /// The pseudo stream id of `lane` relayed end to end, below every ring's.
-  static std::int64_t relay_stream(wire::Lane lane) noexcept { return -16 - static_cast<int>(lane); }
-  static bool is_relay_stream(std::int64_t id) noexcept { return id <= -16; }
-  /// The lane a pseudo stream id carries.
-  static wire::Lane pseudo_lane(std::int64_t id) noexcept {
-    return is_relay_stream(id) ? static_cast<wire::Lane>(-16 - id) : ShmLink::lane(shm_ring(id));
-  }
+  /// Feeds `len` received bytes of `link`'s stream `stream` to its frame reader (LinkOwner).
+  std::optional<std::uint64_t> on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
+                                            std::size_t len) override;
+  /// Queues a chunk on `lane`, over `via` if given, else over route()'s pick for it.
+  void push(wire::Lane lane, quic::Chunk c, Link* via = nullptr);
   bool on_header(InStream& s, const wire::FrameHeader& h);
   void on_payload(InStream& s, std::span<const std::byte> chunk);
   bool on_frame_end(InStream& s, const wire::FrameHeader& h);
@@ -262,7 +255,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   // Stripes::Owner
   std::string on_stripe_identity(const std::string& node) override;
   void on_stripe_ready(bool hosted) override;
-  std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data, std::size_t len) override;
+  std::optional<std::uint64_t> on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
+                                              std::size_t len) override;
   void on_stripe_closed(Errc code, const std::string& why) override;
 
   Node& node_;
@@ -270,15 +264,14 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   std::string name_;
   quic::Address addr_;
   std::string addr_text_;
-  quic::Connection* conn_ = nullptr;
-  std::uint64_t conn_gen_ = 0;  // counts attach(): tells a new connection from a freed one
+  QuicLink quic_;
   quic::Connection* abandoned_ = nullptr;  // a dial given up, until it closed
   int refusals_ = 0;                       // dials refused by a simultaneous open
   std::atomic<State> state_{State::connecting};
   Errc gone_code_ = Errc::ok;
   std::string gone_why_;
-  std::int64_t out_[wire::lane_count] = {-1, -1, -1, -1, -1, -1};
-  std::map<std::int64_t, std::unique_ptr<InStream>> in_;
+  // Keyed by link and the link's number for the stream.
+  std::map<std::pair<const Link*, std::uint64_t>, std::unique_ptr<InStream>> in_;
   std::uint64_t next_seq_ = 1;
   std::map<std::uint64_t, RdvOut> rdv_out_;
   struct RdvIn {
@@ -296,9 +289,6 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner {
   bool shm_expected_ = false;
   bool shm_settled_ = false;
   std::unique_ptr<RelayLink> relay_;
-  // Chunks queued before the connection's streams exist (a relay forwarding to a
-  // neighbour still connecting), sent once it is established.
-  std::vector<std::pair<wire::Lane, quic::Chunk>> early_;
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
   Stripes stripes_;
   bool stripes_dialled_ = false;

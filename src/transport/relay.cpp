@@ -43,7 +43,10 @@ void Node::relay_to(int r) {
                      "rank " + std::to_string(r) + " is no neighbour under topology " + cfg_.topology.to_string() +
                          " and no relay key was issued for it (NodeOptions::relay_keys)");
   }
-  peers_[i]->make_relayed(std::make_unique<RelayLink>(cfg_.relay_window));
+  Peer* p = peers_[i].get();
+  p->make_relayed(std::make_unique<RelayLink>(
+      cfg_.relay_window, [this, p](Lane lane) { relay_pump(*p, lane); },
+      [this, r](Lane lane) { owe_relay_ack(r, lane); }));
 }
 
 bool Node::direct(int r) const noexcept {
@@ -78,7 +81,7 @@ void Peer::relay_in(Lane lane, std::uint64_t offset, const std::uint8_t* data, s
     return;
   }
   const bool ok = relay_->on_segment(lane, offset, data, len, [&](const std::uint8_t* p, std::size_t n) {
-    return deliver(relay_stream(lane), p, n);
+    return on_link_data(*relay_, static_cast<std::uint64_t>(lane), p, n);
   });
   if (!ok) {
     if (!gone()) protocol_error(std::string("relayed lane ") + wire::to_string(lane) + ": segment at offset " +

@@ -4,11 +4,12 @@
 
 namespace nexar::detail {
 
-RelayLink::RelayLink(std::uint64_t window) : window_(window) {
+RelayLink::RelayLink(std::uint64_t window, LaneWork pump, LaneWork ack)
+    : window_(window), pump_(std::move(pump)), ack_(std::move(ack)) {
   for (auto& o : out_) o.limit = window;
 }
 
-RelayLink::~RelayLink() { fail_pending(Errc::closed, "communicator closed"); }
+RelayLink::~RelayLink() { fail(Errc::closed, "communicator closed"); }
 
 void RelayLink::push(wire::Lane lane, quic::Chunk c) {
   Out& o = out_[static_cast<int>(lane)];
@@ -21,6 +22,7 @@ void RelayLink::push(wire::Lane lane, quic::Chunk c) {
   }
   o.end += c.len;
   o.chunks.push_back(std::move(c));
+  pump_(lane);
 }
 
 bool RelayLink::next_segment(wire::Lane lane, std::size_t max, std::uint64_t& offset, std::vector<Piece>& out,
@@ -88,7 +90,7 @@ std::uint64_t RelayLink::unacked() const noexcept {
   return n;
 }
 
-void RelayLink::fail_pending(Errc code, const std::string& why) {
+void RelayLink::fail(Errc code, const std::string& why) {
   for (Out& o : out_) {
     std::deque<quic::Chunk> chunks;
     chunks.swap(o.chunks);

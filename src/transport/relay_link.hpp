@@ -15,28 +15,33 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <nexar/error.hpp>
 
-#include "quic/connection.hpp"
-#include "wire/frame.hpp"
+#include "transport/link.hpp"
 
 namespace nexar::detail {
 
-class RelayLink {
+class RelayLink final : public Link {
  public:
-  explicit RelayLink(std::uint64_t window);
-  ~RelayLink();
+  /// What the node does for a lane of this link: send what the credit allows towards the
+  /// next hop (Node::relay_pump), or acknowledge what arrived (Node::owe_relay_ack).
+  using LaneWork = std::function<void(wire::Lane)>;
+  /// `pump` runs after every push, `ack` whenever an acknowledgement becomes owed by
+  /// consumed().
+  RelayLink(std::uint64_t window, LaneWork pump, LaneWork ack);
+  ~RelayLink() override;
   RelayLink(const RelayLink&) = delete;
   RelayLink& operator=(const RelayLink&) = delete;
 
   // ---- sending ----
-  /// Queues `c` at the end of `lane`'s stream; its completion runs once the destination
-  /// acknowledged its last byte (or with an error, from fail_pending()).
-  void push(wire::Lane lane, quic::Chunk c);
+  /// Queues `c` at the end of `lane`'s stream and pumps the lane; its completion runs once
+  /// the destination acknowledged its last byte (or with an error, from fail()).
+  void push(wire::Lane lane, quic::Chunk c) override;
   /// A piece of a segment: bytes of one queued chunk.
   struct Piece {
     const std::uint8_t* data;
@@ -57,9 +62,9 @@ class RelayLink {
   /// the way may have died before it knew, and the origin already rerouted.
   bool stalled(std::uint64_t now, std::uint64_t rto) const noexcept;
   /// Bytes queued and not yet acknowledged, all lanes.
-  std::uint64_t unacked() const noexcept;
+  std::uint64_t unacked() const noexcept override;
   /// Fails every queued chunk (the destination is gone).
-  void fail_pending(Errc code, const std::string& why);
+  void fail(Errc code, const std::string& why) override;
 
   // ---- receiving ----
   /// A segment of `lane` at stream `offset` arrived. Calls `deliver(ptr, len)` for every
@@ -70,13 +75,26 @@ class RelayLink {
   template <class Deliver>
   bool on_segment(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len,
                   Deliver&& deliver);
-  /// `n` bytes of `lane` delivered earlier were consumed (credit held back until now).
-  void consumed(wire::Lane lane, std::uint64_t n) noexcept {
-    in_[static_cast<int>(lane)].consumed += n;
-    in_[static_cast<int>(lane)].ack_owed = true;
+  /// `n` bytes of lane `stream` (its number) delivered earlier were consumed (credit held
+  /// back until now): an acknowledgement is owed.
+  void consumed(std::uint64_t stream, std::uint64_t n) override {
+    if (stream >= wire::lane_count) return;
+    in_[stream].consumed += n;
+    in_[stream].ack_owed = true;
+    ack_(static_cast<wire::Lane>(stream));
   }
   /// Whether an acknowledgement of `lane` is owed; clears it, giving what it says.
   bool take_ack(wire::Lane lane, std::uint64_t& received, std::uint64_t& limit) noexcept;
+
+  // Link: a relayed lane's incoming stream is numbered by its lane and has no preamble.
+  std::optional<wire::Lane> stream_lane(std::uint64_t stream) const override {
+    return static_cast<wire::Lane>(stream);
+  }
+  bool carries(wire::Lane) const noexcept override { return true; }
+  bool on_socket() const noexcept override { return false; }
+  std::string describe(std::uint64_t stream) const override {
+    return std::string("relayed lane ") + wire::to_string(static_cast<wire::Lane>(stream));
+  }
 
  private:
   struct Out {
@@ -99,6 +117,8 @@ class RelayLink {
     bool ack_owed = false;
   };
   std::uint64_t window_;
+  LaneWork pump_;
+  LaneWork ack_;
   Out out_[wire::lane_count];
   In in_[wire::lane_count];
 };

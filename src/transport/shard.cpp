@@ -11,7 +11,7 @@ namespace nexar::detail {
 
 void Hosted::push(std::int64_t stream, quic::Chunk c) {
   in_transit_.fetch_add(c.len, std::memory_order_relaxed);
-  shard_.engine_.post([this, stream, c = std::move(c)]() mutable {
+  host_.shard_engine().post([this, stream, c = std::move(c)]() mutable {
     in_transit_.fetch_sub(c.len, std::memory_order_relaxed);
     if (conn_) {
       conn_->push(stream, std::move(c));
@@ -30,13 +30,13 @@ std::uint64_t Hosted::unacked(std::int64_t stream) {
 }
 
 void Hosted::consumed(std::int64_t stream, std::uint64_t n) {
-  shard_.engine_.post([this, stream, n] {
+  host_.shard_engine().post([this, stream, n] {
     if (conn_) conn_->consumed(stream, n);
   });
 }
 
 void Hosted::close(std::uint64_t app_code, std::string why) {
-  shard_.engine_.post([this, app_code, why = std::move(why)] {
+  host_.shard_engine().post([this, app_code, why = std::move(why)] {
     if (conn_ && !conn_->closed()) conn_->close(app_code, why);
   });
 }
@@ -64,12 +64,12 @@ std::string Hosted::on_peer_identity(quic::Connection& c, const std::string& nod
   if (!c.is_server()) return {};
   // Whether the node keeps it depends on its peers' state, which only its engine thread
   // reads: it decides there, before any later event of this connection reaches it.
-  shard_.to_node([this, node] { shard_.accept_(*this, node); });
+  host_.node_engine().post([this, node] { host_.accept(*this, node); });
   return {};
 }
 
 void Hosted::on_established(quic::Connection&) {
-  shard_.to_node([this] {
+  host_.node_engine().post([this] {
     if (events_) events_->hosted_established(*this);
   });
 }
@@ -83,12 +83,12 @@ void Hosted::on_stream_data(quic::Connection&, std::int64_t stream, const std::u
     runs_.back().len += len;
   }
   // One drain per turn of the node's engine thread, however many packets came meanwhile.
-  if (!std::exchange(drain_posted_, true)) shard_.to_node([this] { drain(); });
+  if (!std::exchange(drain_posted_, true)) host_.node_engine().post([this] { drain(); });
 }
 
 void Hosted::on_closed(quic::Connection&, Errc code, const std::string& why) {
   conn_ = nullptr;
-  shard_.to_node([this, code, why] {
+  host_.node_engine().post([this, code, why] {
     if (events_) events_->hosted_closed(*this, code, why);
   });
 }
@@ -113,9 +113,9 @@ void Shard::start(AcceptFn accept) {
   std::promise<void> started;
   engine_.post([this, &started] {
     ep_->start([this](quic::Connection& c) -> quic::ConnectionHandler* {
-      hosted_.push_back(std::make_unique<Hosted>(*this));
+      hosted_.push_back(std::make_unique<Hosted>(static_cast<Hosted::Host&>(*this)));
       Hosted* h = hosted_.back().get();
-      h->conn_ = &c;
+      h->attach(c);
       return h;
     });
     started.set_value();
@@ -132,9 +132,9 @@ void Shard::stop(const std::string& why) {
 Hosted* Shard::dial(const quic::Address& to, const std::string& node) {
   std::lock_guard lk(engine_.lock());
   if (ep_->stopped() || engine_.stopped()) return nullptr;
-  hosted_.push_back(std::make_unique<Hosted>(*this));
+  hosted_.push_back(std::make_unique<Hosted>(static_cast<Hosted::Host&>(*this)));
   Hosted* h = hosted_.back().get();
-  h->conn_ = &ep_->connect(to, node, h);
+  h->attach(ep_->connect(to, node, h));
   return h;
 }
 

@@ -27,8 +27,6 @@
 
 namespace nexar::detail {
 
-class Shard;
-
 /// One connection hosted on a shard, as the node sees it. Lives as long as its shard, so
 /// work posted on either side may refer to it after the connection ended.
 class Hosted final : public quic::ConnectionHandler {
@@ -47,7 +45,24 @@ class Hosted final : public quic::ConnectionHandler {
     ~Events() = default;
   };
 
-  explicit Hosted(Shard& shard) : shard_(shard) {}
+  /// What a hosted connection reaches of the shard that owns it.
+  class Host {
+   public:
+    /// The shard's engine: its thread runs the connection, and its lock guards it.
+    virtual Engine& shard_engine() noexcept = 0;
+    /// The node's engine, whose thread gets the events.
+    virtual Engine& node_engine() noexcept = 0;
+    /// A peer dialled `h`, and its certificate names `node`: the node keeps it or closes it
+    /// (node engine thread).
+    virtual void accept(Hosted& h, const std::string& node) = 0;
+
+   protected:
+    ~Host() = default;
+  };
+
+  explicit Hosted(Host& host) : host_(host) {}
+  /// The connection this one is (the shard's, before any of its events).
+  void attach(quic::Connection& c) noexcept { conn_ = &c; }
 
   // ---- the node's engine thread, its lock held; never the shard's thread ----
   /// Who gets the events; set before the node's engine thread runs its next posted work.
@@ -68,7 +83,6 @@ class Hosted final : public quic::ConnectionHandler {
   void close(std::uint64_t app_code, std::string why);
 
  private:
-  friend class Shard;
   // ConnectionHandler, on the shard's thread with its lock held.
   std::string on_peer_identity(quic::Connection& c, const std::string& node) override;
   void on_established(quic::Connection& c) override;
@@ -77,7 +91,7 @@ class Hosted final : public quic::ConnectionHandler {
   /// Hands what arrived to the events (node engine thread).
   void drain();
 
-  Shard& shard_;
+  Host& host_;
   quic::Connection* conn_ = nullptr;  // shard lock; null once closed
   std::atomic<std::uint64_t> in_transit_{0};  // pushed, not yet queued on the connection
   Events* events_ = nullptr;          // node engine thread
@@ -97,7 +111,7 @@ class Hosted final : public quic::ConnectionHandler {
   std::vector<Run> taken_runs_;
 };
 
-class Shard {
+class Shard final : private Hosted::Host {
  public:
   /// The node's side of a connection a peer dialled to this shard: `node` is what its
   /// verified certificate names. Runs on the node's engine thread; the callee keeps the
@@ -125,11 +139,10 @@ class Shard {
   Hosted* dial(const quic::Address& to, const std::string& node);
 
  private:
-  friend class Hosted;
-  template <class F>
-  void to_node(F&& f) {
-    node_engine_.post(std::forward<F>(f));
-  }
+  // Hosted::Host
+  Engine& shard_engine() noexcept override { return engine_; }
+  Engine& node_engine() noexcept override { return node_engine_; }
+  void accept(Hosted& h, const std::string& node) override { accept_(h, node); }
 
   Engine& node_engine_;
   Engine engine_;
@@ -143,7 +156,7 @@ class Shard {
 
 template <class F>
 bool Hosted::with(F&& fn) {
-  std::lock_guard lk(shard_.engine_.lock());
+  std::lock_guard lk(host_.shard_engine().lock());
   if (!conn_ || conn_->closed()) return false;
   fn(*conn_);
   return true;

@@ -27,7 +27,7 @@ ShmLink::ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorb
 }
 
 ShmLink::~ShmLink() {
-  fail_pending(Errc::closed, "connection closed");
+  fail(Errc::closed, "connection closed");
   ::close(peer_doorbell_);
 }
 
@@ -132,13 +132,19 @@ bool ShmLink::has_work() const noexcept {
   return false;
 }
 
-std::uint64_t ShmLink::unread() const noexcept {
+std::uint64_t ShmLink::unacked() const noexcept {
   std::uint64_t n = waiting_bytes_;
   for (int i = 0; i < shm::Segment::lanes; ++i) n += out(i).unread();
   return n;
 }
 
-void ShmLink::fail_pending(Errc code, const std::string& why) {
+void ShmLink::consumed(std::uint64_t stream, std::uint64_t n) {
+  const int i = static_cast<int>(stream);
+  in(i).grant(n);
+  wake_writer(i);
+}
+
+void ShmLink::fail(Errc code, const std::string& why) {
   if (presence_) {
     presence_->remove(*this);
     presence_ = nullptr;

@@ -15,15 +15,14 @@
 
 #include <nexar/error.hpp>
 
-#include "quic/connection.hpp"
 #include "shm/segment.hpp"
-#include "wire/frame.hpp"
+#include "transport/link.hpp"
 
 namespace nexar::detail {
 
 class ShmPresence;
 
-class ShmLink {
+class ShmLink final : public Link {
  public:
   /// `creator`: this side made the segment (it writes direction 0). Owns `peer_doorbell`;
   /// `own_doorbell` (this node's, not owned) is rung to come back to unfinished work.
@@ -31,7 +30,7 @@ class ShmLink {
   /// keeps this side's asleep word in step with the node's pollers; it must outlive the link.
   ShmLink(std::shared_ptr<shm::Segment> seg, bool creator, int peer_doorbell, int own_doorbell,
           ShmPresence* presence = nullptr);
-  ~ShmLink();
+  ~ShmLink() override;
   ShmLink(const ShmLink&) = delete;
   ShmLink& operator=(const ShmLink&) = delete;
 
@@ -46,6 +45,13 @@ class ShmLink {
   /// Queues a chunk on ring `i` and writes what fits; its completion runs once all of it
   /// is in the ring (the peer's process holds the memory from then on).
   void push(int i, quic::Chunk c);
+  /// The same on `lane`'s ring (Link); the lane must be one that switched (sending()).
+  void push(wire::Lane lane, quic::Chunk c) override { push(index(lane), std::move(c)); }
+  /// Whether `lane` has a ring and switched to it.
+  bool sending(wire::Lane lane) const noexcept {
+    const int i = index(lane);
+    return i >= 0 && sending_[i];
+  }
   /// Writes waiting chunks as room allows, at most quantum(i) bytes on lane i, and rings
   /// the peer if anything moved; `more` is set when a lane stopped at its quantum with room
   /// left. Returns false if the peer broke a ring's indices.
@@ -86,10 +92,21 @@ class ShmLink {
   /// How long after another lane's bytes the bulk lane keeps its small turns.
   static constexpr std::chrono::milliseconds kBusyWindow{10};
   /// Bytes queued or in the rings out and not yet read by the peer.
-  std::uint64_t unread() const noexcept;
+  std::uint64_t unacked() const noexcept override;
   /// Fails every waiting chunk, and takes the link out of the node's presence (the peer is
   /// gone: nothing on this link is worth waking for any more).
-  void fail_pending(Errc code, const std::string& why);
+  void fail(Errc code, const std::string& why) override;
+  /// `n` bytes read from ring in(`stream`) were consumed: the peer may write that many more.
+  void consumed(std::uint64_t stream, std::uint64_t n) override;
+  // Link: an incoming stream is a ring, numbered by its index, without a preamble.
+  std::optional<wire::Lane> stream_lane(std::uint64_t stream) const override {
+    return lane(static_cast<int>(stream));
+  }
+  bool carries(wire::Lane l) const noexcept override { return index(l) >= 0; }
+  bool on_socket() const noexcept override { return false; }
+  std::string describe(std::uint64_t stream) const override {
+    return std::string("shared-memory lane ") + wire::to_string(lane(static_cast<int>(stream)));
+  }
 
   shm::Ring& in(int i) const noexcept { return seg_->ring(creator_ ? 1 : 0, i); }
   const std::shared_ptr<shm::Segment>& segment() const noexcept { return seg_; }

@@ -5,13 +5,13 @@
 
 namespace nexar::detail {
 
-Stripes::Link& Stripes::add() {
-  links_.push_back(std::make_unique<Link>(*this, static_cast<int>(links_.size()) + 1));
+Stripes::Stripe& Stripes::add() {
+  links_.push_back(std::make_unique<Stripe>(*this, static_cast<int>(links_.size()) + 1));
   return *links_.back();
 }
 
 void Stripes::dial(const Dialer& dialer) {
-  Link& l = add();
+  Stripe& l = add();
   const Placed p = dialer(l.slot, &l);
   l.conn = p.conn;
   l.hosted = p.hosted;
@@ -20,13 +20,13 @@ void Stripes::dial(const Dialer& dialer) {
 }
 
 void Stripes::accept(quic::Connection& c) {
-  Link& l = add();
+  Stripe& l = add();
   l.conn = &c;
   c.set_handler(&l);
 }
 
 void Stripes::accept(Hosted& h) {
-  Link& l = add();
+  Stripe& l = add();
   l.hosted = &h;
   h.set_events(&l);
 }
@@ -37,27 +37,8 @@ int Stripes::live() const noexcept {
 
 std::uint64_t Stripes::unacked() const {
   std::uint64_t n = 0;
-  for (const Link* l : active_) {
-    if (l->conn) {
-      n += l->conn->unacked(l->out);
-    } else {
-      n += l->hosted->unacked(l->out);
-    }
-  }
+  for (const Stripe* l : active_) n += l->unacked();
   return n;
-}
-
-void Stripes::consumed(std::int64_t key, std::uint64_t n) {
-  const int slot = slot_of(key);
-  if (slot < 1 || static_cast<std::size_t>(slot) > links_.size()) return;
-  Link& l = *links_[static_cast<std::size_t>(slot) - 1];
-  if (!l.open) return;
-  const std::int64_t stream = key - stream_key(slot, 0);
-  if (l.hosted) {
-    l.hosted->consumed(stream, n);
-  } else if (!l.conn->closed()) {
-    l.conn->consumed(stream, n);
-  }
 }
 
 void Stripes::close_all(std::uint64_t app_code, const std::string& why) {
@@ -71,18 +52,18 @@ void Stripes::close_all(std::uint64_t app_code, const std::string& why) {
   }
 }
 
-void Stripes::make_ready(Link& l) {
+void Stripes::make_ready(Stripe& l) {
   if (l.ready) return;
   l.ready = true;
   active_.push_back(&l);
   owner_.on_stripe_ready(l.hosted != nullptr);
 }
 
-std::string Stripes::Link::on_peer_identity(quic::Connection&, const std::string& node) {
+std::string Stripes::Stripe::on_peer_identity(quic::Connection&, const std::string& node) {
   return set.owner_.on_stripe_identity(node);
 }
 
-void Stripes::Link::established(quic::Connection& c) {
+void Stripes::Stripe::established(quic::Connection& c) {
   out = c.open_stream(set.priority_);
   wire::encode_preamble(wire::Lane::collective, std::span<std::byte, wire::preamble_size>(preamble));
   c.push(out, quic::Chunk{reinterpret_cast<const std::uint8_t*>(preamble), wire::preamble_size, [](Errc, const std::string&) {}});
@@ -91,34 +72,58 @@ void Stripes::Link::established(quic::Connection& c) {
   if (c.is_server() || confirmed) set.make_ready(*this);
 }
 
-std::optional<std::uint64_t> Stripes::Link::data(std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
+std::optional<std::uint64_t> Stripes::Stripe::data(std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
   if (!ready) {
     confirmed = true;
     if (out >= 0) set.make_ready(*this);
   }
-  return set.owner_.on_stripe_data(stream_key(slot, stream), bytes, len);
+  return set.owner_.on_stripe_data(*this, static_cast<std::uint64_t>(stream), bytes, len);
 }
 
-void Stripes::Link::closed(Errc code, const std::string& why) {
+void Stripes::Stripe::closed(Errc code, const std::string& why) {
   conn = nullptr;
   open = false;
   std::erase(set.active_, this);
   if (std::exchange(ready, false)) set.owner_.on_stripe_closed(code, why);
 }
 
-void Stripes::Link::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* bytes,
+void Stripes::Stripe::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* bytes,
                                    std::size_t len) {
   const auto n = data(stream, bytes, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }
 
-void Stripes::Link::hosted_established(Hosted& h) {
+void Stripes::Stripe::hosted_established(Hosted& h) {
   h.with([this](quic::Connection& c) { established(c); });
 }
 
-void Stripes::Link::hosted_data(Hosted& h, std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
+void Stripes::Stripe::hosted_data(Hosted& h, std::int64_t stream, const std::uint8_t* bytes, std::size_t len) {
   if (!open) return;
   if (const auto n = data(stream, bytes, len)) h.consumed(stream, *n);
+}
+
+void Stripes::Stripe::push(wire::Lane, quic::Chunk c) {
+  if (hosted) {
+    hosted->push(out, std::move(c));
+  } else if (conn) {
+    conn->push(out, std::move(c));
+  } else {
+    c.done(Errc::peer_failed, "connection closed");
+  }
+}
+
+void Stripes::Stripe::consumed(std::uint64_t stream, std::uint64_t n) {
+  if (!open) return;
+  if (hosted) {
+    hosted->consumed(static_cast<std::int64_t>(stream), n);
+  } else if (!conn->closed()) {
+    conn->consumed(static_cast<std::int64_t>(stream), n);
+  }
+}
+
+std::uint64_t Stripes::Stripe::unacked() const {
+  if (hosted) return hosted->unacked(out);
+  return conn ? conn->unacked(out) : 0;
 }
 
 }  // namespace nexar::detail

@@ -25,6 +25,7 @@
 #include <nexar/error.hpp>
 
 #include "quic/connection.hpp"
+#include "transport/link.hpp"
 #include "transport/shard.hpp"
 #include "wire/frame.hpp"
 
@@ -32,13 +33,6 @@ namespace nexar::detail {
 
 class Stripes {
  public:
-  /// Where a collective frame goes: `conn` and `hosted` both null mean the pair's first
-  /// connection; otherwise one of them is the stripe's (hosted: on a shard).
-  struct Via {
-    quic::Connection* conn = nullptr;
-    std::int64_t stream = -1;
-    Hosted* hosted = nullptr;
-  };
   /// Where a dialled stripe went: one of the two is set, or neither if it could not be dialled.
   struct Placed {
     quic::Connection* conn = nullptr;
@@ -53,9 +47,9 @@ class Stripes {
     virtual std::string on_stripe_identity(const std::string& node) = 0;
     /// A stripe became usable (see above); `hosted`: its connection lives on a shard.
     virtual void on_stripe_ready(bool hosted) = 0;
-    /// Bytes of the peer's stream on a stripe; `key` tells it from every other stream of
-    /// the peer (stream_key). Returns the bytes whose credit goes back at once.
-    virtual std::optional<std::uint64_t> on_stripe_data(std::int64_t key, const std::uint8_t* data,
+    /// Bytes of the peer's stream `stream` on stripe `link`. Returns the bytes whose credit
+    /// goes back at once (see LinkOwner::on_link_data).
+    virtual std::optional<std::uint64_t> on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                                         std::size_t len) = 0;
     /// A stripe that was usable closed.
     virtual void on_stripe_closed(Errc code, const std::string& why) = 0;
@@ -81,28 +75,19 @@ class Stripes {
   int active() const noexcept { return static_cast<int>(active_.size()); }
   /// Usable stripes whose connection lives on a shard.
   int hosted() const noexcept {
-    return static_cast<int>(std::count_if(active_.begin(), active_.end(), [](const Link* l) { return l->hosted != nullptr; }));
+    return static_cast<int>(std::count_if(active_.begin(), active_.end(), [](const Stripe* l) { return l->hosted != nullptr; }));
   }
   /// Usable stripe `i` (0 .. active() - 1), in the order they became usable.
-  Via at(int i) const noexcept {
-    const Link* l = active_[static_cast<std::size_t>(i)];
-    return {l->conn, l->out, l->hosted};
-  }
+  Link& at(int i) const noexcept { return *active_[static_cast<std::size_t>(i)]; }
   /// Unacknowledged bytes on the active stripes.
   std::uint64_t unacked() const;
-  /// Returns `n` bytes of credit on stream `key` (a stripe's, see stream_key).
-  void consumed(std::int64_t key, std::uint64_t n);
   /// Closes every stripe still open with `app_code` (never from inside packet processing).
   void close_all(std::uint64_t app_code, const std::string& why);
 
-  /// The key of stream `id` of stripe `slot` (1 ..): above every id the first connection
-  /// uses, and never negative (the Peer's pseudo stream ids are).
-  static std::int64_t stream_key(int slot, std::int64_t id) noexcept { return id + (std::int64_t{slot} << 48); }
-  /// The stripe slot of a stream key, 0 for the first connection's streams.
-  static int slot_of(std::int64_t key) noexcept { return key < 0 ? 0 : static_cast<int>(key >> 48); }
-
  private:
-  struct Link final : quic::ConnectionHandler, Hosted::Events {
+  // One extra connection as a link: the collective lane's stream each way. What it holds
+  // completes when its connection closes, so fail() has nothing to do.
+  struct Stripe final : Link, quic::ConnectionHandler, Hosted::Events {
     Stripes& set;
     int slot;
     quic::Connection* conn = nullptr;  // on the node's endpoint
@@ -112,7 +97,18 @@ class Stripes {
     bool ready = false;
     bool confirmed = false;  // the acceptor's bytes arrived (possibly before our streams opened)
     std::byte preamble[wire::preamble_size];  // queued as is: must outlive the connection
-    Link(Stripes& s, int n) : set(s), slot(n) {}
+    Stripe(Stripes& s, int n) : set(s), slot(n) {}
+    // Link
+    void push(wire::Lane lane, quic::Chunk c) override;
+    void consumed(std::uint64_t stream, std::uint64_t n) override;
+    std::uint64_t unacked() const override;
+    void fail(Errc, const std::string&) override {}
+    std::optional<wire::Lane> stream_lane(std::uint64_t) const override { return std::nullopt; }
+    bool carries(wire::Lane lane) const noexcept override { return lane == wire::Lane::collective; }
+    bool on_socket() const noexcept override { return true; }
+    std::string describe(std::uint64_t stream) const override {
+      return "stream " + std::to_string(stream) + " of extra connection " + std::to_string(slot);
+    }
     // Wherever the connection lives.
     void established(quic::Connection& c);
     std::optional<std::uint64_t> data(std::int64_t stream, const std::uint8_t* data, std::size_t len);
@@ -128,15 +124,15 @@ class Stripes {
     void hosted_data(Hosted& h, std::int64_t stream, const std::uint8_t* data, std::size_t len) override;
     void hosted_closed(Hosted&, Errc code, const std::string& why) override { closed(code, why); }
   };
-  Link& add();
-  void make_ready(Link& l);
+  Stripe& add();
+  void make_ready(Stripe& l);
 
   Owner& owner_;
   int priority_;
   // Every stripe ever made stays (a closed one with conn null): a handler must outlive its
   // connection's last callback, and a pair makes at most a few.
-  std::vector<std::unique_ptr<Link>> links_;
-  std::vector<Link*> active_;
+  std::vector<std::unique_ptr<Stripe>> links_;
+  std::vector<Stripe*> active_;
 };
 
 }  // namespace nexar::detail
