@@ -30,7 +30,7 @@ class LinkOwner {
  public:
   /// `len` bytes of the peer's stream `stream` (the link's own number for it) over `link`,
   /// in order. Returns the bytes whose credit goes back at once, or nothing when the stream
-  /// broke the protocol (the peer is then gone).
+  /// broke the protocol or the peer is gone (the link then stops delivering).
   virtual std::optional<std::uint64_t> on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                                     std::size_t len) = 0;
 
@@ -63,6 +63,18 @@ class Link {
   virtual bool on_socket() const noexcept = 0;
   /// Incoming stream `stream`, for error messages ("stream 6", "shared-memory lane data").
   virtual std::string describe(std::uint64_t stream) const = 0;
+
+  /// What a poll did.
+  struct Polled {
+    bool moved = false;   // bytes went out or came in
+    bool more = false;    // work is left that no event will announce: poll again soon
+    std::string broken;   // the peer broke the carrier's protocol: why
+  };
+  /// Whether the link moves bytes only when polled (the node polls it on every turn of its
+  /// engine and while user threads wait), rather than on its carrier's events.
+  virtual bool polled() const noexcept { return false; }
+  /// Moves what is waiting out, and hands what arrived to `owner`.
+  virtual Polled poll(LinkOwner& /*owner*/) { return {}; }
 };
 
 }  // namespace nexar::detail

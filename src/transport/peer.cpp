@@ -225,46 +225,14 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
 
 bool Peer::poll_shm() {
   if (!shm_ || gone()) return false;
-  bool moved = false, more = false;
-  if (!shm_->flush(moved, more)) {
-    abort("protocol error: the peer broke a shared-memory ring's indices");
+  const Link::Polled p = shm_->poll(*this);
+  if (!p.broken.empty()) {
+    abort(p.broken);
     return true;
   }
-  for (int i = 0; i < shm::Segment::lanes; ++i) {
-    if (!shm_in_[i]) continue;
-    shm::Ring& r = shm_->in(i);
-    // At most a quantum per lane and turn, in up to two parts (the readable bytes may
-    // wrap around the ring's end).
-    // The quantum is read only once there is something to read: the bulk lane's looks at
-    // the clock, and this runs on every turn of a spinning loop.
-    std::size_t turn = 0, limit = 0;
-    for (int part = 0; part < 2 && (part == 0 || turn < limit); ++part) {
-      bool broken = false;
-      auto bytes = r.readable(broken);
-      if (broken) {
-        abort("protocol error: the peer broke a shared-memory ring's indices");
-        return true;
-      }
-      if (bytes.empty()) break;
-      if (part == 0) limit = shm_->quantum(i);
-      bytes = bytes.first(std::min(bytes.size(), limit - turn));
-      const auto credit = on_link_data(*shm_, static_cast<std::uint64_t>(i), bytes.data(), bytes.size());
-      if (!credit || gone()) return true;
-      r.release(bytes.size());
-      if (*credit) r.grant(*credit);
-      turn += bytes.size();
-      moved = true;
-    }
-    if (turn > 0) {
-      shm_->note_moved(i);
-      if (turn >= limit) more = true;
-    }
-    shm_->wake_writer(i);
-  }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
-  if (more) node_.engine().note_activity();
-  shm_->left_over(more);
-  return moved;
+  if (p.more) node_.engine().note_activity();
+  return p.moved;
 }
 
 FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
@@ -408,6 +376,7 @@ void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::u
 
 std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                                 std::size_t len) {
+  if (gone()) return std::nullopt;
   auto& slot = in_[{&link, stream}];
   if (!slot) {
     slot = std::make_unique<InStream>(node_.config().max_frame_bytes);

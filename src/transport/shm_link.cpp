@@ -166,4 +166,46 @@ void ShmLink::ring_peer() const noexcept { shm::Doorbell::ring(peer_doorbell_); 
 
 void ShmLink::ring_self() const noexcept { shm::Doorbell::ring(own_doorbell_); }
 
+Link::Polled ShmLink::poll(LinkOwner& owner) {
+  Polled out;
+  static const std::string kBroken = "protocol error: the peer broke a shared-memory ring's indices";
+  if (!flush(out.moved, out.more)) {
+    out.broken = kBroken;
+    return out;
+  }
+  for (int i = 0; i < shm::Segment::lanes; ++i) {
+    if (!reading(i)) continue;
+    shm::Ring& r = in(i);
+    // At most a quantum per lane and turn, in up to two parts (the readable bytes may
+    // wrap around the ring's end).
+    // The quantum is read only once there is something to read: the bulk lane's looks at
+    // the clock, and this runs on every turn of a spinning loop.
+    std::size_t turn = 0, limit = 0;
+    for (int part = 0; part < 2 && (part == 0 || turn < limit); ++part) {
+      bool broken = false;
+      auto bytes = r.readable(broken);
+      if (broken) {
+        out.broken = kBroken;
+        return out;
+      }
+      if (bytes.empty()) break;
+      if (part == 0) limit = quantum(i);
+      bytes = bytes.first(std::min(bytes.size(), limit - turn));
+      const auto credit = owner.on_link_data(*this, static_cast<std::uint64_t>(i), bytes.data(), bytes.size());
+      out.moved = true;
+      if (!credit) return out;  // the peer is gone (or broke the protocol): nothing more
+      r.release(bytes.size());
+      if (*credit) r.grant(*credit);
+      turn += bytes.size();
+    }
+    if (turn > 0) {
+      note_moved(i);
+      if (turn >= limit) out.more = true;
+    }
+    wake_writer(i);
+  }
+  left_over(out.more);
+  return out;
+}
+
 }  // namespace nexar::detail

@@ -56,7 +56,7 @@ class ShmLink final : public Link {
   /// the peer if anything moved; `more` is set when a lane stopped at its quantum with room
   /// left. Returns false if the peer broke a ring's indices.
   bool flush(bool& moved, bool& more);
-  /// Bytes lane `i` moves per turn of the engine (flush, or a read in Peer::poll_shm). Data
+  /// Bytes lane `i` moves per turn of the engine (flush, or a read in poll). Data
   /// and collective take what the ring holds: turns would only cost a collective's own
   /// throughput (16 MiB all_reduce, 2 ranks: 3.2-4.0 GB/s whole, 2.4-2.6 in 64 KiB turns).
   /// The bulk lane takes turns, because whoever copies a turn holds up every other lane of
@@ -103,6 +103,11 @@ class ShmLink final : public Link {
     return lane(static_cast<int>(stream));
   }
   bool carries(wire::Lane l) const noexcept override { return index(l) >= 0; }
+  /// Rings have no events of their own: the node polls them.
+  bool polled() const noexcept override { return true; }
+  /// Writes what waits for room out (flush) and reads each lane the peer switched, at most
+  /// a quantum per lane, handing the bytes to `owner`.
+  Polled poll(LinkOwner& owner) override;
   bool on_socket() const noexcept override { return false; }
   std::string describe(std::uint64_t stream) const override {
     return std::string("shared-memory lane ") + wire::to_string(lane(static_cast<int>(stream)));
