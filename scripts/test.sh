@@ -21,7 +21,8 @@
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
 #   NEXAR_TEST_STAGES="layers release python fuzz asan"   pick stages (default: all five)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
-#   NEXAR_JOBS=N                            parallel build jobs (default: nproc)
+#   NEXAR_JOBS=N                            parallel build jobs, and tests that may run
+#                                           side by side (default: nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -44,9 +45,11 @@ clang_tree() {
 # failing test's name scrolls far out of it behind the later stages.
 summary=()
 
+# Tests marked PARALLEL in tests/CMakeLists.txt (unit tests, and collectives on loopback that
+# judge no time) run $jobs at a time; every other test runs alone (RUN_SERIAL).
 run_ctest() {  # <build dir> <label>
   echo "== ctest ($2)"
-  if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j1); then
+  if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j"$jobs"); then
     failed+=("$2")
     summary+=("$2: $(tr '\n' ' ' < "$1/Testing/Temporary/LastTestsFailed.log" 2>/dev/null)")
   fi

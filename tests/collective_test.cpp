@@ -233,16 +233,23 @@ std::vector<std::size_t> counts_of(int n, std::size_t large) {
   return {0, 1, un - 1, 2 * un + 1, large};
 }
 
-// ---- ReduceMatrix: every reducing collective x dtype x op at world 3 and 4 -------------
+// ---- ReduceMatrix: every reducing collective with every dtype and with every op, over QUIC --
+// The arithmetic of every dtype x op x algorithm is checked at worlds 1-9 over the in-memory
+// port (algorithms_test.cpp), in milliseconds. What is left to check here is the path
+// through the communicator and the wire: each collective once per dtype (sum, at world 3)
+// and once per op (on f64 and i32, at world 4). The full product over QUIC (about 450
+// cases) took a third of this file's time and found nothing the in-memory tests miss.
 
 using ReduceParam = std::tuple<Coll, DataType, ReduceOp, int>;
 
 std::vector<ReduceParam> reduce_matrix() {
   std::vector<ReduceParam> v;
-  for (Coll c : reductions)
-    for (DataType t : all_dtypes)
+  for (Coll c : reductions) {
+    for (DataType t : all_dtypes) v.emplace_back(c, t, ReduceOp::sum, 3);
+    for (DataType t : {DataType::f64, DataType::i32})
       for (ReduceOp op : ops_of(t))
-        for (int n : {3, 4}) v.emplace_back(c, t, op, n);
+        if (op != ReduceOp::sum) v.emplace_back(c, t, op, 4);
+  }
   return v;
 }
 
