@@ -33,6 +33,9 @@ class LinkOwner {
   /// broke the protocol or the peer is gone (the link then stops delivering).
   virtual std::optional<std::uint64_t> on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                                     std::size_t len) = 0;
+  /// `link` ended by itself (not closed by its owner): what it held is lost. `code` says
+  /// how, as a connection's end does (Errc::ok: an orderly close).
+  virtual void on_link_closed(Link& link, Errc code, const std::string& why) = 0;
 
  protected:
   ~LinkOwner() = default;

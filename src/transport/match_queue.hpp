@@ -15,6 +15,7 @@
 #include <nexar/request.hpp>
 
 #include "engine/op_state.hpp"
+#include "wire/frame.hpp"
 
 namespace nexar::detail {
 
@@ -39,9 +40,27 @@ constexpr Tag collective_message_tag(Tag tag, std::uint64_t m) noexcept {
 }
 
 /// Which matching space a point-to-point operation uses; each has its own message lane
-/// (lane_of in transport/node.hpp), so a message of one never waits behind another's.
+/// (lane_of below), so a message of one never waits behind another's.
 enum class Domain { data = 0, bulk = 1, collective = 2 };
 inline constexpr int domain_count = 3;
+
+/// The lane that carries a matching space's messages, and back; only message lanes
+/// (data, bulk, collective) have a matching space.
+constexpr wire::Lane lane_of(Domain d) noexcept {
+  switch (d) {
+    case Domain::bulk: return wire::Lane::bulk;
+    case Domain::collective: return wire::Lane::collective;
+    case Domain::data: break;
+  }
+  return wire::Lane::data;
+}
+constexpr Domain domain_of(wire::Lane lane) noexcept {
+  switch (lane) {
+    case wire::Lane::bulk: return Domain::bulk;
+    case wire::Lane::collective: return Domain::collective;
+    default: return Domain::data;
+  }
+}
 
 /// A receive posted by the application (or by a collective).
 struct RecvOp {

@@ -35,6 +35,7 @@
 #include "transport/match_queue.hpp"
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
+#include "transport/peer_owner.hpp"
 #include "transport/rpc_lanes.hpp"
 #include "transport/shard.hpp"
 #include "transport/shm_presence.hpp"
@@ -42,24 +43,6 @@
 #include "wire/ballot.hpp"
 
 namespace nexar::detail {
-
-/// The lane that carries a matching space's messages, and back; only message lanes
-/// (data, bulk, collective) have a matching space.
-constexpr wire::Lane lane_of(Domain d) noexcept {
-  switch (d) {
-    case Domain::bulk: return wire::Lane::bulk;
-    case Domain::collective: return wire::Lane::collective;
-    case Domain::data: break;
-  }
-  return wire::Lane::data;
-}
-constexpr Domain domain_of(wire::Lane lane) noexcept {
-  switch (lane) {
-    case wire::Lane::bulk: return Domain::bulk;
-    case wire::Lane::collective: return Domain::collective;
-    default: return Domain::data;
-  }
-}
 
 /// What an operation's error says about member `local` of its communicator (world rank
 /// `world`) failing for `why`: "rank 2 failed: why", or "rank 2 (world rank 5) failed: why".
@@ -91,7 +74,7 @@ struct NodeOptions {
 
 class ShmHub;
 
-class Node : public Progress, public std::enable_shared_from_this<Node> {
+class Node : public Progress, public PeerOwner, public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
   ~Node() override;
@@ -103,11 +86,11 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// the membership service) goes with it.
   void on_close(std::function<void()> fn);
 
-  int rank() const noexcept { return rank_; }
+  int rank() const noexcept override { return rank_; }
   /// World ranks known here: the formed world, plus the nodes announced since (elastic).
-  int size() const noexcept { return world_.load(std::memory_order_acquire); }
-  bool elastic() const noexcept { return elastic_; }
-  const Config& config() const noexcept { return cfg_; }
+  int size() const noexcept override { return world_.load(std::memory_order_acquire); }
+  bool elastic() const noexcept override { return elastic_; }
+  const Config& config() const noexcept override { return cfg_; }
   bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
 
   /// What a point-to-point operation addresses, already validated by the caller
@@ -129,12 +112,12 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   std::vector<int> connected_peers();
   /// Config::lazy_connect: dials world rank `r` unless a connection to it exists or is being
   /// set up, or it is gone. Engine lock held.
-  void connect_lazily(int r);
+  void connect_lazily(int r) override;
   /// Our dial to `r` was refused in a simultaneous open (`attempt` times so far): its own
   /// dial is on the way; dial again in a few milliseconds should it not have arrived.
-  void redial_later(int r, int attempt);
+  void redial_later(int r, int attempt) override;
   /// A peer's connection works both ways now. Engine lock held.
-  void on_peer_up(Peer& p);
+  void on_peer_up(Peer& p) override;
 
   /// Throws Errc::closed once close() began.
   void check_open(const char* op, int peer) const;
@@ -143,7 +126,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
 
   /// Hands the RPC lanes' frames to `rpc` (before start(); the node keeps it alive).
   void attach_rpc(std::shared_ptr<RpcLanes> rpc) { rpc_ = std::move(rpc); }
-  RpcLanes* rpc() const noexcept { return rpc_.get(); }
+  RpcLanes* rpc() const noexcept override { return rpc_.get(); }
   /// Sends one whole frame, header `h` followed by `payload` (copied), on an RPC lane to
   /// world rank `dest`. Any thread. Returns false when the peer is already gone (it is told
   /// to RpcLanes::on_peer_gone either way).
@@ -178,12 +161,12 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// Whether the other ranks declared this one failed. Any thread.
   bool expelled() const noexcept { return expelled_.load(std::memory_order_acquire); }
   /// Declares world rank `r` failed for `why` (idempotent). Engine lock held.
-  void declare_failed(int r, const std::string& why);
+  void declare_failed(int r, const std::string& why) override;
   /// Whether communicator `comm` is revoked here. Engine lock held.
-  bool revoked(std::uint64_t comm) const { return !revoked_.empty() && revoked_.count(comm) != 0; }
+  bool revoked(std::uint64_t comm) const override { return !revoked_.empty() && revoked_.count(comm) != 0; }
   /// Fails `op` as the revocation of `comm` failed its others, if it is revoked; engine
   /// lock held. For operations submitted before the revocation and run after it.
-  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op);
+  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) override;
 
   /// Hands agree and decided frames, and failure events, to `m` (before start()).
   void attach_membership(std::shared_ptr<MembershipLanes> m) { membership_ = std::move(m); }
@@ -227,7 +210,7 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// missing), closed, rank_failed (a member failed before the communicator was whole).
   Welcome wait_welcome(std::chrono::steady_clock::time_point until);
   /// A welcome frame arrived from `from`. Engine lock held.
-  void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members);
+  void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) override;
 
   /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
@@ -279,14 +262,14 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   };
 
   // ---- engine-thread internals used by Peer and the RPC module ------------------------
-  Engine& engine() noexcept { return engine_; }
+  Engine& engine() noexcept override { return engine_; }
   /// The endpoint, for its counters (engine thread or the loop's lock); null before start().
   const quic::Endpoint* endpoint() const noexcept { return ep_.get(); }
   quic::Endpoint* endpoint() noexcept { return ep_.get(); }
   /// The UDP port of shard `i` (0 .. engine_threads() - 2).
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
-  BufferPool& pool() noexcept { return pool_; }
-  MatchQueue& queue(Domain d) noexcept { return match_[static_cast<int>(d)]; }
+  BufferPool& pool() noexcept override { return pool_; }
+  MatchQueue& queue(Domain d) noexcept override { return match_[static_cast<int>(d)]; }
   const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
   bool receiving(Domain d, const OpState* op) const;
@@ -295,41 +278,41 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   /// lock held.
   Peer* peer_locked(int r) noexcept;
   /// The node name of world rank `r` (what its certificate names).
-  const std::string& name_of(int r) const { return names_.at(static_cast<std::size_t>(r)); }
+  const std::string& name_of(int r) const override { return names_.at(static_cast<std::size_t>(r)); }
   /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
   PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   int rank_of_node(const std::string& node) const;
   /// A receive was matched with an unexpected message (or a peer's data): deliver.
   void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
-                          std::list<std::shared_ptr<Unexpected>>::iterator it);
+                          std::list<std::shared_ptr<Unexpected>>::iterator it) override;
   /// Completes a receive whose message of `size` bytes has landed (or was discarded).
-  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size);
+  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) override;
   /// A receive whose matched message was withdrawn by its sender: match it again, with
   /// the priority it had.
-  void repost(Domain d, std::shared_ptr<RecvOp> r);
+  void repost(Domain d, std::shared_ptr<RecvOp> r) override;
   /// Completes `op` with an error formatted with this node's context.
-  void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why);
+  void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) override;
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
   /// A peer went away: fail receives that can only be satisfied by it.
-  void on_peer_closed(Peer& p);
+  void on_peer_closed(Peer& p) override;
   /// A peer told us that world rank `r` failed (`why`), or that communicator `comm` was
   /// revoked. Engine lock held.
-  void on_failed_notice(int from, int r, const std::string& why);
-  void on_revoke_notice(int from, std::uint64_t comm);
+  void on_failed_notice(int from, int r, const std::string& why) override;
+  void on_revoke_notice(int from, std::uint64_t comm) override;
   /// An agree or decided frame arrived from `from`. Engine lock held.
-  void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b);
+  void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) override;
   /// Whether failures are being judged (the mesh is up and the node not closing).
-  bool judging_failures() const noexcept { return judging_ && is_open(); }
+  bool judging_failures() const noexcept override { return judging_ && is_open(); }
   /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
   void offer_shm(Peer& p);
-  void on_shm_offer(Peer& p, std::string_view payload);
+  void on_shm_offer(Peer& p, std::string_view payload) override;
   /// A peer dialled a shard and its certificate names `node`: keep it as an extra
   /// connection of that pair, or close it.
   void adopt_stripe(Hosted& h, const std::string& node);
   /// Why a connection whose certificate names `node` (world rank `r`, -1 if none) is
   /// refused whatever it is for: not a member, or failed or gone here. Empty otherwise.
   std::string refusal_of(const std::string& node, int r);
-  void on_shm_attached(int rank, const ShmLink& link);
+  void on_shm_attached(int rank, const ShmLink& link) override;
   /// Engine threads carrying this node's connections: 1 + its shards.
   int engine_threads() const noexcept { return 1 + static_cast<int>(shards_.size()); }
   /// The mailboxes of small collective messages (shm/mailbox.hpp) shared with world rank
@@ -376,9 +359,9 @@ class Node : public Progress, public std::enable_shared_from_this<Node> {
   void relay_pump(Peer& dest, wire::Lane lane);
   /// A relay frame `h` arrived whole from neighbour `from` on `lane` (`seg`: header and
   /// payload): delivered here or forwarded. False: `from` broke the protocol (and is gone).
-  bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg);
+  bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg) override;
   /// A relay_ack frame arrived from neighbour `from` (`seg`, whole): taken here or forwarded.
-  bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg);
+  bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg) override;
   /// Relayed peer `origin` is owed an acknowledgement of `lane`: it goes out once the
   /// current batch of work is done, one for all the segments that batch took.
   void owe_relay_ack(int origin, wire::Lane lane);

@@ -3,7 +3,8 @@
 #include <cstring>
 
 #include "core/log.hpp"
-#include "transport/node.hpp"
+#include "engine/engine.hpp"
+#include "transport/rpc_lanes.hpp"
 #include "wire/ballot.hpp"
 
 namespace nexar::detail {
@@ -12,8 +13,8 @@ using wire::FrameHeader;
 using wire::FrameType;
 using wire::Lane;
 
-Peer::Peer(Node& node, int rank, std::string name, quic::Address addr)
-    : node_(node),
+Peer::Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr)
+    : owner_(owner),
       rank_(rank),
       name_(std::move(name)),
       addr_(addr),
@@ -53,14 +54,14 @@ quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
 
 void Peer::on_established(quic::Connection& c) {
   attach(c);
-  quic_.open_streams(node_.config().bulk_scavenger);
-  const std::string& my_name = node_.name_of(node_.rank());
+  quic_.open_streams(owner_.config().bulk_scavenger);
+  const std::string& my_name = owner_.name_of(owner_.rank());
   FrameHeader h;
   h.type = FrameType::hello;
-  h.src = static_cast<std::uint32_t>(node_.rank());
-  h.tag = static_cast<std::uint64_t>(node_.size());
+  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.tag = static_cast<std::uint64_t>(owner_.size());
   h.length = my_name.size();
-  PooledBuffer b = node_.pool().acquire(wire::header_size + my_name.size());
+  PooledBuffer b = owner_.pool().acquire(wire::header_size + my_name.size());
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
   const auto* hp = reinterpret_cast<const std::uint8_t*>(b.data());
@@ -76,8 +77,8 @@ void Peer::confirm() {
   // What was queued while the connection was being set up follows the hello.
   state_.store(State::up, std::memory_order_release);
   quic_.confirm();
-  node_.on_peer_up(*this);
-  log::debug("rank {}: peer {} ({}) up", node_.rank(), rank_, addr_text_);
+  owner_.on_peer_up(*this);
+  log::debug("rank {}: peer {} ({}) up", owner_.rank(), rank_, addr_text_);
 }
 
 void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done, Link* via) {
@@ -85,7 +86,7 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
   // we relay to it meanwhile (acknowledgements of those bytes among them) still goes.
   const bool lingering = gone_code_ == Errc::peer_closed && quic_.open(lane) && !done;
   if (gone() && !lingering) {
-    if (done) node_.fail(done, gone_code_ == Errc::ok ? Errc::peer_failed : gone_code_, rank_, gone_why_);
+    if (done) owner_.fail(done, gone_code_ == Errc::ok ? Errc::peer_failed : gone_code_, rank_, gone_why_);
     return;
   }
   const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
@@ -96,7 +97,7 @@ void Peer::push(Lane lane, quic::Chunk c, Link* via) {
   Link& link = via ? *via : route(lane, 0, 0);
   link.push(lane, std::move(c));
   // A chunk that waits for a connection nobody dialled yet (Config::lazy_connect) dials it.
-  if (&link == &quic_ && !quic_.connection()) node_.connect_lazily(rank_);
+  if (&link == &quic_ && !quic_.connection()) owner_.connect_lazily(rank_);
 }
 
 namespace {
@@ -107,6 +108,7 @@ constexpr std::uint64_t kStripeMinBytes = 64 * 1024;
 }  // namespace
 
 Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
+  if (sole_) return *sole_;
   if (relay_) return *relay_;
   // A neighbour still connecting (or not dialled yet): the chunks wait on the first
   // connection, in order, and go once it is confirmed.
@@ -126,15 +128,15 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
 void Peer::dial_stripes(const Stripes::Dialer& dialer) {
   if (stripes_dialled_ || gone() || relay_ || shm_ || !quic_.connection()) return;
   stripes_dialled_ = true;
-  for (std::uint32_t i = 1; i < node_.config().connections_per_peer; ++i) stripes_.dial(dialer);
+  for (std::uint32_t i = 1; i < owner_.config().connections_per_peer; ++i) stripes_.dial(dialer);
 }
 
 std::string Peer::stripe_refusal() const {
-  const std::uint32_t want = node_.config().connections_per_peer;
+  const std::uint32_t want = owner_.config().connections_per_peer;
   if (gone() || relay_ || shm_ || !quic_.connection() || quic_.connection()->closed())
-    return "rank " + std::to_string(node_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
+    return "rank " + std::to_string(owner_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
   if (static_cast<std::uint32_t>(stripes_.live()) + 1 >= want)
-    return "rank " + std::to_string(node_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
+    return "rank " + std::to_string(owner_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
            " connections with rank " + std::to_string(rank_) + " (connections_per_peer = " + std::to_string(want) + ")";
   return {};
 }
@@ -158,7 +160,7 @@ std::string Peer::on_stripe_identity(const std::string& node) {
 }
 
 void Peer::on_stripe_ready(bool hosted) {
-  log::debug("rank {}: peer {}: an extra connection is up{}", node_.rank(), rank_, hosted ? " on a shard" : "");
+  log::debug("rank {}: peer {}: an extra connection is up{}", owner_.rank(), rank_, hosted ? " on a shard" : "");
 }
 
 std::optional<std::uint64_t> Peer::on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
@@ -168,11 +170,16 @@ std::optional<std::uint64_t> Peer::on_stripe_data(Link& link, std::uint64_t stre
 }
 
 void Peer::on_stripe_closed(Errc code, const std::string& why) {
+  link_ended(code, "an extra connection to the peer closed: " + why);
+}
+
+void Peer::link_ended(Errc code, const std::string& why) {
   if (gone()) return;
   // What was in flight on it is lost with it: the pair cannot go on, as when its first
-  // connection ends.
-  if (code == Errc::rank_failed) node_.on_failed_notice(rank_, node_.rank(), why);
-  mark_gone(code == Errc::ok ? Errc::peer_closed : code, "an extra connection to the peer closed: " + why);
+  // connection ends. A peer that declared us failed closed with rank_failed: we are the
+  // failed one.
+  if (code == Errc::rank_failed) owner_.on_failed_notice(rank_, owner_.rank(), why);
+  mark_gone(code == Errc::ok ? Errc::peer_closed : code, why);
 }
 
 void Peer::drop_connection() {
@@ -186,7 +193,7 @@ void Peer::abandon_dial() {
   drop_connection();
   // Inside the handshake of the incoming connection: close ours once that call unwinds,
   // unless it closed by itself meanwhile (on_closed then forgot it).
-  node_.engine().post([this, c = abandoned_] {
+  owner_.engine().post([this, c = abandoned_] {
     if (abandoned_ == c && c) c->close(quic::close_orderly, std::string(simultaneous_open));
   });
 }
@@ -212,15 +219,15 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
   for (int i = 0; i < shm::Segment::lanes; ++i) {
     FrameHeader h;
     h.type = FrameType::shm_switch;
-    h.src = static_cast<std::uint32_t>(node_.rank());
+    h.src = static_cast<std::uint32_t>(owner_.rank());
     send_header(ShmLink::lane(i), h);
     shm_->start_sending(i);
     if (shm_in_[i]) shm_->start_reading(i);
   }
-  node_.on_shm_attached(rank_, *shm_);
+  owner_.on_shm_attached(rank_, *shm_);
   // The peer may have switched and written before we held the segment.
   shm_->ring_self();
-  log::info("rank {}: peer {} is on this host: message lanes through shared memory", node_.rank(), rank_);
+  log::info("rank {}: peer {} is on this host: message lanes through shared memory", owner_.rank(), rank_);
 }
 
 bool Peer::poll_shm() {
@@ -231,7 +238,7 @@ bool Peer::poll_shm() {
     return true;
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
-  if (p.more) node_.engine().note_activity();
+  if (p.more) owner_.engine().note_activity();
   return p.moved;
 }
 
@@ -239,7 +246,7 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
                                  std::uint64_t length) const {
   FrameHeader h;
   h.type = type;
-  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.src = static_cast<std::uint32_t>(owner_.rank());
   h.comm = comm;
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
@@ -248,7 +255,7 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
 }
 
 void Peer::send_header(Lane lane, const FrameHeader& h, Link* via) {
-  PooledBuffer b = node_.pool().acquire(wire::header_size);
+  PooledBuffer b = owner_.pool().acquire(wire::header_size);
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   send_frame(lane, std::move(b), wire::header_size, {}, via);
 }
@@ -256,10 +263,10 @@ void Peer::send_header(Lane lane, const FrameHeader& h, Link* via) {
 void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                             std::uint64_t size, std::shared_ptr<OpState> op) {
   if (gone()) {
-    node_.fail(op, gone_code_, rank_, gone_why_);
+    owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
-  if (node_.fail_if_revoked(comm, op)) return;
+  if (owner_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
   send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), &route(lane_of(d), tag, size));
@@ -279,10 +286,10 @@ void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const 
 void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
                                std::uint64_t size, std::shared_ptr<OpState> op) {
   if (gone()) {
-    node_.fail(op, gone_code_, rank_, gone_why_);
+    owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
-  if (node_.fail_if_revoked(comm, op)) return;
+  if (owner_.fail_if_revoked(comm, op)) return;
   Link* via = &route(lane_of(d), tag, size);
   send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size), via);
   push_payload(lane_of(d), parts, op, via);
@@ -305,7 +312,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
                              std::uint64_t size) {
   FrameHeader h;
   h.type = FrameType::cts;
-  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.src = static_cast<std::uint32_t>(owner_.rank());
   h.comm = r->comm;
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
@@ -316,7 +323,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
   std::uint64_t& held = unexpected_bytes_[static_cast<int>(d)];
   held -= std::min(held, bytes);
-  if (held >= node_.config().unexpected_limit) return;
+  if (held >= owner_.config().unexpected_limit) return;
   for (auto& [key, s] : in_) {
     if (s->deferred && domain_of(s->reader.lane()) == d) {
       s->link->consumed(s->stream, s->deferred);
@@ -327,6 +334,7 @@ void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
 
 std::uint64_t Peer::unacked() const {
   if (gone()) return 0;
+  if (sole_) return sole_->unacked();
   if (relay_) return relay_->unacked();
   std::uint64_t n = quic_.unacked();
   if (!quic_.connection()) return n;
@@ -339,7 +347,7 @@ void Peer::say_goodbye() {
   if (!up()) return;
   FrameHeader h;
   h.type = FrameType::goodbye;
-  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.src = static_cast<std::uint32_t>(owner_.rank());
   send_header(Lane::control, h);
 }
 
@@ -379,7 +387,7 @@ std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream
   if (gone()) return std::nullopt;
   auto& slot = in_[{&link, stream}];
   if (!slot) {
-    slot = std::make_unique<InStream>(node_.config().max_frame_bytes);
+    slot = std::make_unique<InStream>(owner_.config().max_frame_bytes);
     slot->link = &link;
     slot->stream = stream;
     if (auto lane = link.stream_lane(stream)) slot->reader.start_without_preamble(*lane);
@@ -394,14 +402,23 @@ std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream
     }
     return std::nullopt;
   }
-  node_.engine().note_activity();
+  owner_.engine().note_activity();
   // Everything not parked as over-budget unexpected data is credited back at once.
   return len - s.deferred_now;
 }
 
+LinkOwner& Peer::use_link(Link& link) {
+  sole_ = &link;
+  hello_seen_ = true;
+  state_.store(State::up, std::memory_order_release);
+  return *this;
+}
+
+void Peer::on_link_closed(Link&, Errc code, const std::string& why) { link_ended(code, why); }
+
 void Peer::protocol_error(const std::string& why) {
   if (gone()) return;
-  log::warn("rank {}: protocol error from peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
+  log::warn("rank {}: protocol error from peer {} ({}): {}", owner_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::protocol, "protocol error: " + why);
   // We are inside ngtcp2's packet processing here, which must not be re-entered.
   close_later(quic::close_error, "protocol error: " + why);
@@ -417,21 +434,21 @@ void Peer::close_later(std::uint64_t app_code, std::string why) {
   // is no longer ours (on_closed forgot it), and the generation tells a new connection at
   // the same address from it.
   const std::uint64_t gen = quic_.generation();
-  node_.engine().post([this, c, gen, app_code, why = std::move(why)] {
+  owner_.engine().post([this, c, gen, app_code, why = std::move(why)] {
     if (quic_.connection() == c && quic_.generation() == gen) c->close(app_code, why);
   });
 }
 
 void Peer::abort(const std::string& why) {
   if (gone()) return;
-  log::warn("rank {}: giving up on peer {} ({}): {}", node_.rank(), rank_, addr_text_, why);
+  log::warn("rank {}: giving up on peer {} ({}): {}", owner_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::peer_failed, why);
   if (quic::Connection* c = quic_.connection()) c->close(quic::close_error, why);
 }
 
 void Peer::lost(const std::string& why) {
   if (gone()) return;
-  log::info("rank {}: peer {} ({}) out of reach: {}", node_.rank(), rank_, addr_text_, why);
+  log::info("rank {}: peer {} ({}) out of reach: {}", owner_.rank(), rank_, addr_text_, why);
   mark_gone(Errc::peer_closed, why);
 }
 
@@ -458,15 +475,15 @@ void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {
   last_heartbeat_ = now;
   FrameHeader h;
   h.type = FrameType::heartbeat;
-  h.src = static_cast<std::uint32_t>(node_.rank());
+  h.src = static_cast<std::uint32_t>(owner_.rank());
   send_header(Lane::control, h);
 }
 
 void Peer::mark_gone(Errc code, const std::string& why) {
-  if (!gone() && is_failure(code) && node_.judging_failures()) {
+  if (!gone() && is_failure(code) && owner_.judging_failures()) {
     // A member failed: the node declares it, revokes what contains it, tells everyone,
     // and comes back here through cut_off().
-    node_.declare_failed(rank_, why);
+    owner_.declare_failed(rank_, why);
     if (gone()) return;
   }
   if (!gone()) {
@@ -475,25 +492,26 @@ void Peer::mark_gone(Errc code, const std::string& why) {
     state_.store(State::gone, std::memory_order_release);
   }
   // Everything in flight with this peer fails now, naming it.
+  if (sole_) sole_->fail(gone_code_, gone_why_);
   if (shm_) shm_->fail(gone_code_, gone_why_);
   if (relay_) relay_->fail(gone_code_, gone_why_);
   quic_.fail(gone_code_, gone_why_);
   for (auto& [seq, r] : rdv_out_)
-    if (!r.cancelled) node_.fail(r.op, gone_code_, rank_, gone_why_);
+    if (!r.cancelled) owner_.fail(r.op, gone_code_, rank_, gone_why_);
   rdv_out_.clear();
   for (auto& m : rdv_in_) {
-    for (auto& [seq, r] : m) node_.fail(r.recv->op, gone_code_, rank_, gone_why_);
+    for (auto& [seq, r] : m) owner_.fail(r.recv->op, gone_code_, rank_, gone_why_);
     m.clear();
   }
   for (auto& [id, s] : in_) {
-    if (s->sink.kind == Sink::user) node_.fail(s->sink.recv->op, gone_code_, rank_, gone_why_);
+    if (s->sink.kind == Sink::user) owner_.fail(s->sink.recv->op, gone_code_, rank_, gone_why_);
     if (s->sink.kind == Sink::unexpected && s->sink.unexp->waiter)
-      node_.fail(s->sink.unexp->waiter->op, gone_code_, rank_, gone_why_);
+      owner_.fail(s->sink.unexp->waiter->op, gone_code_, rank_, gone_why_);
   }
   // Messages from it that will never be completed (eager ones cut off mid-way, announced
   // rendezvous ones) must not be matched by later receives; whole ones stay receivable.
   for (int di = 0; di < domain_count; ++di) {
-    auto& list = node_.queue(static_cast<Domain>(di)).unexpected();
+    auto& list = owner_.queue(static_cast<Domain>(di)).unexpected();
     std::uint64_t& held = unexpected_bytes_[di];
     for (auto it = list.begin(); it != list.end();) {
       const Unexpected& u = **it;
@@ -509,15 +527,15 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   // its connection). A peer that said goodbye closes its own once its last bytes are in.
   if (stripes_.live() > 0 && gone_code_ != Errc::peer_closed) {
     const std::uint64_t app_code = gone_code_ == Errc::rank_failed ? quic::close_declared_failed : quic::close_error;
-    node_.engine().post([this, app_code, why = gone_why_] { stripes_.close_all(app_code, why); });
+    owner_.engine().post([this, app_code, why = gone_why_] { stripes_.close_all(app_code, why); });
   }
   // A frame reader of one of these streams may be running below us: free them later.
   if (!in_.empty()) {
     auto dead = std::make_shared<decltype(in_)>(std::move(in_));
     in_.clear();
-    node_.engine().post([dead] {});
+    owner_.engine().post([dead] {});
   }
-  node_.on_peer_closed(*this);
+  owner_.on_peer_closed(*this);
 }
 
 bool Peer::receiving(const OpState* op) const {
@@ -536,7 +554,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
   // Messages over QUIC are moving (not control frames, nor the switch to shared memory):
   // waiters keep the engine thread from waking for the replies (Engine::settle_delay).
   if (s.link->on_socket() && s.reader.lane() != Lane::control && h.type != FrameType::shm_switch)
-    node_.engine().note_socket_messages();
+    owner_.engine().note_socket_messages();
   // Relayed frames name their origin, which need not be this neighbour.
   if (h.type == FrameType::relay || h.type == FrameType::relay_ack) {
     if (s.link == relay_.get()) {
@@ -545,7 +563,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     }
     s.sink = Sink{};
     s.sink.kind = Sink::relay;
-    s.sink.segment = node_.pool().acquire(wire::header_size + h.length);
+    s.sink.segment = owner_.pool().acquire(wire::header_size + h.length);
     return true;
   }
   if (h.src != static_cast<std::uint32_t>(rank_)) {
@@ -561,13 +579,13 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::goodbye:
       return true;
     case FrameType::eager: {
-      if (node_.revoked(h.comm)) {  // nobody will receive it: drop it as it comes
+      if (owner_.revoked(h.comm)) {  // nobody will receive it: drop it as it comes
         s.sink.kind = Sink::discard;
         return true;
       }
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
-      if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
+      if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
         s.sink.kind = Sink::user;
         s.sink.truncated = h.length > r->cap;
         s.sink.recv = std::move(r);
@@ -580,17 +598,17 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         u.data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
         u.complete = h.length == 0;
         s.sink.kind = Sink::unexpected;
-        s.sink.unexp = node_.queue(d).add_unexpected(std::move(u));
+        s.sink.unexp = owner_.queue(d).add_unexpected(std::move(u));
       }
       return true;
     }
     case FrameType::rts: {
       // The sender withdraws it when it learns of the revocation; never asked for, the data
       // never comes.
-      if (node_.revoked(h.comm)) return true;
+      if (owner_.revoked(h.comm)) return true;
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
-      if (auto r = node_.queue(d).take_posted(h.comm, rank_, tag)) {
+      if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
         accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
         Unexpected u;
@@ -600,7 +618,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         u.rendezvous = true;
         u.seq = h.seq;
         u.size = h.length;
-        node_.queue(d).add_unexpected(std::move(u));
+        owner_.queue(d).add_unexpected(std::move(u));
       }
       return true;
     }
@@ -614,7 +632,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       rdv_out_.erase(it);
       FrameHeader d;
       d.type = FrameType::rdata;
-      d.src = static_cast<std::uint32_t>(node_.rank());
+      d.src = static_cast<std::uint32_t>(owner_.rank());
       d.comm = r.comm;
       d.tag = static_cast<std::uint64_t>(r.tag);
       d.seq = h.seq;
@@ -642,7 +660,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       std::uint64_t announced = it->second.size;
       m.erase(it);
       if (!(h.flags & wire::flag_cancelled) && h.length != announced) {
-        node_.fail(r->op, Errc::protocol, rank_, "rendezvous data size differs from its announcement");
+        owner_.fail(r->op, Errc::protocol, rank_, "rendezvous data size differs from its announcement");
         protocol_error("rdata of " + std::to_string(h.length) + " bytes for a message announced as " +
                        std::to_string(announced));
         return false;
@@ -650,7 +668,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       if (h.flags & wire::flag_cancelled) {
         // As with MPI_Cancel, a withdrawn send was never sent: the receive it had matched
         // goes back to waiting, ahead of receives posted after it.
-        node_.repost(d, std::move(r));
+        owner_.repost(d, std::move(r));
         return true;
       }
       s.sink.kind = Sink::user;
@@ -683,14 +701,14 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return true;
     }
     case FrameType::failed:
-      if (h.tag >= static_cast<std::uint64_t>(node_.size()) && node_.elastic()) {
+      if (h.tag >= static_cast<std::uint64_t>(owner_.size()) && owner_.elastic()) {
         // A rank announced to the sender and not to us yet: nothing here can involve it.
         s.sink.kind = Sink::discard;
         return true;
       }
-      if (h.tag >= static_cast<std::uint64_t>(node_.size())) {
+      if (h.tag >= static_cast<std::uint64_t>(owner_.size())) {
         protocol_error("failure notice for rank " + std::to_string(h.tag) + " in a world of " +
-                       std::to_string(node_.size()));
+                       std::to_string(owner_.size()));
         return false;
       }
       [[fallthrough]];
@@ -705,7 +723,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
       return true;
     case FrameType::rpc_response:
-      s.sink.kind = node_.rpc() && node_.rpc()->awaits(h.seq) ? Sink::rpc_response : Sink::discard;
+      s.sink.kind = owner_.rpc() && owner_.rpc()->awaits(h.seq) ? Sink::rpc_response : Sink::discard;
       if (s.sink.kind == Sink::rpc_response)
         s.sink.bytes.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
       return true;
@@ -734,7 +752,7 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
         k.unexp->data.insert(k.unexp->data.end(), chunk.begin(), chunk.end());
         std::uint64_t& held = unexpected_bytes_[static_cast<int>(domain_of(s.reader.lane()))];
         held += chunk.size();
-        if (held > node_.config().unexpected_limit) {
+        if (held > owner_.config().unexpected_limit) {
           s.deferred += chunk.size();
           s.deferred_now += chunk.size();
         }
@@ -762,9 +780,9 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::hello: {
       std::string name(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
       // An elastic world grows while it runs: its nodes know different sizes of it.
-      if (name != name_ || (h.tag != static_cast<std::uint64_t>(node_.size()) && !node_.elastic())) {
+      if (name != name_ || (h.tag != static_cast<std::uint64_t>(owner_.size()) && !owner_.elastic())) {
         protocol_error("hello from '" + name + "' with world " + std::to_string(h.tag) +
-                       ", expected '" + name_ + "' with world " + std::to_string(node_.size()));
+                       ", expected '" + name_ + "' with world " + std::to_string(owner_.size()));
         return false;
       }
       hello_seen_ = true;
@@ -775,23 +793,23 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     }
     case FrameType::goodbye:
-      log::debug("rank {}: peer {} said goodbye", node_.rank(), rank_);
+      log::debug("rank {}: peer {} said goodbye", owner_.rank(), rank_);
       // Mark it now so new operations fail fast; the connection close follows.
       mark_gone(Errc::peer_closed, "peer closed its communicator");
       break;
     case FrameType::eager:
     case FrameType::rdata:
       if (k.kind == Sink::user) {
-        node_.finish_recv(*k.recv, rank_, static_cast<Tag>(h.tag), h.length);
+        owner_.finish_recv(*k.recv, rank_, static_cast<Tag>(h.tag), h.length);
       } else if (k.kind == Sink::unexpected) {
         auto u = k.unexp;
         u->complete = true;
         if (u->waiter) {
           Domain d = domain_of(s.reader.lane());
-          auto& q = node_.queue(d);
+          auto& q = owner_.queue(d);
           for (auto it = q.unexpected().begin(); it != q.unexpected().end(); ++it) {
             if (it->get() == u.get()) {
-              node_.deliver_unexpected(d, u->waiter, it);
+              owner_.deliver_unexpected(d, u->waiter, it);
               break;
             }
           }
@@ -800,14 +818,14 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::failed:
       if (k.kind == Sink::discard) break;
-      node_.on_failed_notice(rank_, static_cast<int>(h.tag),
+      owner_.on_failed_notice(rank_, static_cast<int>(h.tag),
                              std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
     case FrameType::revoke:
-      node_.on_revoke_notice(rank_, h.comm);
+      owner_.on_revoke_notice(rank_, h.comm);
       break;
     case FrameType::shm_offer:
-      node_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+      owner_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
     case FrameType::ports:
       // The frame's length was checked (even, at most 15 ports); port 0 is nowhere to dial.
@@ -826,12 +844,12 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::decided: {
       wire::Ballot b;
       // In an elastic world a ballot may name a joiner not announced here yet.
-      const auto bound = node_.elastic() ? wire::max_node_ids : static_cast<std::uint32_t>(node_.size());
+      const auto bound = owner_.elastic() ? wire::max_node_ids : static_cast<std::uint32_t>(owner_.size());
       if (auto err = wire::decode_ballot(k.bytes, bound, b)) {
         protocol_error(std::string(wire::to_string(h.type)) + " frame: " + err.error);
         return false;
       }
-      node_.on_ballot(rank_, h, std::move(b));
+      owner_.on_ballot(rank_, h, std::move(b));
       break;
     }
     case FrameType::welcome: {
@@ -840,21 +858,21 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
         protocol_error(std::string("welcome frame: ") + err.error);
         return false;
       }
-      node_.on_welcome(rank_, h.comm, std::move(members));
+      owner_.on_welcome(rank_, h.comm, std::move(members));
       break;
     }
     case FrameType::rpc_request:
-      if (node_.rpc()) node_.rpc()->on_request(rank_, h.comm, h.tag, h.seq, std::move(k.bytes));
+      if (owner_.rpc()) owner_.rpc()->on_request(rank_, h.comm, h.tag, h.seq, std::move(k.bytes));
       break;
     case FrameType::rpc_response:
       if (k.kind == Sink::rpc_response)
-        node_.rpc()->on_response(rank_, h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
+        owner_.rpc()->on_response(rank_, h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
       break;
     case FrameType::relay:
-      if (!node_.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
+      if (!owner_.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
       break;
     case FrameType::relay_ack:
-      if (!node_.on_relay_ack(*this, h, std::move(k.segment))) return false;
+      if (!owner_.on_relay_ack(*this, h, std::move(k.segment))) return false;
       break;
     default:
       break;
@@ -877,12 +895,12 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
     // way, and its connection is the one the pair keeps. It arrives by itself; should it
     // not (lost on the way), we dial again shortly.
     drop_connection();
-    node_.redial_later(rank_, ++refusals_);
+    owner_.redial_later(rank_, ++refusals_);
     return;
   }
   quic_.detach();
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
-  if (code == Errc::rank_failed && !gone()) node_.on_failed_notice(rank_, node_.rank(), why);
+  if (code == Errc::rank_failed && !gone()) owner_.on_failed_notice(rank_, owner_.rank(), why);
   mark_gone(code, why);
 }
 

@@ -21,6 +21,7 @@
 #include "quic/connection.hpp"
 #include "transport/link.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/peer_owner.hpp"
 #include "transport/quic_link.hpp"
 #include "transport/relay_link.hpp"
 #include "transport/shm_link.hpp"
@@ -29,11 +30,10 @@
 
 namespace nexar::detail {
 
-class Node;
 
 class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
-  Peer(Node& node, int rank, std::string name, quic::Address addr);
+  Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr);
 
   int rank() const noexcept { return rank_; }
   const std::string& name() const noexcept { return name_; }
@@ -199,6 +199,13 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// A segment of `lane`'s stream from this rank, at `offset`, reached us through relays.
   void relay_in(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len);
 
+  // ---- a carrier from outside the node ----
+  /// Carries every lane of the pair over `link` from now on, ahead of every other carrier
+  /// (the routing rule's first line): a carrier the node does not build, such as the
+  /// in-memory link of the unit tests. The pair counts as up. Returns what `link` hands its
+  /// incoming bytes and its end to; `link` must outlive the Peer or be failed first.
+  LinkOwner& use_link(Link& link);
+
  private:
   enum class State { connecting, up, gone };
 
@@ -236,6 +243,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// Feeds `len` received bytes of `link`'s stream `stream` to its frame reader (LinkOwner).
   std::optional<std::uint64_t> on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                             std::size_t len) override;
+  void on_link_closed(Link& link, Errc code, const std::string& why) override;
   /// Queues a chunk on `lane`, over `via` if given, else over route()'s pick for it.
   void push(wire::Lane lane, quic::Chunk c, Link* via = nullptr);
   bool on_header(InStream& s, const wire::FrameHeader& h);
@@ -246,6 +254,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   void close_later(std::uint64_t app_code, std::string why);
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
+  /// A link that carried some of the pair's bytes ended by itself.
+  void link_ended(Errc code, const std::string& why);
   /// The connection is up both ways: what waited for it goes out.
   void confirm();
   /// Forgets the connection (refused, or given up) while the peer stays connecting.
@@ -259,7 +269,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
                                               std::size_t len) override;
   void on_stripe_closed(Errc code, const std::string& why) override;
 
-  Node& node_;
+  PeerOwner& owner_;
   int rank_;
   std::string name_;
   quic::Address addr_;
@@ -289,6 +299,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   bool shm_expected_ = false;
   bool shm_settled_ = false;
   std::unique_ptr<RelayLink> relay_;
+  Link* sole_ = nullptr;  // use_link()
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
   Stripes stripes_;
   bool stripes_dialled_ = false;

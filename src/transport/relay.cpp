@@ -88,7 +88,6 @@ void Peer::relay_in(Lane lane, std::uint64_t offset, const std::uint8_t* data, s
                                 std::to_string(offset) + " lies beyond the credit granted");
     return;
   }
-  node_.owe_relay_ack(rank_, lane);
 }
 
 void Node::relay_pump(Peer& dest, Lane lane) {

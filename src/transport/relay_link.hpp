@@ -70,8 +70,9 @@ class RelayLink final : public Link {
   /// A segment of `lane` at stream `offset` arrived. Calls `deliver(ptr, len)` for every
   /// byte that is next in order (this segment's, then held ones it unblocks);
   /// `deliver` returns the bytes consumed at once, or false to stop (the stream broke).
-  /// Segments ahead of a gap are held. Returns false when `deliver` failed or the segment
-  /// lies beyond the credit granted.
+  /// Segments ahead of a gap are held. An acknowledgement is owed afterwards (the `ack`
+  /// work runs). Returns false when `deliver` failed or the segment lies beyond the credit
+  /// granted.
   template <class Deliver>
   bool on_segment(wire::Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len,
                   Deliver&& deliver);
@@ -140,6 +141,7 @@ bool RelayLink::on_segment(wire::Lane lane, std::uint64_t offset, const std::uin
   };
   if (offset > in.received) {
     in.early.try_emplace(offset, data, data + len);
+    ack_(lane);
     return true;
   }
   if (!take(offset, data, len)) return false;
@@ -147,6 +149,7 @@ bool RelayLink::on_segment(wire::Lane lane, std::uint64_t offset, const std::uin
     auto node = in.early.extract(in.early.begin());
     if (!take(node.key(), node.mapped().data(), node.mapped().size())) return false;
   }
+  ack_(lane);
   return true;
 }
 

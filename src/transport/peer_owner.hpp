@@ -1,0 +1,91 @@
+// What a Peer reaches of the node it belongs to. The Node implements it; the unit tests of
+// Peer (tests/peer_test.cpp) implement it with a few lines each, so that a pair of Peers runs
+// over an in-memory link with no node, socket or TLS. Engine thread only, like Peer.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nexar/config.hpp>
+#include <nexar/error.hpp>
+
+#include "engine/buffer_pool.hpp"
+#include "engine/op_state.hpp"
+#include "transport/match_queue.hpp"
+#include "wire/ballot.hpp"
+#include "wire/frame.hpp"
+
+namespace nexar::detail {
+
+class Engine;
+class Peer;
+class RpcLanes;
+class ShmLink;
+
+class PeerOwner {
+ public:
+  // ---- what the pair belongs to ----
+  /// This node's world rank, and the world ranks known here.
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  /// Whether the world may grow while it runs (its nodes then know different sizes).
+  virtual bool elastic() const noexcept = 0;
+  /// The node name of world rank `r` (what its certificate names).
+  virtual const std::string& name_of(int r) const = 0;
+  virtual const Config& config() const noexcept = 0;
+  virtual BufferPool& pool() noexcept = 0;
+  virtual Engine& engine() noexcept = 0;
+  /// Where RPC frames go; null when no RPC service is attached.
+  virtual RpcLanes* rpc() const noexcept = 0;
+
+  // ---- matching messages with receives ----
+  virtual MatchQueue& queue(Domain d) noexcept = 0;
+  /// Whether communicator `comm` was revoked: its messages are dropped as they come.
+  virtual bool revoked(std::uint64_t comm) const = 0;
+  /// Fails `op` with the revocation's error if `comm` was revoked; returns whether it did.
+  virtual bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) = 0;
+  /// Fails `op` (unless done) with `code`, its message naming world rank `peer` and `why`.
+  virtual void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) = 0;
+  /// A receive's message of `size` bytes has landed (or was dropped): complete it.
+  virtual void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) = 0;
+  /// Receive `r` matched unexpected message `it` (whole, still arriving, or announced).
+  virtual void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
+                                  std::list<std::shared_ptr<Unexpected>>::iterator it) = 0;
+  /// The message receive `r` had matched was withdrawn by its sender: match it again.
+  virtual void repost(Domain d, std::shared_ptr<RecvOp> r) = 0;
+
+  // ---- the pair's life ----
+  /// The pair works both ways now.
+  virtual void on_peer_up(Peer& p) = 0;
+  /// The peer is gone (Peer::gone_code says how): receives naming it fail.
+  virtual void on_peer_closed(Peer& p) = 0;
+  /// A chunk waits for a connection nobody dialled yet (Config::lazy_connect).
+  virtual void connect_lazily(int r) = 0;
+  /// Our dial to `r` lost a simultaneous open (`attempt` times so far).
+  virtual void redial_later(int r, int attempt) = 0;
+  /// Whether a member's lost connection means it failed (once the mesh is up).
+  virtual bool judging_failures() const noexcept = 0;
+  /// Declares world rank `r` failed, tells the others, revokes what contains it.
+  virtual void declare_failed(int r, const std::string& why) = 0;
+
+  // ---- control frames the node answers ----
+  virtual void on_failed_notice(int from, int r, const std::string& why) = 0;
+  virtual void on_revoke_notice(int from, std::uint64_t comm) = 0;
+  virtual void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) = 0;
+  virtual void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) = 0;
+  virtual void on_shm_offer(Peer& p, std::string_view payload) = 0;
+  virtual void on_shm_attached(int rank, const ShmLink& link) = 0;
+  /// A relay frame from neighbour `from`: delivered here or forwarded. False: `from` broke
+  /// the protocol (it is gone).
+  virtual bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg) = 0;
+  virtual bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg) = 0;
+
+ protected:
+  ~PeerOwner() = default;
+};
+
+}  // namespace nexar::detail

@@ -1,0 +1,310 @@
+// transport/peer.*: two Peers, rank 0's view of rank 1 and rank 1's view of rank 0, joined by
+// an in-memory link (memory_link.hpp) wired in through the routing rule (Peer::use_link),
+// each owned by a few lines of PeerOwner instead of a Node. No socket, TLS or engine thread:
+// every order of arrival is a seed, and each test runs in milliseconds.
+//
+// Checked: eager messages match posted receives oldest first, and arrive whole however the
+// link splits and interleaves them; unexpected ones wait in order; rendezvous moves a large
+// message only once the receiver asked, and a withdrawn one puts the receive back; a revoked
+// communicator's messages are dropped; a link lost fails what is in flight, naming the peer.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "memory_link.hpp"
+#include "transport/peer.hpp"
+
+using namespace nexar;
+using detail::Domain;
+using detail::OpState;
+using detail::Peer;
+using detail::RecvOp;
+using detail::Tag;
+using test::MemoryLink;
+
+namespace {
+
+constexpr std::uint64_t kComm = 7;
+
+std::shared_ptr<OpState> op_state(const char* name) {
+  return std::make_shared<OpState>(name, OpState::Clock::now() + std::chrono::hours(1));
+}
+
+// One rank's side: what a Node would be to its Peer, and that Peer.
+struct Side final : detail::PeerOwner {
+  Config cfg;
+  detail::BufferPool pool_;
+  detail::Engine engine_{std::chrono::microseconds(0)};
+  detail::MatchQueue queues[detail::domain_count];
+  int me;
+  std::vector<std::string> names{"node-0", "node-1"};
+  std::set<std::uint64_t> revoked_comms;
+  std::vector<std::string> events;  // upcalls the tests look for
+  std::unique_ptr<Peer> peer;       // the other rank
+
+  explicit Side(int rank) : me(rank) { peer = std::make_unique<Peer>(*this, 1 - rank, names[1 - me], quic::Address{}); }
+
+  // A receive as Node::irecv makes it: an unexpected message first, else posted.
+  std::shared_ptr<RecvOp> recv(Domain d, Tag tag, std::vector<std::byte>& out, bool exact = false) {
+    auto r = std::make_shared<RecvOp>();
+    r->op = op_state("recv");
+    r->comm = kComm;
+    r->source = 1 - me;
+    r->tag = tag;
+    r->buf = out.data();
+    r->cap = out.size();
+    r->exact = exact;
+    auto& q = queue(d);
+    if (auto it = q.find_unexpected(*r); it != q.end()) {
+      deliver_unexpected(d, r, it);
+    } else {
+      q.post(r);
+    }
+    return r;
+  }
+
+  // PeerOwner
+  int rank() const noexcept override { return me; }
+  int size() const noexcept override { return 2; }
+  bool elastic() const noexcept override { return false; }
+  const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
+  const Config& config() const noexcept override { return cfg; }
+  detail::BufferPool& pool() noexcept override { return pool_; }
+  detail::Engine& engine() noexcept override { return engine_; }
+  detail::RpcLanes* rpc() const noexcept override { return nullptr; }
+  detail::MatchQueue& queue(Domain d) noexcept override { return queues[static_cast<int>(d)]; }
+  bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }
+  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) override {
+    if (!revoked(comm)) return false;
+    op->complete(Errc::revoked, "communicator revoked");
+    return true;
+  }
+  void fail(const std::shared_ptr<OpState>& op, Errc code, int p, std::string_view why) override {
+    if (op && !op->done()) op->complete(code, "rank " + std::to_string(p) + ": " + std::string(why));
+  }
+  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t bytes) override {
+    if (bytes > r.cap || (r.exact && bytes != r.cap)) {
+      fail(r.op, Errc::truncated, source, std::to_string(bytes) + " bytes for " + std::to_string(r.cap));
+    } else {
+      r.op->succeed(r.status(source, tag, static_cast<std::size_t>(bytes)));
+    }
+  }
+  void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
+                          std::list<std::shared_ptr<detail::Unexpected>>::iterator it) override {
+    auto u = *it;
+    if (u->rendezvous) {
+      queue(d).erase(it);
+      peer->accept_rendezvous(d, u->seq, u->tag, r, u->size);
+      return;
+    }
+    if (!u->complete) {
+      if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
+      peer->release_unexpected(d, u->data.size());
+      u->data.clear();
+      u->waiter = r;
+      return;
+    }
+    queue(d).erase(it);
+    if (u->size <= r->cap && !u->data.empty()) std::memcpy(r->buf, u->data.data(), u->data.size());
+    finish_recv(*r, u->source, u->tag, u->size);
+    peer->release_unexpected(d, u->data.size());
+  }
+  void repost(Domain d, std::shared_ptr<RecvOp> r) override {
+    events.push_back("repost");
+    auto& q = queue(d);
+    if (auto it = q.find_unexpected(*r); it != q.end()) {
+      deliver_unexpected(d, r, it);
+      return;
+    }
+    q.post_first(std::move(r));
+  }
+  void on_peer_up(Peer&) override { events.push_back("up"); }
+  void on_peer_closed(Peer& p) override { events.push_back("closed " + std::to_string(static_cast<int>(p.gone_code()))); }
+  void connect_lazily(int) override { events.push_back("connect_lazily"); }
+  void redial_later(int, int) override { events.push_back("redial_later"); }
+  bool judging_failures() const noexcept override { return false; }
+  void declare_failed(int r, const std::string&) override { events.push_back("declare " + std::to_string(r)); }
+  void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
+  void on_revoke_notice(int, std::uint64_t comm) override { events.push_back("revoke " + std::to_string(comm)); }
+  void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
+  void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
+  void on_shm_offer(Peer&, std::string_view) override { events.push_back("shm_offer"); }
+  void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
+  bool on_relay(Peer&, wire::Lane, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
+  bool on_relay_ack(Peer&, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
+};
+
+// Ranks 0 and 1 joined by one in-memory link drawn from `seed`.
+struct Pair {
+  Side a{0}, b{1};
+  MemoryLink la, lb;
+  explicit Pair(std::uint64_t seed, std::size_t max_piece = 4096) : la(seed, 1 << 20, max_piece), lb(seed ^ 0x9e37, 1 << 20, max_piece) {
+    MemoryLink::join(la, lb);
+    la.bind(a.peer->use_link(la));
+    lb.bind(b.peer->use_link(lb));
+  }
+  void run() { MemoryLink::run(la, lb); }
+};
+
+std::vector<std::byte> bytes_of(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::vector<std::byte> v(n);
+  for (auto& x : v) x = static_cast<std::byte>(g());
+  return v;
+}
+
+// Sends `msg` from `from` eagerly: header and payload, zero-copy.
+std::shared_ptr<OpState> send_eager(Side& from, Domain d, Tag tag, const std::vector<std::byte>& msg) {
+  auto op = op_state("send");
+  from.peer->send_eager_in_place(d, kComm, tag, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), op);
+  return op;
+}
+
+TEST(Peer, EagerMessagesMatchPostedReceivesOldestFirstAcrossSeeds) {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    Pair p(seed, 1 + seed * 97);
+    std::vector<std::vector<std::byte>> msgs, outs;
+    std::vector<std::shared_ptr<RecvOp>> recvs;
+    for (std::size_t i = 0; i < 6; ++i) {
+      msgs.push_back(bytes_of(i * 1000 + 1, seed * 10 + i));
+      outs.emplace_back(msgs.back().size());
+    }
+    // Three receives posted before, three after their messages are in.
+    for (std::size_t i = 0; i < 3; ++i) recvs.push_back(p.b.recv(Domain::data, 5, outs[i]));
+    std::vector<std::shared_ptr<OpState>> sends;
+    for (const auto& m : msgs) sends.push_back(send_eager(p.a, Domain::data, 5, m));
+    p.run();
+    EXPECT_EQ(p.b.queue(Domain::data).unexpected().size(), 3u) << "seed " << seed;
+    for (std::size_t i = 3; i < 6; ++i) recvs.push_back(p.b.recv(Domain::data, 5, outs[i]));
+    for (std::size_t i = 0; i < 6; ++i) {
+      ASSERT_TRUE(recvs[i]->op->done()) << "seed " << seed << " message " << i;
+      EXPECT_EQ(recvs[i]->op->code(), Errc::ok) << recvs[i]->op->message();
+      EXPECT_EQ(outs[i], msgs[i]) << "seed " << seed << ": receive " << i << " got another message";
+      EXPECT_TRUE(sends[i]->done() && sends[i]->code() == Errc::ok);
+    }
+    EXPECT_EQ(p.a.peer->unacked(), 0u);
+  }
+}
+
+TEST(Peer, LanesInterleaveButEachKeepsItsOrder) {
+  for (std::uint64_t seed = 100; seed < 110; ++seed) {
+    Pair p(seed, 700);
+    const Domain ds[] = {Domain::data, Domain::bulk, Domain::collective};
+    std::vector<std::vector<std::byte>> msgs[3];
+    for (int d = 0; d < 3; ++d)
+      for (int i = 0; i < 4; ++i) {
+        msgs[d].push_back(bytes_of(static_cast<std::size_t>(500 * i + d), seed * 100 + static_cast<std::uint64_t>(10 * d + i)));
+        send_eager(p.a, ds[d], 9, msgs[d].back());
+      }
+    p.run();
+    for (int d = 0; d < 3; ++d) {
+      auto& list = p.b.queue(ds[d]).unexpected();
+      ASSERT_EQ(list.size(), 4u);
+      int i = 0;
+      for (const auto& u : list) {
+        EXPECT_TRUE(u->complete);
+        EXPECT_EQ(u->data, msgs[d][static_cast<std::size_t>(i)]) << "seed " << seed << " domain " << d << " message " << i;
+        ++i;
+      }
+    }
+  }
+}
+
+TEST(Peer, RendezvousMovesTheMessageOnlyOnceTheReceiverAsks) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    Pair p(seed);
+    const auto msg = bytes_of(300000 + seed, seed);
+    auto send = op_state("send");
+    p.a.peer->start_rendezvous(Domain::data, kComm, 3, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+    p.run();
+    // Only the announcement came: nothing is sent before a receive asks.
+    ASSERT_EQ(p.b.queue(Domain::data).unexpected().size(), 1u);
+    EXPECT_TRUE(p.b.queue(Domain::data).unexpected().front()->rendezvous);
+    EXPECT_FALSE(send->done());
+    EXPECT_EQ(p.a.peer->unacked(), 0u) << "the data stays with the sender until asked";
+    std::vector<std::byte> out(msg.size());
+    auto r = p.b.recv(Domain::data, 3, out);
+    p.run();
+    ASSERT_TRUE(r->op->done());
+    EXPECT_EQ(r->op->code(), Errc::ok) << r->op->message();
+    EXPECT_EQ(r->op->status().bytes, msg.size());
+    EXPECT_TRUE(out == msg) << "seed " << seed;
+    EXPECT_TRUE(send->done() && send->code() == Errc::ok);
+  }
+}
+
+TEST(Peer, AWithdrawnRendezvousSendPutsTheReceiveBackFirst) {
+  Pair p(42);
+  const auto msg = bytes_of(200000, 1);
+  auto send = op_state("send");
+  p.a.peer->start_rendezvous(Domain::data, kComm, 3, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.run();
+  EXPECT_TRUE(p.a.peer->cancel_rendezvous(send.get()));
+  std::vector<std::byte> out(msg.size()), later(msg.size());
+  auto r = p.b.recv(Domain::data, 3, out);  // matches the announcement: asks for the data
+  auto r2 = p.b.recv(Domain::data, 3, later);
+  p.run();
+  EXPECT_FALSE(r->op->done()) << "a withdrawn send was never sent: its receive waits on";
+  EXPECT_EQ(p.b.events, std::vector<std::string>{"repost"});
+  ASSERT_EQ(p.b.queue(Domain::data).posted().size(), 2u);
+  EXPECT_EQ(p.b.queue(Domain::data).posted().front(), r) << "ahead of the receive posted after it";
+  // The next message goes to the first receive.
+  const auto next = bytes_of(10, 2);
+  send_eager(p.a, Domain::data, 3, next);
+  p.run();
+  ASSERT_TRUE(r->op->done());
+  EXPECT_TRUE(std::equal(next.begin(), next.end(), out.begin()));
+  EXPECT_FALSE(r2->op->done());
+}
+
+TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
+  Pair p(7);
+  p.b.revoked_comms.insert(kComm);
+  const auto msg = bytes_of(5000, 3);
+  auto sent = send_eager(p.a, Domain::collective, 11, msg);
+  auto rdv = op_state("send");
+  p.a.peer->start_rendezvous(Domain::collective, kComm, 12, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), rdv);
+  p.run();
+  EXPECT_TRUE(p.b.queue(Domain::collective).unexpected().empty()) << "nobody will receive them";
+  EXPECT_TRUE(sent->done() && sent->code() == Errc::ok) << "the bytes reached the receiver, which dropped them";
+  EXPECT_FALSE(rdv->done()) << "never asked for: the sender withdraws it when it learns of the revocation";
+  // The sender learns; what it still holds of that communicator fails.
+  p.a.revoked_comms.insert(kComm);
+  p.a.peer->fail_comm(kComm, [&](const std::shared_ptr<OpState>& op) { p.a.fail(op, Errc::revoked, 1, "revoked"); });
+  EXPECT_TRUE(rdv->done());
+  EXPECT_EQ(rdv->code(), Errc::revoked);
+  auto late = op_state("send");
+  p.a.peer->send_eager_in_place(Domain::collective, kComm, 13, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), late);
+  EXPECT_EQ(late->code(), Errc::revoked) << "a send on a revoked communicator fails at once";
+}
+
+TEST(Peer, ALostLinkFailsEverythingInFlightNamingThePeer) {
+  Pair p(9);
+  std::vector<std::byte> out(100000);
+  auto r = p.b.recv(Domain::data, 1, out);
+  const auto msg = bytes_of(100000, 4);
+  auto send = op_state("send");
+  p.a.peer->start_rendezvous(Domain::data, kComm, 1, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.la.cut_after(60000);  // somewhere in the data
+  p.run();
+  EXPECT_TRUE(p.a.peer->gone());
+  EXPECT_TRUE(p.b.peer->gone());
+  ASSERT_TRUE(send->done()) << "its data was on the way";
+  EXPECT_EQ(send->code(), Errc::peer_failed) << send->message();
+  ASSERT_TRUE(r->op->done()) << "the receive whose data was arriving";
+  EXPECT_EQ(r->op->code(), Errc::peer_failed);
+  EXPECT_NE(r->op->message().find("rank 0"), std::string::npos) << r->op->message();
+  // Later operations fail at once.
+  auto late = op_state("send");
+  p.a.peer->send_eager_in_place(Domain::data, kComm, 1, {ConstBuffer{msg.data(), 8}}, 8, late);
+  EXPECT_EQ(late->code(), Errc::peer_failed);
+}
+
+}  // namespace
