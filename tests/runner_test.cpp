@@ -54,12 +54,16 @@ struct Gate {
 
 }  // namespace
 
+// In every test the runner is declared after what its tasks touch: it is destroyed first,
+// and its destructor waits for the task still running (the last task may still be in its
+// tail when the test's checks are done).
+
 TEST(CollectiveRunner, RunsTasksInSubmissionOrderOnItsThread) {
-  CollectiveRunner r;
   std::mutex mu;
   std::vector<int> order;
   std::vector<std::thread::id> threads;
   std::promise<void> last;
+  CollectiveRunner r;
   constexpr int n = 50;
   for (int i = 0; i < n; ++i) {
     r.submit(false, Task{[&, i] {
@@ -81,11 +85,12 @@ TEST(CollectiveRunner, RunsTasksInSubmissionOrderOnItsThread) {
 }
 
 TEST(CollectiveRunner, StrictOrderWithSeveralSubmittersAndHelpers) {
-  CollectiveRunner r;
   std::mutex mu;
   std::vector<std::uint64_t> ran;  // ids, in the order they ran
   std::atomic<int> in_flight{0};
   std::atomic<bool> overlapped{false};
+  Gate gate;
+  CollectiveRunner r;
   auto make = [&](std::shared_ptr<std::uint64_t> id, std::shared_ptr<std::promise<void>> done) {
     return Task{[&, id, done] {
                   if (in_flight.fetch_add(1) != 0) overlapped = true;
@@ -100,7 +105,6 @@ TEST(CollectiveRunner, StrictOrderWithSeveralSubmittersAndHelpers) {
                 {}};
   };
   // The first task holds the runner, so the others queue up behind it while threads submit.
-  Gate gate;
   r.submit(false, gate.task());
   gate.entered.get_future().wait();
 
@@ -159,9 +163,9 @@ TEST(CollectiveRunner, StrictOrderWithSeveralSubmittersAndHelpers) {
 }
 
 TEST(CollectiveRunner, CallerWaitsTaskRunsOnCallersThread) {
-  CollectiveRunner r;
   std::thread::id where;
   bool ran = false;
+  CollectiveRunner r;
   const auto id = r.submit(true, Task{[&] {
                                         ran = true;
                                         where = std::this_thread::get_id();
@@ -181,16 +185,16 @@ TEST(CollectiveRunner, CallerWaitsTaskRunsOnCallersThread) {
 }
 
 TEST(CollectiveRunner, CallerWaitsTaskIsNotTakenUntilKicked) {
-  CollectiveRunner r;
   std::atomic<bool> first{false}, second{false};
   std::promise<std::thread::id> where;
+  std::promise<void> b_done;
+  CollectiveRunner r;
   const auto a = r.submit(true, Task{[&] {
                                        first = true;
                                        where.set_value(std::this_thread::get_id());
                                      },
                                      {}});
   // A later task waits behind it: order holds even for tasks the runner could take.
-  std::promise<void> b_done;
   r.submit(false, Task{[&] {
                          second = true;
                          b_done.set_value();
@@ -208,16 +212,16 @@ TEST(CollectiveRunner, CallerWaitsTaskIsNotTakenUntilKicked) {
 }
 
 TEST(CollectiveRunner, HelpWaitsItsTurnAndWakesTheRunnerForLaterTasks) {
-  CollectiveRunner r;
   Gate gate;
+  std::thread::id where;
+  std::promise<std::thread::id> later;
+  CollectiveRunner r;
   r.submit(false, gate.task());
   gate.entered.get_future().wait();
-  std::thread::id where;
   const auto mine = r.submit(true, Task{[&] { where = std::this_thread::get_id(); }, {}});
   // Something runs: neither ready nor helped.
   EXPECT_FALSE(r.ready(mine));
   EXPECT_FALSE(r.help(mine));
-  std::promise<std::thread::id> later;
   r.submit(false, Task{[&] { later.set_value(std::this_thread::get_id()); }, {}});
   gate.release();
   ASSERT_TRUE(eventually([&] { return r.ready(mine); }));
@@ -230,9 +234,12 @@ TEST(CollectiveRunner, HelpWaitsItsTurnAndWakesTheRunnerForLaterTasks) {
 }
 
 TEST(CollectiveRunner, StopFinishesRunningTaskAndAbandonsQueuedOnes) {
-  CollectiveRunner r;
   Gate gate;
   std::atomic<bool> gate_finished{false};
+  std::mutex mu;
+  std::vector<int> abandoned;
+  std::atomic<int> ran{0};
+  CollectiveRunner r;
   r.submit(false, Task{[&] {
                          gate.entered.set_value();
                          gate.go_f.wait();
@@ -240,9 +247,6 @@ TEST(CollectiveRunner, StopFinishesRunningTaskAndAbandonsQueuedOnes) {
                        },
                        [] { ADD_FAILURE() << "the running task was abandoned"; }});
   gate.entered.get_future().wait();
-  std::mutex mu;
-  std::vector<int> abandoned;
-  std::atomic<int> ran{0};
   auto task = [&](int i) {
     return Task{[&] { ran.fetch_add(1); },
                 [&, i] {
