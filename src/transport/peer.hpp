@@ -30,7 +30,6 @@
 
 namespace nexar::detail {
 
-
 class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
   Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr);
@@ -62,7 +61,8 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   void push_payload(wire::Lane lane, const std::vector<ConstBuffer>& parts,
                     const std::shared_ptr<OpState>& op, Link* via = nullptr);
   /// The routing rule: the link that the frames of a message of `bytes` on `lane` under
-  /// `tag` take. In order: the relays, for a peer that is no neighbour; the first
+  /// `tag` take. In order: a link from outside the node (use_link); the relays, for a peer
+  /// that is no neighbour; the first
   /// connection while it is not ready (the chunks wait there); the lane's shared-memory
   /// ring once it switched; for a collective message of 64 KiB or more, one of the pair's
   /// connections, round them by message (transport/stripes.hpp); else the first connection.
