@@ -13,7 +13,8 @@
 #   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
 #            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
 #   asan     clang, Debug, AddressSanitizer + UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
-#            tools and tests; the whole ctest suite again. Being clang, this stage is also the
+#            tools and tests (not the micro-benchmarks, which no test runs; the release
+#            stage builds them); the whole ctest suite again. Being clang, this stage is also the
 #            clang -Werror build of the library, tests and tools. Build tree: build-asan/
 #            The Python package is not built here: an extension module built with ASan only
 #            loads into an interpreter started with the ASan runtime preloaded, and the
@@ -93,7 +94,7 @@ for stage in $stages; do
       clang_tree build-asan
       CC=clang CXX=clang++ cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         -DNEXAR_SANITIZE=ON -DNEXAR_WERROR=ON -DNEXAR_BUILD_TOOLS=ON -DNEXAR_BUILD_EXAMPLES=OFF \
-        -DNEXAR_BUILD_PYTHON=OFF >/dev/null
+        -DNEXAR_BUILD_BENCHMARKS=OFF -DNEXAR_BUILD_PYTHON=OFF >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_ctest build-asan asan
