@@ -111,8 +111,9 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   if (sole_) return *sole_;
   if (relay_) return *relay_;
   // A neighbour still connecting (or not dialled yet): the chunks wait on the first
-  // connection, in order, and go once it is confirmed.
-  if (!quic_.ready() || state_.load(std::memory_order_relaxed) == State::connecting) return quic_;
+  // connection, in order, and go once it is confirmed (confirm() is also what ends
+  // State::connecting).
+  if (!quic_.ready()) return quic_;
   if (shm_ && shm_->sending(lane)) return *shm_;
   if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return quic_;
   // Every collective message has a tag of its own (collective_message_tag), so any
@@ -165,7 +166,6 @@ void Peer::on_stripe_ready(bool hosted) {
 
 std::optional<std::uint64_t> Peer::on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
                                                   std::size_t len) {
-  if (gone()) return std::nullopt;
   return on_link_data(link, stream, data, len);
 }
 
@@ -377,7 +377,6 @@ struct Peer::Reader {
 
 void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                           std::size_t len) {
-  if (gone()) return;
   const auto n = on_link_data(quic_, static_cast<std::uint64_t>(stream), data, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }
