@@ -51,6 +51,37 @@ enum class Congestion {
 /// "cubic" or "bbr".
 const char* to_string(Congestion c) noexcept;
 
+/// What carries the data, bulk and collective lanes between ranks on different hosts
+/// (NEXAR_LINK = quic|tcp). Control, RPC, heartbeats, failure detection and membership stay
+/// on QUIC either way, and ranks of one host keep shared memory (Config::shm).
+enum class LinkKind {
+  /// The pair's QUIC connections: every byte encrypted and acknowledged in user space.
+  quic,
+  /// One TCP connection per lane, attached only by a peer that proves a secret of the
+  /// pair's QUIC session (docs/SECURITY.md), protected as Config::tcp_cipher says. The
+  /// kernel segments, acknowledges and retransmits, so a byte costs less CPU than on QUIC.
+  /// A pair uses it only when both ranks ask for it with the same tcp_cipher; otherwise
+  /// the pair stays on QUIC and says so at info level.
+  tcp,
+};
+
+/// "quic" or "tcp".
+const char* to_string(LinkKind k) noexcept;
+
+/// The protection of the TCP link (NEXAR_TCP_CIPHER = tls|none).
+enum class TcpCipher {
+  /// A TLS 1.3 session (AES-128-GCM) over each TCP connection, keyed from the pair's QUIC
+  /// session: no byte travels in the clear.
+  tls,
+  /// Plaintext after the attach proof: for a fabric the user trusts. The peer is still
+  /// authenticated when the connection attaches, but its bytes can be read and altered on
+  /// the way (docs/SECURITY.md).
+  none,
+};
+
+/// "tls" or "none".
+const char* to_string(TcpCipher c) noexcept;
+
 /// Which pairs of ranks hold a direct connection (NEXAR_TOPOLOGY). Messages between ranks
 /// that are not neighbours are relayed hop by hop through neighbours, transparently: every
 /// operation works on every topology, only the number of connections (and hops) changes.
@@ -130,6 +161,12 @@ struct Config {
   /// Congestion controller of the QUIC connections between ranks (NEXAR_CONGESTION); see
   /// Congestion. Connections to and from the seed always use CUBIC.
   Congestion congestion = Congestion::cubic;
+  /// What carries the data, bulk and collective lanes between ranks on different hosts
+  /// (NEXAR_LINK); see LinkKind. Both ranks of a pair must ask for tcp.
+  LinkKind link = LinkKind::quic;
+  /// The TCP link's protection (NEXAR_TCP_CIPHER); see TcpCipher. Both ranks of a pair must
+  /// agree, or the pair stays on QUIC.
+  TcpCipher tcp_cipher = TcpCipher::tls;
   /// QUIC connections between two ranks on different hosts (NEXAR_CONNECTIONS_PER_PEER),
   /// range 1 .. 16. Beyond the first, each extra connection carries only collective
   /// traffic: every collective message has a tag of its own (docs/PROTOCOL.md), so a

@@ -56,6 +56,14 @@ class Congestion(enum.IntEnum):
     CUBIC: int
     BBR: int
 
+class LinkKind(enum.IntEnum):
+    QUIC: int
+    TCP: int
+
+class TcpCipher(enum.IntEnum):
+    TLS: int
+    NONE: int
+
 class LogLevel(enum.IntEnum):
     OFF: int
     ERROR: int
@@ -168,6 +176,8 @@ class Config:
     udp_gso: bool
     bulk_scavenger: bool
     congestion: Congestion
+    link: LinkKind
+    tcp_cipher: TcpCipher
     connections_per_peer: int
     engine_threads: int
     impair: str

@@ -78,6 +78,8 @@ void register_cluster(py::module_& m) {
       .def_readwrite("bulk_scavenger", &nexar::Config::bulk_scavenger,
                      "Bulk lane under a delay-based window (yields to the other lanes).")
       .def_readwrite("congestion", &nexar::Config::congestion, "nexar.Congestion")
+      .def_readwrite("link", &nexar::Config::link, "nexar.LinkKind")
+      .def_readwrite("tcp_cipher", &nexar::Config::tcp_cipher, "nexar.TcpCipher")
       .def_readwrite("connections_per_peer", &nexar::Config::connections_per_peer,
                      "QUIC connections between two ranks of different hosts (collectives take turns).")
       .def_readwrite("engine_threads", &nexar::Config::engine_threads,

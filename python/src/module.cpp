@@ -52,6 +52,16 @@ void register_types(py::module_& m) {
       .value("CUBIC", Congestion::cubic)
       .value("BBR", Congestion::bbr);
 
+  using nexar::LinkKind;
+  py::enum_<LinkKind>(m, "LinkKind", "What carries the data lanes between hosts (NEXAR_LINK).")
+      .value("QUIC", LinkKind::quic)
+      .value("TCP", LinkKind::tcp);
+
+  using nexar::TcpCipher;
+  py::enum_<TcpCipher>(m, "TcpCipher", "The TCP link's protection (NEXAR_TCP_CIPHER).")
+      .value("TLS", TcpCipher::tls)
+      .value("NONE", TcpCipher::none);
+
   using nexar::LogLevel;
   py::enum_<LogLevel>(m, "LogLevel", "Log verbosity (NEXAR_DEBUG).")
       .value("OFF", LogLevel::off)

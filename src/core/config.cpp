@@ -137,6 +137,18 @@ Congestion parse_congestion(const char* var, std::string_view s) {
   malformed(var, s, "not a congestion controller (cubic, bbr)");
 }
 
+LinkKind parse_link(const char* var, std::string_view s) {
+  if (iequals(s, "quic")) return LinkKind::quic;
+  if (iequals(s, "tcp")) return LinkKind::tcp;
+  malformed(var, s, "not a link (quic, tcp)");
+}
+
+TcpCipher parse_tcp_cipher(const char* var, std::string_view s) {
+  if (iequals(s, "tls")) return TcpCipher::tls;
+  if (iequals(s, "none")) return TcpCipher::none;
+  malformed(var, s, "not a TCP cipher (tls, none)");
+}
+
 // ---- formatting --------------------------------------------------------------------------
 
 // Exact, human-readable: the largest binary unit that divides the value, else bytes.
@@ -264,6 +276,10 @@ constexpr Setting kSettings[] = {
                "bulk traffic yields the path to every other lane"),
     NEXAR_ENUM(congestion, "NEXAR_CONGESTION", tuning, to_string, parse_congestion,
                "congestion controller between ranks: cubic, bbr"),
+    NEXAR_ENUM(link, "NEXAR_LINK", user, to_string, parse_link,
+               "carrier of the data lanes between hosts: quic, tcp"),
+    NEXAR_ENUM(tcp_cipher, "NEXAR_TCP_CIPHER", user, to_string, parse_tcp_cipher,
+               "protection of the TCP link: tls, none"),
     NEXAR_COUNT(connections_per_peer, "NEXAR_CONNECTIONS_PER_PEER", tuning, 1, 16,
                 "QUIC connections between two ranks on different hosts"),
     NEXAR_COUNT(engine_threads, "NEXAR_ENGINE_THREADS", tuning, 1, 16,
@@ -411,6 +427,22 @@ const char* to_string(Congestion c) noexcept {
   return "unknown";
 }
 
+const char* to_string(LinkKind k) noexcept {
+  switch (k) {
+    case LinkKind::quic: return "quic";
+    case LinkKind::tcp: return "tcp";
+  }
+  return "unknown";
+}
+
+const char* to_string(TcpCipher c) noexcept {
+  switch (c) {
+    case TcpCipher::tls: return "tls";
+    case TcpCipher::none: return "none";
+  }
+  return "unknown";
+}
+
 Config Config::from_env() {
   // A NEXAR_* variable nothing reads is most likely a misspelled setting.
   detail::warn_unknown_env();
@@ -442,6 +474,12 @@ void Config::validate() const {
   }
   if (congestion != Congestion::cubic && congestion != Congestion::bbr) {
     out_of_range("congestion", "NEXAR_CONGESTION", fmt::format("{}", static_cast<int>(congestion)), "cubic, bbr");
+  }
+  if (link != LinkKind::quic && link != LinkKind::tcp) {
+    out_of_range("link", "NEXAR_LINK", fmt::format("{}", static_cast<int>(link)), "quic, tcp");
+  }
+  if (tcp_cipher != TcpCipher::tls && tcp_cipher != TcpCipher::none) {
+    out_of_range("tcp_cipher", "NEXAR_TCP_CIPHER", fmt::format("{}", static_cast<int>(tcp_cipher)), "tls, none");
   }
   // An eager message is sent before the receiver asked for it, so it has to fit one frame
   // and one stream window; otherwise it could stall behind flow control forever.

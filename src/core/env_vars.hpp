@@ -45,6 +45,8 @@ inline constexpr EnvVar kEnvVars[] = {
     {"NEXAR_UDP_GSO", EnvReader::config},
     {"NEXAR_BULK_SCAVENGER", EnvReader::config},
     {"NEXAR_CONGESTION", EnvReader::config},
+    {"NEXAR_LINK", EnvReader::config},
+    {"NEXAR_TCP_CIPHER", EnvReader::config},
     {"NEXAR_CONNECTIONS_PER_PEER", EnvReader::config},
     {"NEXAR_ENGINE_THREADS", EnvReader::config},
     {"NEXAR_SHM", EnvReader::config},

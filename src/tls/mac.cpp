@@ -31,4 +31,8 @@ bool mac_matches(std::span<const std::uint8_t, 32> key, std::initializer_list<st
   return gnutls_memcmp(want.data(), tag.data(), mac_size) == 0;
 }
 
+void random_bytes(std::span<std::uint8_t> out) {
+  detail::check_rc(gnutls_rnd(GNUTLS_RND_NONCE, out.data(), out.size()), "gnutls_rnd");
+}
+
 }  // namespace nexar::tls

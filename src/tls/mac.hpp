@@ -22,4 +22,8 @@ Mac mac(std::span<const std::uint8_t, 32> key, std::initializer_list<std::span<c
 bool mac_matches(std::span<const std::uint8_t, 32> key, std::initializer_list<std::span<const std::byte>> parts,
                  std::span<const std::byte, mac_size> tag);
 
+/// Fills `out` with fresh random bytes (nonces). Throws nexar::Error(Errc::tls) if GnuTLS
+/// fails.
+void random_bytes(std::span<std::uint8_t> out);
+
 }  // namespace nexar::tls

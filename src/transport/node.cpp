@@ -1,6 +1,7 @@
 #include "transport/node.hpp"
 
 #include "transport/shm_hub.hpp"
+#include "transport/tcp_hub.hpp"
 
 #include <asio/steady_timer.hpp>
 
@@ -403,6 +404,7 @@ void Node::close() {
   peers_.clear();
   // Its threads post to the engine, which runs nothing any more.
   shm_.reset();
+  tcp_.reset();
   if (udp_fd_ >= 0) {
     ::close(udp_fd_);
     udp_fd_ = -1;
@@ -549,6 +551,18 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
       return {&ep_->connect(to, p.name(), h), nullptr};
     });
   }
+  // The same answer opens the TCP link, if this rank wants one (the peer says whether it
+  // does when the offer reaches it).
+  if (cfg_.link == LinkKind::tcp && p.shm_settled() && !p.shm_expected() && !p.has_shm()) {
+    if (!tcp_) tcp_ = std::make_unique<TcpHub>(*this);
+    tcp_->offer(p);
+  }
+}
+
+void Node::on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) {
+  if (port == 0 && !tcp_) return;  // declines an offer we never made
+  if (!tcp_) tcp_ = std::make_unique<TcpHub>(*this);
+  tcp_->on_offer(p, port, cipher);
 }
 
 std::string Node::refusal_of(const std::string& node, int r) {

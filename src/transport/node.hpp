@@ -73,6 +73,7 @@ struct NodeOptions {
 };
 
 class ShmHub;
+class TcpHub;
 
 class Node : public Progress, public PeerOwner, public std::enable_shared_from_this<Node> {
  public:
@@ -306,6 +307,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
   void offer_shm(Peer& p);
   void on_shm_offer(Peer& p, std::string_view payload) override;
+  void on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) override;
   /// A peer dialled a shard and its certificate names `node`: keep it as an extra
   /// connection of that pair, or close it.
   void adopt_stripe(Hosted& h, const std::string& node);
@@ -511,6 +513,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<Peer>> peers_;
   std::unique_ptr<ShmHub> shm_;  // when Config::shm
+  std::unique_ptr<TcpHub> tcp_;  // made by the first offer made or received
   bool socket_busy_ = false;         // poll(): the last read of the socket found packets
   std::uint32_t socket_skips_ = 0;   // poll(): calls that could skip the socket
   std::vector<int> shm_peers_;

@@ -105,6 +105,9 @@ namespace {
 // wire is latency, not a window's worth, and a connection that carries every small message
 // has its acknowledgements ride on the next one instead of travelling alone.
 constexpr std::uint64_t kStripeMinBytes = 64 * 1024;
+// How long the end of a TCP connection waits for QUIC to tell why (on_link_closed): a
+// round trip on any LAN, far below the failure detector's times.
+constexpr std::chrono::milliseconds kTcpGrace{50};
 }  // namespace
 
 Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
@@ -115,6 +118,7 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   // State::connecting).
   if (!quic_.ready()) return quic_;
   if (shm_ && shm_->sending(lane)) return *shm_;
+  if (tcp_ && tcp_->sending(lane)) return *tcp_;
   if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return quic_;
   // Every collective message has a tag of its own (collective_message_tag), so any
   // connection will do: the message's number plus the operation's, round the connections,
@@ -340,6 +344,7 @@ std::uint64_t Peer::unacked() const {
   if (!quic_.connection()) return n;
   n += stripes_.unacked();
   if (shm_) n += shm_->unacked();
+  if (tcp_) n += tcp_->unacked();
   return n;
 }
 
@@ -413,7 +418,38 @@ LinkOwner& Peer::use_link(Link& link) {
   return *this;
 }
 
-void Peer::on_link_closed(Link&, Errc code, const std::string& why) { link_ended(code, why); }
+void Peer::on_link_closed(Link& link, Errc code, const std::string& why) {
+  if (&link != tcp_.get() || !quic_.connection()) {
+    link_ended(code, why);
+    return;
+  }
+  // A peer that closes in order, or that declared us failed, ends its TCP connections
+  // after it told us so on QUIC; the two travel separately, so give QUIC a moment to say
+  // it before the end counts as the peer failing. A killed process also loses its QUIC
+  // port, which the kernel answers at once (the connection then closes by itself).
+  if (gone() || tcp_grace_) return;
+  tcp_grace_ = std::make_unique<asio::steady_timer>(owner_.engine().io(), kTcpGrace);
+  tcp_grace_->async_wait(owner_.engine().guard([this, code, why](asio::error_code ec) {
+    if (!ec) link_ended(code, "the TCP link with the peer ended: " + why);
+  }));
+}
+
+void Peer::attach_tcp(TcpAttached a) {
+  if (gone() || relay_ || shm_ || !quic_.connection()) return;
+  const wire::Lane lane = a.lane;
+  if (!tcp_) tcp_ = std::make_unique<TcpLink>(owner_.engine(), static_cast<LinkOwner&>(*this), owner_.config().stream_window);
+  if (!tcp_->add(std::move(a))) return;
+  // The lane's last QUIC frame is the switch; its later frames go on the TCP connection,
+  // which the peer reads only after the switch, so the lane keeps its order.
+  FrameHeader h;
+  h.type = FrameType::tcp_switch;
+  h.src = static_cast<std::uint32_t>(owner_.rank());
+  send_header(lane, h, &quic_);
+  tcp_->start_sending(lane);
+  if (tcp_in_[TcpLink::index(lane)]) tcp_->start_reading(lane);
+  log::info("rank {}: peer {}: lane {} over TCP ({})", owner_.rank(), rank_, wire::to_string(lane),
+            to_string(owner_.config().tcp_cipher));
+}
 
 void Peer::protocol_error(const std::string& why) {
   if (gone()) return;
@@ -493,6 +529,7 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   // Everything in flight with this peer fails now, naming it.
   if (sole_) sole_->fail(gone_code_, gone_why_);
   if (shm_) shm_->fail(gone_code_, gone_why_);
+  if (tcp_) tcp_->fail(gone_code_, gone_why_);
   if (relay_) relay_->fail(gone_code_, gone_why_);
   quic_.fail(gone_code_, gone_why_);
   for (auto& [seq, r] : rdv_out_)
@@ -683,6 +720,19 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       s.sink.kind = Sink::control;
       s.sink.bytes.reserve(static_cast<std::size_t>(h.length));
       return true;
+    case FrameType::tcp_offer:
+      return true;
+    case FrameType::tcp_switch: {
+      const int i = TcpLink::index(lane);
+      // Only once per lane, on its QUIC stream, and only where this rank wants TCP.
+      if (s.link != &quic_ || i < 0 || tcp_in_[i] || owner_.config().link != LinkKind::tcp) {
+        protocol_error("unexpected tcp_switch on lane " + std::string(wire::to_string(lane)));
+        return false;
+      }
+      tcp_in_[i] = true;
+      if (tcp_ && tcp_->has(lane)) tcp_->start_reading(lane);
+      return true;
+    }
     case FrameType::shm_switch: {
       const int i = ShmLink::index(lane);
       // Only once per lane, on its QUIC stream, and only where shared memory was offered:
@@ -825,6 +875,13 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::shm_offer:
       owner_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
+      break;
+    case FrameType::tcp_offer:
+      if (h.tag > 0xffff) {
+        protocol_error("a tcp_offer frame names port " + std::to_string(h.tag));
+        return false;
+      }
+      owner_.on_tcp_offer(*this, static_cast<std::uint16_t>(h.tag), h.seq);
       break;
     case FrameType::ports:
       // The frame's length was checked (even, at most 15 ports); port 0 is nowhere to dial.

@@ -4,6 +4,8 @@
 // its own frame reader), and the rendezvous transfers in flight with it. Engine thread only.
 #pragma once
 
+#include <asio/steady_timer.hpp>
+
 #include <atomic>
 #include <functional>
 #include <cstdint>
@@ -26,6 +28,7 @@
 #include "transport/relay_link.hpp"
 #include "transport/shm_link.hpp"
 #include "transport/stripes.hpp"
+#include "transport/tcp_link.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::detail {
@@ -37,6 +40,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   int rank() const noexcept { return rank_; }
   const std::string& name() const noexcept { return name_; }
   const std::string& addr_text() const noexcept { return addr_text_; }
+  const quic::Address& addr() const noexcept { return addr_; }
   /// Readable from any thread: lets user threads fail sends to a gone peer at once.
   bool up() const noexcept { return state_.load(std::memory_order_acquire) == State::up; }
   bool gone() const noexcept { return state_.load(std::memory_order_acquire) == State::gone; }
@@ -189,6 +193,13 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// Collective frames sent on the extra connections so far (diagnostics, tests).
   std::uint64_t striped_frames() const noexcept { return striped_; }
 
+  // ---- the TCP link (transport/tcp_hub.hpp), engine thread ----
+  /// A TCP connection for `a.lane` attached: our frames of that lane go on it from now on
+  /// (after a tcp_switch on the lane's QUIC stream), and the peer's once it switched too.
+  void attach_tcp(TcpAttached a);
+  /// Lanes that moved to the TCP link both ways (0 .. 3; diagnostics, tests).
+  int tcp_lanes() const noexcept { return tcp_ ? tcp_->lanes() : 0; }
+
   // ---- relaying (transport/relay.cpp), engine thread ----
   /// This rank is not our neighbour (Config::topology): every lane travels through relays,
   /// end to end over `link`. The peer counts as up from now on.
@@ -298,6 +309,11 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   std::unique_ptr<ShmLink> shm_;
   bool shm_expected_ = false;
   bool shm_settled_ = false;
+  std::unique_ptr<TcpLink> tcp_;
+  bool tcp_in_[TcpLink::kLanes] = {};  // the peer switched that lane to its TCP connection
+  // A TCP connection's end waits this long for the QUIC connection to say why (an orderly
+  // goodbye, or a declaration that we failed) before it counts as the peer failing.
+  std::unique_ptr<asio::steady_timer> tcp_grace_;
   std::unique_ptr<RelayLink> relay_;
   Link* sole_ = nullptr;  // use_link()
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring

@@ -22,7 +22,7 @@ std::string hex(std::uint64_t v, int digits) {
 
 bool known_type(std::uint8_t t) noexcept {
   return t >= static_cast<std::uint8_t>(FrameType::hello) &&
-         t <= static_cast<std::uint8_t>(FrameType::ports);
+         t <= static_cast<std::uint8_t>(FrameType::tcp_switch);
 }
 
 bool allowed_on(FrameType t, Lane lane) noexcept {
@@ -38,6 +38,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::shm_offer:
     case FrameType::relay_ack:
     case FrameType::ports:
+    case FrameType::tcp_offer:
       return lane == Lane::control;
     case FrameType::relay:
       return true;
@@ -46,6 +47,7 @@ bool allowed_on(FrameType t, Lane lane) noexcept {
     case FrameType::cts:
     case FrameType::rdata:
     case FrameType::shm_switch:
+    case FrameType::tcp_switch:
       return lane == Lane::data || lane == Lane::bulk || lane == Lane::collective;
     case FrameType::rpc_request:
       return lane == Lane::rpc_request;
@@ -89,6 +91,8 @@ const char* to_string(FrameType t) noexcept {
     case FrameType::relay: return "relay";
     case FrameType::relay_ack: return "relay_ack";
     case FrameType::ports: return "ports";
+    case FrameType::tcp_offer: return "tcp_offer";
+    case FrameType::tcp_switch: return "tcp_switch";
   }
   return "unknown";
 }
@@ -255,6 +259,8 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::heartbeat:
     case FrameType::revoke:
     case FrameType::shm_switch:
+    case FrameType::tcp_offer:
+    case FrameType::tcp_switch:
       return false;
   }
   return false;

@@ -1,0 +1,90 @@
+#include "tls/psk_session.hpp"
+
+#include <cstring>
+#include <string>
+
+#include <nexar/error.hpp>
+
+#include "tls/gnutls_util.hpp"
+
+namespace nexar::tls {
+
+namespace {
+// TLS 1.3, AES-128-GCM, and the pre-shared key only together with ECDHE (psk_dhe_ke).
+constexpr const char* kPriority =
+    "NONE:+VERS-TLS1.3:+AES-128-GCM:+AEAD:+SHA256:+ECDHE-PSK:+GROUP-X25519:+GROUP-SECP256R1:+COMP-NULL:+SIGN-ALL";
+// Both ends name the key alike: there is one per connection.
+constexpr const char* kIdentity = "nexar-tcp-link";
+
+int server_key(gnutls_session_t s, const char* /*identity*/, gnutls_datum_t* key) {
+  const auto* mine = static_cast<const std::uint8_t*>(gnutls_session_get_ptr(s));
+  key->data = static_cast<unsigned char*>(gnutls_malloc(32));
+  if (key->data == nullptr) return -1;
+  std::memcpy(key->data, mine, 32);
+  key->size = 32;
+  return 0;
+}
+}  // namespace
+
+PskSession::PskSession(int fd, Role role, std::span<const std::uint8_t, 32> key, std::chrono::milliseconds limit) {
+  std::memcpy(key_, key.data(), sizeof key_);
+  try {
+    const bool client = role == Role::client;
+    detail::check_rc(gnutls_init(&s_, client ? GNUTLS_CLIENT : GNUTLS_SERVER), "gnutls_init");
+    const char* err = nullptr;
+    detail::check_rc(gnutls_priority_set_direct(s_, kPriority, &err), "TLS priority");
+    if (client) {
+      detail::check_rc(gnutls_psk_allocate_client_credentials(&client_), "PSK credentials");
+      const gnutls_datum_t k{key_, sizeof key_};
+      detail::check_rc(gnutls_psk_set_client_credentials(client_, kIdentity, &k, GNUTLS_PSK_KEY_RAW),
+                       "PSK credentials");
+      detail::check_rc(gnutls_credentials_set(s_, GNUTLS_CRD_PSK, client_), "PSK credentials");
+    } else {
+      detail::check_rc(gnutls_psk_allocate_server_credentials(&server_), "PSK credentials");
+      gnutls_psk_set_server_credentials_function(server_, server_key);
+      gnutls_session_set_ptr(s_, key_);
+      detail::check_rc(gnutls_credentials_set(s_, GNUTLS_CRD_PSK, server_), "PSK credentials");
+    }
+    gnutls_transport_set_int(s_, fd);
+    gnutls_handshake_set_timeout(s_, static_cast<unsigned>(limit.count()));
+    int rc;
+    do {
+      rc = gnutls_handshake(s_);
+    } while (rc < 0 && gnutls_error_is_fatal(rc) == 0);
+    detail::check_rc(rc, "TLS handshake over the TCP link");
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+PskSession::~PskSession() { release(); }
+
+void PskSession::release() noexcept {
+  if (s_) gnutls_deinit(s_);
+  if (client_) gnutls_psk_free_client_credentials(client_);
+  if (server_) gnutls_psk_free_server_credentials(server_);
+  s_ = nullptr;
+  client_ = nullptr;
+  server_ = nullptr;
+  std::memset(key_, 0, sizeof key_);
+}
+
+std::size_t PskSession::send(const std::uint8_t* data, std::size_t len) {
+  const ssize_t n = gnutls_record_send(s_, data, len);
+  if (n >= 0) return static_cast<std::size_t>(n);
+  if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) return 0;
+  throw Error(Errc::io, std::string("TLS send: ") + gnutls_strerror(static_cast<int>(n)));
+}
+
+PskSession::Read PskSession::recv(std::uint8_t* out, std::size_t cap) {
+  const ssize_t n = gnutls_record_recv(s_, out, cap);
+  if (n > 0) return {static_cast<std::size_t>(n), false};
+  if (n == 0 || n == GNUTLS_E_PREMATURE_TERMINATION) return {0, true};
+  if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) return {};
+  throw Error(Errc::io, std::string("TLS receive: ") + gnutls_strerror(static_cast<int>(n)));
+}
+
+bool PskSession::pending() const noexcept { return gnutls_record_check_pending(s_) > 0; }
+
+}  // namespace nexar::tls
