@@ -13,6 +13,8 @@
 #                 MTU of 1500), NEXAR_UDP_PAYLOAD_BYTES=1452
 #   nexar-8952    ... 8952-byte datagrams (MTU 9000)
 #   nexar-auto    ... the route's size (loopback: 65508-byte datagrams)
+#   nexar-tcp     NEXAR_SHM=0 NEXAR_LINK=tcp: the message lanes on the TCP link, TLS 1.3
+#   nexar-tcp-none  ... the same in plaintext (NEXAR_TCP_CIPHER=none)
 # nexar runs with NEXAR_SPIN_US=0: a spinning waiter burns CPU while it waits, which is time
 # spent waiting, not work; Gloo's waiters sleep too. Open MPI is left out for that reason
 # (its waiters always spin).
@@ -25,7 +27,7 @@
 # byte" at the clock rate the machine reports (MHz in /proc/cpuinfo; perf's cycle counter
 # is not available on every VM), and busbw of the HI job (GB/s, median).
 #
-# Environment: SIZE (bytes, K/M suffixes; default 64M), LO, HI, ROWS (default all five).
+# Environment: SIZE (bytes, K/M suffixes; default 64M), LO, HI, ROWS (default all seven).
 set -uo pipefail
 
 # shellcheck source=tests/script_lib.sh
@@ -37,7 +39,7 @@ script_tmp cpu_per_byte cpu_per_byte
 size=${SIZE:-64M}
 lo=${LO:-2}
 hi=${HI:-12}
-read -r -a rows <<<"${ROWS:-gloo nexar-shm nexar-1452 nexar-8952 nexar-auto}"
+read -r -a rows <<<"${ROWS:-gloo nexar-shm nexar-1452 nexar-8952 nexar-auto nexar-tcp nexar-tcp-none}"
 bytes=$(awk -v s="$size" 'BEGIN { n = s + 0; u = toupper(substr(s, length(s)))
   if (u == "K") n *= 1024; else if (u == "M") n *= 1048576; else if (u == "G") n *= 1073741824
   printf "%d", n }')
@@ -57,6 +59,9 @@ job() {
     nexar-1452|nexar-8952|nexar-auto)
       envs+=(NEXAR_SHM=0 "NEXAR_UDP_PAYLOAD_BYTES=$([ "$row" = nexar-auto ] && echo 0 || echo "${row#nexar-}")")
       cmd=("$bin/nexar-run" -n "$np" --no-prefix "$bin/nexar-bench" "${args[@]}") ;;
+    nexar-tcp|nexar-tcp-none)
+      envs+=(NEXAR_SHM=0 NEXAR_LINK=tcp "NEXAR_TCP_CIPHER=$([ "$row" = nexar-tcp ] && echo tls || echo none)")
+      cmd=("$bin/nexar-run" -n "$np" --no-prefix "$bin/nexar-bench" "${args[@]}") ;;
     *) echo "cpu_per_byte: unknown row '$row'" >&2; exit 2 ;;
   esac
   echo "\$ ${envs[*]} ${cmd[*]}" >"$log"
@@ -69,7 +74,7 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 
 range() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%s-%s", lo, hi }'; }
 
 echo "# cpu_per_byte: all_reduce $size ($bytes B), jobs of $lo and $hi iterations, $repeats repeat(s); $(nproc) CPUs at ${mhz:-?} MHz"
-printf '%-6s %-11s %12s %15s %12s %10s\n' nprocs path ns_per_byte ns_range cycles/byte busbw_GB/s
+printf '%-6s %-15s %12s %15s %12s %10s\n' nprocs path ns_per_byte ns_range cycles/byte busbw_GB/s
 for np in $sizes; do
   sent=$(awk -v n="$np" -v b="$bytes" -v k="$((hi - lo))" 'BEGIN { printf "%.0f", 2 * (n - 1) * b * k }')
   for row in "${rows[@]}"; do
@@ -89,7 +94,7 @@ for np in $sizes; do
     done
     [ ${#per[@]} -gt 0 ] || continue
     m=$(median "${per[@]}")
-    printf '%-6s %-11s %12.3f %15s %12s %10.3f\n' "$np" "$row" "$m" "$(range "${per[@]}")" \
+    printf '%-6s %-15s %12.3f %15s %12s %10.3f\n' "$np" "$row" "$m" "$(range "${per[@]}")" \
       "$(awk -v m="$m" -v f="${mhz:-0}" 'BEGIN { if (f > 0) printf "%.2f", m * f / 1000; else print "n/a" }')" \
       "$(median "${bw[@]}")"
   done

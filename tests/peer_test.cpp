@@ -137,6 +137,7 @@ struct Side final : detail::PeerOwner {
   void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
   void on_shm_offer(Peer&, std::string_view) override { events.push_back("shm_offer"); }
   void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
+  void on_tcp_offer(Peer&, std::uint16_t, std::uint64_t) override { events.push_back("tcp_offer"); }
   bool on_relay(Peer&, wire::Lane, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
   bool on_relay_ack(Peer&, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
 };
