@@ -77,6 +77,15 @@ std::size_t PskSession::send(const std::uint8_t* data, std::size_t len) {
   throw Error(Errc::io, std::string("TLS send: ") + gnutls_strerror(static_cast<int>(n)));
 }
 
+void PskSession::cork() noexcept { gnutls_record_cork(s_); }
+
+bool PskSession::uncork() {
+  const int rc = gnutls_record_uncork(s_, 0);
+  if (rc >= 0) return true;
+  if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) return false;
+  throw Error(Errc::io, std::string("TLS send: ") + gnutls_strerror(rc));
+}
+
 PskSession::Read PskSession::recv(std::uint8_t* out, std::size_t cap) {
   const ssize_t n = gnutls_record_recv(s_, out, cap);
   if (n > 0) return {static_cast<std::size_t>(n), false};

@@ -36,6 +36,13 @@ class PskSession {
   /// the socket is full (call again later with the same bytes: GnuTLS holds a record it
   /// encrypted but could not send). Throws nexar::Error(Errc::io) when the connection broke.
   std::size_t send(const std::uint8_t* data, std::size_t len);
+  /// From cork() to uncork(), send() takes whole pieces and holds their records, so that
+  /// many records leave in one write (a 16 KiB record per system call would cost more in
+  /// the kernel than the encryption).
+  void cork() noexcept;
+  /// Sends the held records: true once all left, false when the socket is full (call again
+  /// later, before any other send). Throws nexar::Error(Errc::io) when the connection broke.
+  bool uncork();
   /// What recv() read.
   struct Read {
     std::size_t bytes = 0;  // decrypted into `out`

@@ -23,6 +23,8 @@ constexpr int kReadsPerTurn = 16;
 constexpr int kIov = 64;
 // Largest piece handed to TLS at once: one record.
 constexpr std::size_t kRecord = 16 * 1024;
+// Bytes of records gathered into one write (PskSession::cork).
+constexpr std::size_t kBatch = 256 * 1024;
 }  // namespace
 
 TcpLink::Conn::Conn(asio::io_context& io, TcpAttached a) : sock(std::move(a)), desc(io, sock.fd) {}
@@ -92,17 +94,33 @@ void TcpLink::write(Conn& c) {
   std::vector<quic::Completion> done;
   std::string error;
   bool full = false;
-  while (!c.out.empty() && !full && error.empty()) {
+  while ((!c.out.empty() || c.unflushed) && !full && error.empty()) {
     std::size_t n = 0;
     if (c.sock.session) {
-      Out& o = c.out.front();
-      const std::size_t piece = std::min(o.chunk.len - o.done, kRecord);
+      // Records of up to kBatch bytes leave in one write; a batch the socket could not take
+      // whole is finished before anything else is sent.
       try {
-        n = piece == 0 ? 0 : c.sock.session->send(o.chunk.data + o.done, piece);
+        if (!c.unflushed) {
+          c.sock.session->cork();
+          std::size_t batch = 0;
+          for (auto it = c.out.begin(); it != c.out.end() && batch < kBatch; ++it) {
+            std::size_t at = it->done;
+            while (at < it->chunk.len && batch < kBatch) {
+              const std::size_t piece = std::min(it->chunk.len - at, kRecord);
+              const std::size_t took = c.sock.session->send(it->chunk.data + at, piece);
+              if (took == 0) break;  // corked, GnuTLS takes every piece: never expected
+              at += took;
+              batch += took;
+              n += took;
+            }
+            if (at < it->chunk.len) break;
+          }
+        }
+        c.unflushed = !c.sock.session->uncork();
       } catch (const Error& e) {
         error = e.what();
       }
-      full = piece > 0 && n == 0;
+      full = c.unflushed;
     } else {
       iovec iov[kIov];
       int k = 0;
@@ -128,7 +146,8 @@ void TcpLink::write(Conn& c) {
       c.out.pop_front();
     }
   }
-  if (!c.out.empty() && error.empty()) arm_write(c);
+  // Records GnuTLS holds count as waiting chunks do: the socket's room sends them.
+  if ((!c.out.empty() || c.unflushed) && error.empty()) arm_write(c);
   if (!done.empty()) engine_.note_activity();
   for (auto& d : done)
     if (d) d(Errc::ok, {});
@@ -221,7 +240,7 @@ std::uint64_t TcpLink::unacked() const {
   std::uint64_t n = 0;
   for (const auto& c : conns_) {
     if (!c) continue;
-    n += c->queued;
+    n += c->queued + (c->unflushed ? 1 : 0);
     int in_kernel = 0;  // sent, not acknowledged by the peer's kernel yet
     if (!failed_ && ::ioctl(c->sock.fd, SIOCOUTQ, &in_kernel) == 0 && in_kernel > 0)
       n += static_cast<std::uint64_t>(in_kernel);

@@ -86,6 +86,7 @@ class TcpLink final : public Link {
     bool reading = false;       // the peer switched it
     bool read_armed = false;
     bool write_armed = false;
+    bool unflushed = false;     // TLS records taken but not written yet (PskSession::uncork)
     Conn(asio::io_context& io, TcpAttached a);
   };
 
