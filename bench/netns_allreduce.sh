@@ -24,12 +24,14 @@
 # through shared memory, and all_reduce picks its hierarchical algorithm); ALGOS lists the
 # nexar algorithms to run (default "automatic"; e.g. "automatic ring" to compare the
 # hierarchy with the flat ring). With GLOO=1 (default) when gloo_bench is built, Gloo's ring
-# runs over the same hosts too.
+# runs over the same hosts too. LINKS lists runs on the TCP link (NEXAR_LINK=tcp) after
+# the QUIC ones: "tcp" (TLS) and "tcp-none" (NEXAR_TCP_CIPHER=none), default both, empty for
+# none; so QUIC, TCP+TLS, TCP plaintext and Gloo land in one table.
 #
 # Environment: COLL (the nexar-bench collective, default all_reduce; the Gloo and Open MPI
 # baselines always run all_reduce), RATE (default 1gbit), MTU (default 9000, so that 8952-byte payloads fit),
 # HOSTS (default 4), PER_HOST (default 1), ALGOS (default automatic), GLOO (1 or 0),
-# PAYLOADS (default "default 8952"; empty for none), MPI (1 or 0), MPI_ARGS, BENCH_ARGS (default
+# PAYLOADS (default "default 8952"; empty for none), LINKS (default "tcp tcp-none"), MPI (1 or 0), MPI_ARGS, BENCH_ARGS (default
 # "-b 1M -e 64M -f 2 -n 5 -w 1 -c 1"), TIMEOUT (seconds per run, default 600), PORT (seed
 # port, default 29400), NETNS_SUBNET4 (default 10.77.0), OUT (directory for the raw logs,
 # default a new /tmp directory, kept).
@@ -43,6 +45,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/../tests/script_lib.sh" "${1:-build}"
 rate=${RATE:-1gbit}
 coll=${COLL:-all_reduce}
 payloads=${PAYLOADS-default 8952}
+links=${LINKS-tcp tcp-none}
 want_mpi=${MPI:-1}
 read -r -a mpi_args <<<"${MPI_ARGS-"--mca mpi_yield_when_idle 1 --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4"}"
 read -r -a bench_args <<<"${BENCH_ARGS:--b 1M -e 64M -f 2 -n 5 -w 1 -c 1}"
@@ -112,6 +115,24 @@ for p in $payloads; do
       label="nexar-udp$p$suffix"
       run_nexar "$label" NEXAR_UDP_PAYLOAD_BYTES="$p" || status=1
     fi
+    labels+=("$label")
+    echo
+    echo "## $label (rank 0's output)"
+    sed -n '2,$p' "$out/$label.log"
+  done
+done
+for l in $links; do
+  case "$l" in
+    tcp) cipher=tls ;;
+    tcp-none) cipher=none ;;
+    *) echo "netns_allreduce: LINKS takes tcp and tcp-none, not '$l'" >&2; exit 2 ;;
+  esac
+  for a in "${algos[@]}"; do
+    bench_args=("${base_args[@]}" -a "$a")
+    suffix=""
+    [ "${#algos[@]}" -gt 1 ] && suffix="-$a"
+    label="nexar-$l$suffix"
+    run_nexar "$label" NEXAR_LINK=tcp NEXAR_TCP_CIPHER="$cipher" || status=1
     labels+=("$label")
     echo
     echo "## $label (rank 0's output)"

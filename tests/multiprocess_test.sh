@@ -11,6 +11,9 @@
 #      shell printing them; binding needs no nexar program).
 #  (d) polite waiting follows how the ranks share CPUs, not the one CPU a bound rank sees:
 #      off for as many ranks as CPUs, bound or not; on for one rank more (bound or not).
+#  (e) the TCP link: nexar-run -n 4 nexar-cluster-check (the whole battery, big sizes too)
+#      with NEXAR_SHM=0 NEXAR_LINK=tcp, once with TLS and once in plaintext; every rank
+#      passes and moves its 3 message lanes with each of its 3 peers onto TCP.
 # Every process runs under `timeout` (MP_TIMEOUT seconds, default 120) and everything still
 # running is killed on exit. Prints what ran and PASS/FAIL per part; exits 1 on a failure.
 set -uo pipefail
@@ -185,9 +188,34 @@ part_d() {
   return $ok
 }
 
+# ---- (e) the TCP link -------------------------------------------------------------------------
+part_e() {
+  local cipher log rc passed lanes ok=0
+  for cipher in tls none; do
+    log="$tmp/e-$cipher.log"
+    echo "== (e) NEXAR_SHM=0 NEXAR_LINK=tcp NEXAR_TCP_CIPHER=$cipher nexar-run -n $ranks nexar-cluster-check"
+    NEXAR_SHM=0 NEXAR_LINK=tcp NEXAR_TCP_CIPHER=$cipher NEXAR_DEBUG=info \
+      timeout -k 5 "$limit" "$bin/nexar-run" -n "$ranks" "$bin/nexar-cluster-check" >"$log" 2>&1 &
+    pids+=("$!")
+    wait "$!"
+    rc=$?
+    passed=$(grep -cE '(^|\] )rank [0-9]+/[0-9]+: [0-9]+ checks passed' "$log")
+    lanes=$(grep -cE "rank [0-9]+: peer [0-9]+: lane (data|bulk|collective) over TCP \($cipher\)" "$log")
+    echo "   $passed of $ranks ranks passed; $lanes lanes moved to TCP (want $((ranks * (ranks - 1) * 3)))"
+    if [ "$rc" != 0 ] || [ "$passed" != "$ranks" ] || [ "$lanes" != $((ranks * (ranks - 1) * 3)) ]; then
+      echo "   nexar-run exited $rc$(why "$rc"); output:"
+      show_log "$log" 40
+      ok=1
+    fi
+  done
+  if [ "$ok" = 0 ]; then echo "(e) PASS"; else echo "(e) FAIL"; fi
+  return $ok
+}
+
 part_a || status=1
 part_b || status=1
 part_c || status=1
 part_d || status=1
+part_e || status=1
 if [ "$status" = 0 ]; then echo "multiprocess test: PASS"; else echo "multiprocess test: FAIL"; fi
 exit $status

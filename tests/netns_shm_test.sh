@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # netns_shm_test.sh — a cluster of 2 "hosts" (network namespaces) with 2 ranks each: ranks of
-# one host talk through shared memory, ranks of different hosts over QUIC.
+# one host talk through shared memory, ranks of different hosts over QUIC, and then, in a
+# second round with NEXAR_LINK=tcp, over the TCP link (with TLS).
 #
 #   tests/netns_shm_test.sh [BUILD_DIR]      (default: build; needs nexar-seed and
 #                                             nexar-cluster-check)
@@ -9,7 +10,9 @@
 # nexar-seed -n 4, hosts 1 and 2 two nexar-cluster-check --quick each (every collective,
 # point-to-point and RPC against references it computes itself) with NEXAR_DEBUG=info and no
 # NEXAR_RANK (the seed assigns ranks). Passes when every rank passes its checks and says
-# that exactly one peer reaches it through shared memory: the other rank of its host.
+# that exactly one peer reaches it through shared memory: the other rank of its host; in the
+# TCP round also that its three message lanes with each rank of the other host, and with no
+# other rank, moved to TCP.
 # (Namespaces keep abstract Unix sockets apart, and a rank's host key names its namespace,
 # so ranks of two namespaces never attach: as two machines.)
 #
@@ -38,54 +41,66 @@ netns_setup 3 || { echo "netns_shm test: FAIL: could not build the namespaces"; 
 # shellcheck disable=SC2119  # the default port
 netns_probe || { echo "netns_shm test: FAIL: the namespaces cannot reach each other"; exit 1; }
 
-envf="$tmp/seed.env"
-ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" --listen "${NETNS_ADDR4[0]}:$port" -n 4 \
-  --env-file "$envf" --formation-timeout-ms 60000 >"$tmp/seed.log" 2>&1 &
-seed=$!
-bg_pids+=("$seed")
-for ((t = 0; t < 100; t++)); do
-  grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" 2>/dev/null && break
-  sleep 0.1
-done
-sleep 0.1
-mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
-[ ${#vars[@]} -gt 0 ] || { echo "netns_shm test: FAIL: nexar-seed wrote no env file"; cat "$tmp/seed.log"; exit 1; }
-
-echo "netns_shm test: 2 hosts (${NETNS_ADDR4[1]}, ${NETNS_ADDR4[2]}) x 2 ranks, seed in ${NETNS_ADDR4[0]}"
-declare -A host_of pid_of
-for h in 1 2; do
-  for k in a b; do
-    ip netns exec "${NETNS_HOST[h]}" env "${vars[@]}" NEXAR_WORLD_SIZE=4 NEXAR_DEBUG=info \
-      timeout -k 5 "$limit" "$bin/nexar-cluster-check" --quick >"$tmp/h$h$k.log" 2>&1 &
-    pid_of[h$h$k]=$!
-    bg_pids+=("${pid_of[h$h$k]}")
-  done
-done
-
 status=0
 fail() { echo "netns_shm test: FAIL: $*"; status=1; }
-for p in h1a h1b h2a h2b; do
-  wait "${pid_of[$p]}" || { fail "$p exited $?"; tail -n 20 "$tmp/$p.log" | sed 's/^/    /'; }
-  r=$(sed -nE 's/^rank ([0-9]+)\/4:.*/\1/p' "$tmp/$p.log" | tail -n 1)
-  [ -n "$r" ] || { fail "$p reported no rank"; continue; }
-  host_of[$r]=${p:1:1}
-done
-wait "$seed" || fail "nexar-seed exited $?"
 
-# Every rank: exactly one shared-memory peer, the other rank of its host.
-for p in h1a h1b h2a h2b; do
-  r=$(sed -nE 's/^rank ([0-9]+)\/4:.*/\1/p' "$tmp/$p.log" | tail -n 1)
-  [ -n "$r" ] || continue
-  peers=$(sed -nE 's/.*rank [0-9]+: peer ([0-9]+) is on this host: message lanes through shared memory.*/\1/p' \
-    "$tmp/$p.log" | sort -n | tr '\n' ' ')
-  want=""
-  for q in 0 1 2 3; do
-    [ "$q" != "$r" ] && [ "${host_of[$q]:-}" = "${host_of[$r]}" ] && want="$q "
+# round LINK PORT: one cluster with NEXAR_LINK=LINK, its seed on PORT.
+round() {
+  local link=$1 port=$2 envf="$tmp/seed-$1.env" seed vars h k p r q peers want tcp tcp_want
+  ip netns exec "${NETNS_HOST[0]}" timeout -k 5 "$limit" "$bin/nexar-seed" --listen "${NETNS_ADDR4[0]}:$port" -n 4 \
+    --env-file "$envf" --formation-timeout-ms 60000 >"$tmp/seed-$link.log" 2>&1 &
+  seed=$!
+  bg_pids+=("$seed")
+  for ((t = 0; t < 100; t++)); do
+    grep -q '^NEXAR_CLUSTER_TOKEN' "$envf" 2>/dev/null && break
+    sleep 0.1
   done
-  echo "   rank $r on host ${host_of[$r]}: shared memory with ${peers:-nobody} (expected $want)"
-  [ "$peers" = "$want" ] || fail "rank $r: shared memory with '${peers}', expected '${want}'"
-  grep -E '^rank [0-9]+/4:' "$tmp/$p.log" | tail -n 1 | sed 's/^/     /'
-done
+  sleep 0.1
+  mapfile -t vars < <(grep -E '^NEXAR_[A-Z0-9_]+=' "$envf")
+  [ ${#vars[@]} -gt 0 ] || { fail "nexar-seed wrote no env file"; cat "$tmp/seed-$link.log"; return; }
+
+  echo "netns_shm test ($link): 2 hosts (${NETNS_ADDR4[1]}, ${NETNS_ADDR4[2]}) x 2 ranks, seed in ${NETNS_ADDR4[0]}"
+  declare -A host_of pid_of rank_of
+  for h in 1 2; do
+    for k in a b; do
+      ip netns exec "${NETNS_HOST[h]}" env "${vars[@]}" NEXAR_WORLD_SIZE=4 NEXAR_DEBUG=info NEXAR_LINK="$link" \
+        timeout -k 5 "$limit" "$bin/nexar-cluster-check" --quick >"$tmp/$link-h$h$k.log" 2>&1 &
+      pid_of[h$h$k]=$!
+      bg_pids+=("${pid_of[h$h$k]}")
+    done
+  done
+  for p in h1a h1b h2a h2b; do
+    wait "${pid_of[$p]}" || { fail "$p exited $?"; tail -n 20 "$tmp/$link-$p.log" | sed 's/^/    /'; }
+    r=$(sed -nE 's/^rank ([0-9]+)\/4:.*/\1/p' "$tmp/$link-$p.log" | tail -n 1)
+    [ -n "$r" ] || { fail "$p reported no rank"; continue; }
+    host_of[$r]=${p:1:1}
+    rank_of[$p]=$r
+  done
+  wait "$seed" || fail "nexar-seed exited $?"
+
+  # Every rank: exactly one shared-memory peer, the other rank of its host; with tcp, the
+  # three lanes of each rank of the other host on TCP.
+  for p in h1a h1b h2a h2b; do
+    r=${rank_of[$p]:-}
+    [ -n "$r" ] || continue
+    peers=$(sed -nE 's/.*rank [0-9]+: peer ([0-9]+) is on this host: message lanes through shared memory.*/\1/p' \
+      "$tmp/$link-$p.log" | sort -n | tr '\n' ' ')
+    tcp=$(sed -nE 's/.*rank [0-9]+: peer ([0-9]+): lane [a-z]+ over TCP.*/\1/p' "$tmp/$link-$p.log" | sort -n | tr '\n' ' ')
+    want=""
+    tcp_want=""
+    for q in 0 1 2 3; do
+      [ "$q" = "$r" ] && continue
+      if [ "${host_of[$q]:-}" = "${host_of[$r]}" ]; then want="$q "; elif [ "$link" = tcp ]; then tcp_want+="$q $q $q "; fi
+    done
+    echo "   rank $r on host ${host_of[$r]}: shared memory with ${peers:-nobody} (expected $want); TCP lanes with ${tcp:-nobody} (expected ${tcp_want:-nobody})"
+    [ "$peers" = "$want" ] || fail "rank $r: shared memory with '${peers}', expected '${want}'"
+    [ "$tcp" = "$tcp_want" ] || fail "rank $r ($link): TCP lanes with '${tcp}', expected '${tcp_want}'"
+    grep -E '^rank [0-9]+/4:' "$tmp/$link-$p.log" | tail -n 1 | sed 's/^/     /'
+  done
+}
+
+round quic "$port"
+round tcp $((port + 1))
 
 [ "$status" = 0 ] && echo "netns_shm test: PASS"
 exit $status

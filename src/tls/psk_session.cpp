@@ -1,5 +1,12 @@
 #include "tls/psk_session.hpp"
 
+#include <gnutls/gnutls.h>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <string>
 
@@ -9,7 +16,44 @@
 
 namespace nexar::tls {
 
+struct PskSession::Transport {
+  int fd = -1;
+  gnutls_session_t session = nullptr;
+  std::uint8_t in[64 * 1024];  // four records, read from the socket, not taken by GnuTLS yet
+  std::size_t at = 0;
+  std::size_t end = 0;
+};
+
 namespace {
+
+ssize_t pull(gnutls_transport_ptr_t p, void* data, size_t len) {
+  auto& t = *static_cast<PskSession::Transport*>(p);
+  if (t.at == t.end) {
+    const ssize_t r = ::recv(t.fd, t.in, sizeof t.in, MSG_DONTWAIT);
+    if (r < 0) {
+      gnutls_transport_set_errno(t.session, errno);
+      return -1;
+    }
+    if (r == 0) return 0;
+    t.at = 0;
+    t.end = static_cast<std::size_t>(r);
+  }
+  const std::size_t n = std::min(len, t.end - t.at);
+  std::memcpy(data, t.in + t.at, n);
+  t.at += n;
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t push(gnutls_transport_ptr_t p, const giovec_t* iov, int count) {
+  auto& t = *static_cast<PskSession::Transport*>(p);
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(reinterpret_cast<const iovec*>(iov));
+  m.msg_iovlen = static_cast<std::size_t>(count);
+  const ssize_t w = ::sendmsg(t.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (w < 0) gnutls_transport_set_errno(t.session, errno);
+  return w;
+}
+
 // TLS 1.3, AES-128-GCM, and the pre-shared key only together with ECDHE (psk_dhe_ke).
 constexpr const char* kPriority =
     "NONE:+VERS-TLS1.3:+AES-128-GCM:+AEAD:+SHA256:+ECDHE-PSK:+GROUP-X25519:+GROUP-SECP256R1:+COMP-NULL:+SIGN-ALL";
@@ -52,6 +96,12 @@ PskSession::PskSession(int fd, Role role, std::span<const std::uint8_t, 32> key,
       rc = gnutls_handshake(s_);
     } while (rc < 0 && gnutls_error_is_fatal(rc) == 0);
     detail::check_rc(rc, "TLS handshake over the TCP link");
+    io_ = std::make_unique<Transport>();
+    io_->fd = fd;
+    io_->session = s_;
+    gnutls_transport_set_ptr(s_, io_.get());
+    gnutls_transport_set_pull_function(s_, pull);
+    gnutls_transport_set_vec_push_function(s_, push);
   } catch (...) {
     release();
     throw;
@@ -94,6 +144,8 @@ PskSession::Read PskSession::recv(std::uint8_t* out, std::size_t cap) {
   throw Error(Errc::io, std::string("TLS receive: ") + gnutls_strerror(static_cast<int>(n)));
 }
 
-bool PskSession::pending() const noexcept { return gnutls_record_check_pending(s_) > 0; }
+bool PskSession::pending() const noexcept {
+  return (io_ && io_->at < io_->end) || gnutls_record_check_pending(s_) > 0;
+}
 
 }  // namespace nexar::tls

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 // GnuTLS's handle types, declared as gnutls.h does: users of this header need not see it.
@@ -51,8 +52,14 @@ class PskSession {
   /// Reads and decrypts up to `cap` bytes into `out` (none when nothing waits). Throws
   /// nexar::Error(Errc::io) when the connection broke or a record does not authenticate.
   Read recv(std::uint8_t* out, std::size_t cap);
-  /// Decrypted bytes GnuTLS holds that the socket will not announce again.
+  /// Bytes read from the socket and not handed on yet, decrypted or not: the socket will
+  /// not announce them again.
   bool pending() const noexcept;
+
+  /// After the handshake, GnuTLS reads through a buffer of the session's: one recv() fills
+  /// it with several records, where GnuTLS alone asks the socket twice per record (header,
+  /// then body). Defined with the functions GnuTLS calls, in the .cpp.
+  struct Transport;
 
  private:
   void release() noexcept;
@@ -61,6 +68,7 @@ class PskSession {
   gnutls_psk_client_credentials_t client_ = nullptr;
   gnutls_psk_server_credentials_t server_ = nullptr;
   std::uint8_t key_[32] = {};
+  std::unique_ptr<Transport> io_;
 };
 
 }  // namespace nexar::tls
