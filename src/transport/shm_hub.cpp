@@ -25,32 +25,6 @@ ShmHub::ShmHub(Node& node) : node_(node), host_key_(shm::host_key()) {}
 
 ShmHub::~ShmHub() {
   listener_.reset();
-  {
-    std::lock_guard lk(jobs_mu_);
-    stop_ = true;
-    jobs_.clear();
-  }
-  jobs_cv_.notify_all();
-  if (attacher_.joinable()) attacher_.join();
-}
-
-void ShmHub::run_attach(std::function<void()> job) {
-  std::lock_guard lk(jobs_mu_);
-  jobs_.push_back(std::move(job));
-  jobs_cv_.notify_one();
-  if (attacher_.joinable()) return;
-  attacher_ = std::thread([this] {
-    std::unique_lock held(jobs_mu_);
-    for (;;) {
-      jobs_cv_.wait(held, [this] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
-      auto next = std::move(jobs_.front());
-      jobs_.pop_front();
-      held.unlock();
-      next();
-      held.lock();
-    }
-  });
 }
 
 void ShmHub::offer(Peer& p) {
@@ -173,7 +147,7 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
   const int peer = p.rank();
   const int bell = bell_.fd();
   const bool populate = populate_next();
-  run_attach([node, me, peer, bell, name, proof, populate] {
+  attacher_.run([node, me, peer, bell, name, proof, populate] {
     std::shared_ptr<shm::Segment> seg;
     int peer_bell = -1;
     try {

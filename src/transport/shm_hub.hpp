@@ -9,17 +9,15 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
+#include "core/job_thread.hpp"
 #include "shm/attach.hpp"
 #include "shm/doorbell.hpp"
 
@@ -54,8 +52,6 @@ class ShmHub {
 
  private:
   std::optional<shm::Listener::Answer> serve(std::uint32_t rank, const shm::Proof& proof, int doorbell);
-  /// Runs `job` on the attach thread (started on first use), after the jobs before it.
-  void run_attach(std::function<void()> job);
 
   /// Whether the next segment is populated at once (Segment::create): for this node's first
   /// kPopulated pairs only, so that a host with very many ranks does not commit six rings
@@ -70,11 +66,7 @@ class ShmHub {
   std::unique_ptr<shm::Listener> listener_;  // made at the first offer
   std::mutex mu_;                            // offered_, with the listener's thread
   std::map<std::uint32_t, shm::Proof> offered_;
-  std::mutex jobs_mu_;  // jobs_ and stop_, with the attach thread
-  std::condition_variable jobs_cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::thread attacher_;
+  JobThread attacher_{"nexar-shm-join"};
 };
 
 }  // namespace nexar::detail

@@ -25,33 +25,6 @@ TcpHub::TcpHub(Node& node) : node_(node) {}
 
 TcpHub::~TcpHub() {
   listener_.reset();
-  {
-    std::lock_guard lk(jobs_mu_);
-    stop_ = true;
-    jobs_.clear();
-  }
-  jobs_cv_.notify_all();
-  if (dialer_.joinable()) dialer_.join();
-}
-
-void TcpHub::run_dial(std::function<void()> job) {
-  std::lock_guard lk(jobs_mu_);
-  jobs_.push_back(std::move(job));
-  jobs_cv_.notify_one();
-  if (dialer_.joinable()) return;
-  dialer_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "nexar-tcp-dial");
-    std::unique_lock held(jobs_mu_);
-    for (;;) {
-      jobs_cv_.wait(held, [this] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
-      auto next = std::move(jobs_.front());
-      jobs_.pop_front();
-      held.unlock();
-      next();
-      held.lock();
-    }
-  });
 }
 
 TcpKeys TcpHub::keys_of(Peer& p) const {
@@ -136,7 +109,7 @@ void TcpHub::on_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) {
   const auto self = static_cast<std::uint32_t>(node_.rank());
   const auto peer = static_cast<std::uint32_t>(p.rank());
   const TcpCipher c = cfg.tcp_cipher;
-  run_dial([this, to, self, peer, c, keys] {
+  dialer_.run([this, to, self, peer, c, keys] {
     for (wire::Lane lane : kLanes) {
       try {
         hand_over(tcp_dial(to, self, peer, lane, c, keys, kAttachStep));

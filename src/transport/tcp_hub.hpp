@@ -7,15 +7,12 @@
 // level. Anything that fails before a connection attached leaves its lane on QUIC.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
+#include "core/job_thread.hpp"
 #include "transport/tcp_attach.hpp"
 
 namespace nexar::detail {
@@ -46,8 +43,6 @@ class TcpHub {
   static std::uint64_t cipher_code(TcpCipher c) noexcept { return c == TcpCipher::tls ? 0 : 1; }
 
  private:
-  /// Runs `job` on the dial thread (started on first use), after the jobs before it.
-  void run_dial(std::function<void()> job);
   /// Sends `p` a tcp_offer for `port` (0: none).
   void send_offer(Peer& p, std::uint16_t port);
   /// Hands an attached connection to its peer, on the engine thread.
@@ -62,11 +57,7 @@ class TcpHub {
     unsigned taken = 0;  // bit i: lane index i attached
   };
   std::map<std::uint32_t, Offer> offers_;
-  std::mutex jobs_mu_;  // jobs_ and stop_, with the dial thread
-  std::condition_variable jobs_cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stop_ = false;
-  std::thread dialer_;
+  JobThread dialer_{"nexar-tcp-dial"};
 };
 
 }  // namespace nexar::detail

@@ -8,9 +8,10 @@
 // transfer from queueing in front of a collective, in the kernel as on the wire; the bulk
 // connection's unsent bytes are also capped (TCP_NOTSENT_LOWAT).
 //
-// A chunk completes once its last byte is in the kernel's send buffer (as Gloo's and MPI's
-// sends do): the peer's kernel acknowledges and retransmits from there, and should the
-// peer die first, the connection's reset or end fails the pair. unacked() still counts the
+// A chunk completes once its last byte is in the kernel's send buffer, or with TLS in a
+// record GnuTLS holds on its way there (as Gloo's and MPI's sends complete): the kernel
+// acknowledges and retransmits from there, and should the peer die first, the connection's
+// reset or end fails the pair. unacked() still counts the
 // bytes the kernel holds unacknowledged, so an orderly close waits for them. Engine thread.
 #pragma once
 
