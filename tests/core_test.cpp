@@ -38,7 +38,7 @@ const char* const kVars[] = {
     "NEXAR_SEGMENT_BYTES",     "NEXAR_ALLREDUCE_RING_BYTES",   "NEXAR_BROADCAST_CHAIN_BYTES",
     "NEXAR_COLLECTIVE_EAGER_BYTES", "NEXAR_ALLREDUCE_DOUBLING_BYTES", "NEXAR_YIELD_WHEN_IDLE", "NEXAR_RPC_THREADS", "NEXAR_CONNECTIONS_PER_PEER", "NEXAR_ENGINE_THREADS",
     "NEXAR_FAILURE_TIMEOUT_MS", "NEXAR_ON_FAILURE", "NEXAR_SHM", "NEXAR_SHM_RING_BYTES", "NEXAR_SHM_COLLECTIVE_BYTES",
-    "NEXAR_BULK_SCAVENGER", "NEXAR_CONGESTION",
+    "NEXAR_BULK_SCAVENGER", "NEXAR_CONGESTION", "NEXAR_LINK", "NEXAR_TCP_CIPHER",
 };
 
 // Clears every NEXAR_* variable for the test and puts the original values back after it.
@@ -284,6 +284,8 @@ TEST_F(EnvTest, Describe) {
       "udp_gso = on\n"
       "bulk_scavenger = on\n"
       "congestion = cubic\n"
+      "link = quic\n"
+      "tcp_cipher = tls\n"
       "connections_per_peer = 4\n"
       "engine_threads = 1\n"
       "shm = on\n"
@@ -329,6 +331,8 @@ TEST_F(EnvTest, EveryVariableParsed) {
   set("NEXAR_UDP_GSO", "0");
   set("NEXAR_BULK_SCAVENGER", "off");
   set("NEXAR_CONGESTION", "BBR");
+  set("NEXAR_LINK", "TCP");
+  set("NEXAR_TCP_CIPHER", "none");
   set("NEXAR_SPIN_US", "250");
   set("NEXAR_YIELD_WHEN_IDLE", "1");
   set("NEXAR_DEBUG", "debug");
@@ -350,6 +354,8 @@ TEST_F(EnvTest, EveryVariableParsed) {
   EXPECT_FALSE(c.udp_gso);
   EXPECT_FALSE(c.bulk_scavenger);
   EXPECT_EQ(c.congestion, nexar::Congestion::bbr);
+  EXPECT_EQ(c.link, nexar::LinkKind::tcp);
+  EXPECT_EQ(c.tcp_cipher, nexar::TcpCipher::none);
   EXPECT_EQ(c.spin, 250us);
   EXPECT_TRUE(c.yield_when_idle);
   EXPECT_EQ(c.log_level, LogLevel::debug);
@@ -426,6 +432,8 @@ TEST_F(EnvTest, MalformedValuesThrow) {
   }
   for (const char* v : {"ignore", "auto", "1", "abort "}) check("NEXAR_ON_FAILURE", v);
   for (const char* v : {"reno", "bbr2", "0", "bbr "}) check("NEXAR_CONGESTION", v);
+  for (const char* v : {"udp", "rdma", "1", "tcp "}) check("NEXAR_LINK", v);
+  for (const char* v : {"aes", "off", "0", "tls "}) check("NEXAR_TCP_CIPHER", v);
   for (const char* v : {"6", "warning", "verbose", "-0", "00"}) check("NEXAR_DEBUG", v);
   check("NEXAR_UDP_PAYLOAD_BYTES", "4294967296");  // does not fit the 32-bit field
 

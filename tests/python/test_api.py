@@ -136,6 +136,10 @@ def test_config():
     assert c.congestion == nexar.Congestion.CUBIC
     c.congestion = nexar.Congestion.BBR
     assert "congestion = bbr" in c.describe()
+    assert c.link == nexar.LinkKind.QUIC and c.tcp_cipher == nexar.TcpCipher.TLS
+    c.link = nexar.LinkKind.TCP
+    c.tcp_cipher = nexar.TcpCipher.NONE
+    assert "link = tcp" in c.describe() and "tcp_cipher = none" in c.describe()
     assert c.connections_per_peer == 4
     c.connections_per_peer = 2
     assert "connections_per_peer = 2" in c.describe()
