@@ -11,8 +11,11 @@
 # Paths:
 #   shm     2 processes on this host (nexar-run -n 2), default settings: shared memory
 #   quic    2 processes on this host over QUIC (NEXAR_SHM=0)
+#   tcp     the same two processes with their message lanes on the TCP link (NEXAR_SHM=0
+#           NEXAR_LINK=tcp, TLS)
 #   netNNNN 2 network-namespace hosts joined by tbf-shaped links at RATE, MTU NNNN (1500 and
 #           9000; bench/netns_allreduce.sh with HOSTS=2), when run as root with namespaces
+#   tcpNNNN the same hosts with the message lanes on the TCP link (TLS)
 # Each with the bulk lane's scavenger window on (the default) and, with OFF=1, off too
 # (NEXAR_BULK_SCAVENGER=0). Prints one row per path, operation and setting: the median over
 # REPEATS of the idle and beside times (us, nexar-bench's median over iterations), their
@@ -20,7 +23,7 @@
 # mostly alone: the timed loop is short).
 #
 # Environment: ITERS (default 2000), RATE (default 1gbit), OFF (0 or 1), PATHS (default
-# "shm quic net1500 net9000").
+# "shm quic tcp net1500 net9000 tcp1500 tcp9000").
 set -uo pipefail
 
 # shellcheck source=tests/script_lib.sh
@@ -30,7 +33,7 @@ script_need beside_bulk nexar-bench nexar-run
 script_tmp beside_bulk beside_bulk
 
 iters=${ITERS:-2000}
-read -r -a paths <<<"${PATHS:-shm quic net1500 net9000}"
+read -r -a paths <<<"${PATHS:-shm quic tcp net1500 net9000 tcp1500 tcp9000}"
 settings=(1)
 [ "${OFF:-0}" = 1 ] && settings=(1 0)
 status=0
@@ -40,17 +43,19 @@ one() {
   local path=$1 op=$2 sc=$3 out t g
   shift 3
   case "$path" in
-    shm | quic)
-      local shm=1
-      [ "$path" = quic ] && shm=0
-      out=$(NEXAR_SHM=$shm NEXAR_BULK_SCAVENGER=$sc timeout 300 "$bin/nexar-run" -n 2 "$bin/nexar-bench" "$op" \
+    shm | quic | tcp)
+      local shm=1 link=quic
+      [ "$path" != shm ] && shm=0
+      [ "$path" = tcp ] && link=tcp
+      out=$(NEXAR_SHM=$shm NEXAR_LINK=$link NEXAR_BULK_SCAVENGER=$sc timeout 300 "$bin/nexar-run" -n 2 "$bin/nexar-bench" "$op" \
         -b 8 -e 8 -n "$iters" -w 50 "$@" 2>&1)
       ;;
-    net*)
-      local logs="$tmp/net"
+    net* | tcp*)
+      local logs="$tmp/net" payloads=default links=""
+      [ "${path#tcp}" != "$path" ] && { payloads=""; links=tcp; }
       rm -rf "$logs"
       mkdir -p "$logs"
-      out=$(OUT=$logs HOSTS=2 MTU=${path#net} RATE=${RATE:-1gbit} MPI=0 GLOO=0 PAYLOADS=default COLL=$op \
+      out=$(OUT=$logs HOSTS=2 MTU=${path#[a-z][a-z][a-z]} RATE=${RATE:-1gbit} MPI=0 GLOO=0 PAYLOADS=$payloads LINKS=$links COLL=$op \
         BENCH_ARGS="-b 8 -e 8 -n $iters -w 50 $*" timeout 600 env NEXAR_BULK_SCAVENGER="$sc" \
         "$repo/bench/netns_allreduce.sh" "$build" 2>&1; cat "$logs"/*.log)
       ;;
@@ -62,7 +67,7 @@ one() {
 }
 
 if [ "$(id -u)" != 0 ] || ! ip netns list >/dev/null 2>&1; then
-  mapfile -t paths < <(printf '%s\n' "${paths[@]}" | grep -v '^net')
+  mapfile -t paths < <(printf '%s\n' "${paths[@]}" | grep -vE '^(net|tcp)[0-9]')
   echo "# beside_bulk: not root or no network namespaces: the net paths are skipped" >&2
 fi
 
