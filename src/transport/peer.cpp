@@ -118,7 +118,16 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   // State::connecting).
   if (!quic_.ready()) return quic_;
   if (shm_ && shm_->sending(lane)) return *shm_;
-  if (tcp_ && tcp_->sending(lane)) return *tcp_;
+  // Small collective messages stay on QUIC, whose socket a waiting thread polls: over TCP
+  // each would wait for the engine thread to wake (8 B all_reduce between 2 namespace
+  // hosts, 40 -> 250 us). Every collective message has a tag of its own, so the two links
+  // need no order between them, as the stripes don't; the other lanes keep theirs whole.
+  // Bulk stays under QUIC's scavenger window while it is on: TCP's congestion control
+  // fills the path's queue, and a barrier beside a 1 GiB bulk_send then took 17-23x its
+  // idle time instead of 2.4-2.6x (docs/PERFORMANCE.md, "TCP link").
+  if (tcp_ && tcp_->sending(lane) && (lane != Lane::collective || bytes >= kStripeMinBytes) &&
+      (lane != Lane::bulk || !owner_.config().bulk_scavenger))
+    return *tcp_;
   if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return quic_;
   // Every collective message has a tag of its own (collective_message_tag), so any
   // connection will do: the message's number plus the operation's, round the connections,
