@@ -50,6 +50,7 @@ nexar::Config config(TcpCipher cipher, LinkKind link = LinkKind::tcp) {
   c.link = link;
   c.tcp_cipher = cipher;
   c.connections_per_peer = 1;
+  c.bulk_scavenger = false;  // bulk keeps to QUIC under its scavenger window: take TCP here
   return c;
 }
 
