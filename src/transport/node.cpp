@@ -508,6 +508,7 @@ bool Node::poll(bool) {
       (++socket_skips_ % 4 == 0 && (socket_skips_ % 32 == 0 || engine_.socket_busy())))
     socket_busy_ = ep_->poll();
   poll_shm();
+  if (tcp_) tcp_->poll();
   return true;
 }
 

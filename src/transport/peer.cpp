@@ -443,6 +443,11 @@ void Peer::on_link_closed(Link& link, Errc code, const std::string& why) {
   }));
 }
 
+bool Peer::poll_tcp() {
+  if (!tcp_ || gone()) return false;
+  return tcp_->poll(*this).moved;
+}
+
 void Peer::attach_tcp(TcpAttached a) {
   if (gone() || relay_ || shm_ || !quic_.connection()) return;
   const wire::Lane lane = a.lane;

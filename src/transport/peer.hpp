@@ -197,6 +197,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// A TCP connection for `a.lane` attached: our frames of that lane go on it from now on
   /// (after a tcp_switch on the lane's QUIC stream), and the peer's once it switched too.
   void attach_tcp(TcpAttached a);
+  /// Reads what waits on the TCP link (a waiting user thread polls it, Node::poll).
+  /// Returns whether anything came.
+  bool poll_tcp();
   /// Lanes that moved to the TCP link both ways (0 .. 3; diagnostics, tests).
   int tcp_lanes() const noexcept { return tcp_ ? tcp_->lanes() : 0; }
 

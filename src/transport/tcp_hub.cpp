@@ -1,5 +1,6 @@
 #include "transport/tcp_hub.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
@@ -45,11 +46,21 @@ void TcpHub::send_offer(Peer& p, std::uint16_t port) {
 
 void TcpHub::hand_over(TcpAttached a) {
   auto held = std::make_shared<TcpAttached>(std::move(a));
-  Node* node = &node_;
-  // The engine is stopped before the node is destroyed: queued work never outlives it.
-  node->engine().post([node, held] {
-    if (Peer* p = node->peer_locked(static_cast<int>(held->rank))) p->attach_tcp(std::move(*held));
+  // The engine is stopped before the node (and this hub) is destroyed: queued work never
+  // outlives them.
+  node_.engine().post([this, held] {
+    const int r = static_cast<int>(held->rank);
+    Peer* p = node_.peer_locked(r);
+    if (!p) return;
+    p->attach_tcp(std::move(*held));
+    if (std::find(linked_.begin(), linked_.end(), r) == linked_.end()) linked_.push_back(r);
   });
+}
+
+void TcpHub::poll() {
+  // By index: a peer's poll can run code that attaches another.
+  for (std::size_t i = 0; i < linked_.size(); ++i)
+    if (Peer* p = node_.peer_locked(linked_[i])) p->poll_tcp();
 }
 
 void TcpHub::offer(Peer& p) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/job_thread.hpp"
 #include "transport/tcp_attach.hpp"
@@ -34,6 +35,9 @@ class TcpHub {
   /// `p` answered with a tcp_offer frame (engine thread): `port` 0 declines ours; any
   /// other is its own offer, dialled if its `cipher` is ours.
   void on_offer(Peer& p, std::uint16_t port, std::uint64_t cipher);
+  /// Reads what waits on every peer's TCP link (engine lock held): a user thread waiting
+  /// for a reply polls here, as it polls QUIC's socket (Node::poll).
+  void poll();
   /// Attach attempts refused by the listener (tests, logs).
   std::uint64_t refused() const noexcept { return listener_ ? listener_->refused() : 0; }
   /// The listener's port (0 before the first offer).
@@ -57,6 +61,7 @@ class TcpHub {
     unsigned taken = 0;  // bit i: lane index i attached
   };
   std::map<std::uint32_t, Offer> offers_;
+  std::vector<int> linked_;  // ranks with a TCP connection attached (engine thread)
   JobThread dialer_{"nexar-tcp-dial"};
 };
 

@@ -187,11 +187,19 @@ void TcpLink::arm_read(Conn& c) {
                     }));
 }
 
-void TcpLink::read(Conn& c) {
+Link::Polled TcpLink::poll(LinkOwner&) {
+  Polled p;
+  for (auto& c : conns_)
+    if (c && c->reading && !failed_) p.moved |= read(*c);
+  return p;
+}
+
+bool TcpLink::read(Conn& c) {
   const auto stream = static_cast<std::uint64_t>(c.sock.lane);
+  bool moved = false;
   for (int turn = 0; turn < kReadsPerTurn; ++turn) {
     // Over the window: the rest waits in the kernel until consumed() makes room.
-    if (c.held >= window_) return;
+    if (c.held >= window_) return moved;
     const std::size_t cap = static_cast<std::size_t>(std::min<std::uint64_t>(buf_.size(), window_ - c.held));
     std::size_t n = 0;
     bool eof = false;
@@ -202,29 +210,31 @@ void TcpLink::read(Conn& c) {
         eof = r.eof;
       } catch (const Error& e) {
         broken(c, e.what());
-        return;
+        return true;
       }
     } else {
       const ssize_t r = ::recv(c.sock.fd, buf_.data(), cap, MSG_DONTWAIT);
       if (r < 0 && errno != EAGAIN && errno != EINTR) {
         broken(c, std::string("receive: ") + std::strerror(errno));
-        return;
+        return true;
       }
       n = r < 0 ? 0 : static_cast<std::size_t>(r);
       eof = r == 0;
     }
     if (eof) {
       broken(c, "the peer ended the connection");
-      return;
+      return true;
     }
     if (n == 0) break;
+    moved = true;
     engine_.note_activity();
     const std::optional<std::uint64_t> credit = owner_.on_link_data(*this, stream, buf_.data(), n);
-    if (!credit) return;  // the stream broke the protocol, or the peer is gone
+    if (!credit) return true;  // the stream broke the protocol, or the peer is gone
     c.held += n - std::min<std::uint64_t>(*credit, n);
-    if (failed_) return;
+    if (failed_) return true;
   }
   arm_read(c);
+  return moved;
 }
 
 void TcpLink::consumed(std::uint64_t stream, std::uint64_t n) {

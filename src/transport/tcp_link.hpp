@@ -71,6 +71,10 @@ class TcpLink final : public Link {
   bool carries(wire::Lane lane) const noexcept override { return index(lane) >= 0; }
   bool on_socket() const noexcept override { return true; }
   std::string describe(std::uint64_t stream) const override;
+  /// Reads what waits on the connections the peer switched, without waiting for the engine
+  /// thread to hear of it: a user thread waiting for a reply polls here (Node::poll), as it
+  /// polls QUIC's socket. The connections' own waits stay armed.
+  Polled poll(LinkOwner& owner) override;
 
  private:
   struct Out {
@@ -92,7 +96,8 @@ class TcpLink final : public Link {
   };
 
   void write(Conn& c);
-  void read(Conn& c);
+  /// Reads and hands on what waits on `c`; returns whether anything came.
+  bool read(Conn& c);
   void arm_read(Conn& c);
   void arm_write(Conn& c);
   /// The connection broke (reset, end, error): the owner hears it once.
