@@ -103,41 +103,36 @@ run_mpi() {
 labels=()
 status=0
 base_args=("${bench_args[@]}")
-for p in $payloads; do
+# nexar_rows NAME [VAR=VALUE...]: one nexar run per algorithm of ALGOS, labelled NAME (and
+# -ALGO when there are several), with the variables given.
+nexar_rows() {
+  local name=$1 a label suffix
+  shift
   for a in "${algos[@]}"; do
     bench_args=("${base_args[@]}" -a "$a")
     suffix=""
     [ "${#algos[@]}" -gt 1 ] && suffix="-$a"
-    if [ "$p" = default ]; then
-      label="nexar-default$suffix"
-      run_nexar "$label" || status=1
-    else
-      label="nexar-udp$p$suffix"
-      run_nexar "$label" NEXAR_UDP_PAYLOAD_BYTES="$p" || status=1
-    fi
+    label="$name$suffix"
+    run_nexar "$label" "$@" || status=1
     labels+=("$label")
     echo
     echo "## $label (rank 0's output)"
     sed -n '2,$p' "$out/$label.log"
   done
+}
+for p in $payloads; do
+  if [ "$p" = default ]; then
+    nexar_rows nexar-default
+  else
+    nexar_rows "nexar-udp$p" NEXAR_UDP_PAYLOAD_BYTES="$p"
+  fi
 done
 for l in $links; do
   case "$l" in
-    tcp) cipher=tls ;;
-    tcp-none) cipher=none ;;
+    tcp) nexar_rows nexar-tcp NEXAR_LINK=tcp NEXAR_TCP_CIPHER=tls ;;
+    tcp-none) nexar_rows nexar-tcp-none NEXAR_LINK=tcp NEXAR_TCP_CIPHER=none ;;
     *) echo "netns_allreduce: LINKS takes tcp and tcp-none, not '$l'" >&2; exit 2 ;;
   esac
-  for a in "${algos[@]}"; do
-    bench_args=("${base_args[@]}" -a "$a")
-    suffix=""
-    [ "${#algos[@]}" -gt 1 ] && suffix="-$a"
-    label="nexar-$l$suffix"
-    run_nexar "$label" NEXAR_LINK=tcp NEXAR_TCP_CIPHER="$cipher" || status=1
-    labels+=("$label")
-    echo
-    echo "## $label (rank 0's output)"
-    sed -n '2,$p' "$out/$label.log"
-  done
 done
 bench_args=("${base_args[@]}")
 

@@ -3,7 +3,12 @@
 // relay_failover_test.cpp).
 #pragma once
 
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <thread>
@@ -37,6 +42,26 @@ inline std::vector<int> run_forked(int n, const nexar::Config& cfg,
   std::vector<int> status = reap_all(pids, limit);
   if (helper.joinable()) helper.join();
   return status;
+}
+
+/// What a test that kills one rank of a forked cluster records (in fresh_shared memory):
+/// when the victim died, and when each survivor's operation failed.
+struct Deaths {
+  std::atomic<std::int64_t> killed_at{0};
+  std::atomic<std::int64_t> error_at[16]{};
+};
+
+/// Checks run_forked's `status`: `victim` died by SIGKILL, every other rank exited 0, and
+/// each survivor's operation failed within `bound` of the kill.
+inline void expect_named_in_time(const std::vector<int>& status, int victim, const Deaths& d,
+                                 std::chrono::nanoseconds bound) {
+  for (std::size_t r = 0; r < status.size(); ++r) {
+    EXPECT_EQ(status[r], static_cast<int>(r) == victim ? 128 + SIGKILL : 0) << "rank " << r;
+    if (static_cast<int>(r) == victim) continue;
+    const auto took = std::chrono::nanoseconds(d.error_at[r].load() - d.killed_at.load());
+    EXPECT_LT(took, bound) << "rank " << r << " learned of the failure after "
+                           << std::chrono::duration<double>(took).count() << " s";
+  }
 }
 
 }  // namespace nexar::testing
