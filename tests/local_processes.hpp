@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -50,6 +51,29 @@ struct Deaths {
   std::atomic<std::int64_t> killed_at{0};
   std::atomic<std::int64_t> error_at[16]{};
 };
+
+/// The body of a rank in such a test: all_reduce of `count` elements step after step (each
+/// checked), `victim` killing itself by SIGKILL at step 10; a survivor's step must then fail
+/// with rank_failed naming the victim alone, and records when. `each(step)`, if given, runs
+/// after every step that completed.
+inline void all_reduce_until_killed(int rank, Communicator& c, Deaths& d, int victim, std::size_t count,
+                                    const std::function<void(int step)>& each = {}) {
+  for (int step = 0;; ++step) {
+    if (rank == victim && step == 10) {
+      d.killed_at.store(now_ns());
+      kill(getpid(), SIGKILL);
+    }
+    try {
+      RANK_CHECK(rank, all_reduce_step(c, step, count), "wrong sum at step " + std::to_string(step));
+    } catch (const nexar::Error& e) {
+      d.error_at[rank].store(now_ns());
+      RANK_CHECK(rank, e.code() == nexar::Errc::rank_failed, e.what());
+      RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{victim}, ranks_text(e.failed_ranks()) + ": " + e.what());
+      return;
+    }
+    if (each) each(step);
+  }
+}
 
 /// Checks run_forked's `status`: `victim` died by SIGKILL, every other rank exited 0, and
 /// each survivor's operation failed within `bound` of the kill.

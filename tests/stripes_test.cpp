@@ -120,7 +120,6 @@ TEST(Stripes, OneConnectionDialsNoOther) {
 // Ranks as processes, 3 connections per pair (the second on another engine thread at each
 // end), all_reduce of 1 MiB per step so every pair's extra connections are busy: rank 1 dies by SIGKILL, and each survivor's operation fails
 // within a second with rank_failed naming rank 1, not a bystander.
-
 TEST(Stripes, KilledRankIsNamedWithinASecond) {
   auto& shared = nexar::testing::fresh_shared<nexar::testing::Deaths>();
   nexar::Config cfg = config(3, 2);
@@ -129,25 +128,12 @@ TEST(Stripes, KilledRankIsNamedWithinASecond) {
   cfg.yield_when_idle = true;
   cfg.log_level = nexar::LogLevel::off;
   auto status = nexar::testing::run_forked(3, cfg, [&](int rank, Communicator& c) {
-    for (int step = 0;; ++step) {
-      if (rank == 1 && step == 10) {
-        shared.killed_at.store(nexar::testing::now_ns());
-        kill(getpid(), SIGKILL);
-      }
-      try {
-        RANK_CHECK(rank, nexar::testing::all_reduce_step(c, step, 262147), "wrong sum at step " + std::to_string(step));
-      } catch (const nexar::Error& e) {
-        shared.error_at[rank].store(nexar::testing::now_ns());
-        RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
-        RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{1}, nexar::testing::ranks_text(e.failed_ranks()) + ": " + e.what());
-        break;
-      }
-      if (step == 5) {
-        auto [connections, striped] = pair_state(c, (rank + 1) % 3);
-        RANK_CHECK(rank, connections == 3 && striped > 0,
-                   "connections " + std::to_string(connections) + ", frames on the extra ones " + std::to_string(striped));
-      }
-    }
+    nexar::testing::all_reduce_until_killed(rank, c, shared, 1, 262147, [&](int step) {
+      if (step != 5) return;
+      auto [connections, striped] = pair_state(c, (rank + 1) % 3);
+      RANK_CHECK(rank, connections == 3 && striped > 0,
+                 "connections " + std::to_string(connections) + ", frames on the extra ones " + std::to_string(striped));
+    });
   }, 60s);
   ASSERT_EQ(status.size(), 3u);
   nexar::testing::expect_named_in_time(status, 1, shared, 1s);

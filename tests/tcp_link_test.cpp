@@ -226,21 +226,7 @@ TEST(TcpLink, KilledRankIsNamedWithinASecond) {
         std::this_thread::sleep_for(10ms);
       RANK_CHECK(rank, tcp_lanes(c, (rank + 1) % 3) + tcp_lanes(c, (rank + 2) % 3) == 6, "the pairs are not on TCP");
       c.barrier();
-      for (int step = 0;; ++step) {
-        if (rank == 1 && step == 10) {
-          shared.killed_at.store(nexar::testing::now_ns());
-          kill(getpid(), SIGKILL);
-        }
-        try {
-          RANK_CHECK(rank, nexar::testing::all_reduce_step(c, step, 262147), "wrong sum at step " + std::to_string(step));
-        } catch (const nexar::Error& e) {
-          shared.error_at[rank].store(nexar::testing::now_ns());
-          RANK_CHECK(rank, e.code() == Errc::rank_failed, e.what());
-          RANK_CHECK(rank, e.failed_ranks() == std::vector<int>{1},
-                     nexar::testing::ranks_text(e.failed_ranks()) + ": " + e.what());
-          break;
-        }
-      }
+      nexar::testing::all_reduce_until_killed(rank, c, shared, 1, 262147);
     }, 60s);
     ASSERT_EQ(status.size(), 3u);
     nexar::testing::expect_named_in_time(status, 1, shared, 1s);
