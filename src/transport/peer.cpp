@@ -118,10 +118,10 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   // State::connecting).
   if (!quic_.ready()) return quic_;
   if (shm_ && shm_->sending(lane)) return *shm_;
-  // Small collective messages stay on QUIC, whose socket a waiting thread polls: over TCP
-  // each would wait for the engine thread to wake (8 B all_reduce between 2 namespace
-  // hosts, 40 -> 250 us). Every collective message has a tag of its own, so the two links
-  // need no order between them, as the stripes don't; the other lanes keep theirs whole.
+  // Small collective messages stay on QUIC: measured when only QUIC's socket was polled by
+  // waiters, each over TCP waited for the engine thread to wake (8 B all_reduce between 2
+  // namespace hosts, 40 -> 250 us). Every collective message has a tag of its own, so the
+  // two links need no order between them, as the stripes don't; other lanes keep theirs.
   // Bulk stays under QUIC's scavenger window while it is on: TCP's congestion control
   // fills the path's queue, and a barrier beside a 1 GiB bulk_send then took 17-23x its
   // idle time instead of 2.4-2.6x (docs/PERFORMANCE.md, "TCP link").
