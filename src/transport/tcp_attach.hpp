@@ -68,9 +68,10 @@ TcpAttached tcp_dial(const quic::Address& to, std::uint32_t self, std::uint32_t 
 class TcpListener {
  public:
   /// The keys of this rank's standing offer to `rank` for `lane`, or nothing (refused).
-  /// The listener's thread calls it; the callee guards its own state.
+  /// The listener's thread calls it; the callee guards its own state. Looking up takes
+  /// nothing: the attach may still fail its proof.
   using Lookup = std::function<std::optional<TcpKeys>(std::uint32_t rank, wire::Lane lane)>;
-  /// A connection attached (on the listener's thread).
+  /// A connection attached: its dialer proved the keys (on the listener's thread).
   using Attached = std::function<void(TcpAttached)>;
   /// Binds `host` (the address QUIC listens on; its port is ignored: the kernel picks
   /// one) and starts accepting. `self` is this rank, `cipher` what it protects with.

@@ -75,10 +75,22 @@ void TcpHub::offer(Peer& p) {
             const int i = TcpLink::index(lane);
             // One connection per lane, and only to a rank we offered to.
             if (it == offers_.end() || i < 0 || (it->second.taken & (1u << i)) != 0) return std::nullopt;
-            it->second.taken |= 1u << i;
             return it->second.keys;
           },
-          [this](TcpAttached a) { hand_over(std::move(a)); }, kAttachStep);
+          [this](TcpAttached a) {
+            // The lane is taken only by a dialer that proved itself: a stranger's failed
+            // attempt cannot use up the rank's offer. (One listener thread: no race between
+            // the lookup above and this.)
+            {
+              std::lock_guard lk(mu_);
+              auto it = offers_.find(a.rank);
+              const int i = TcpLink::index(a.lane);
+              if (it == offers_.end() || (it->second.taken & (1u << i)) != 0) return;
+              it->second.taken |= 1u << i;
+            }
+            hand_over(std::move(a));
+          },
+          kAttachStep);
     }
     const TcpKeys keys = keys_of(p);
     std::lock_guard lk(mu_);
