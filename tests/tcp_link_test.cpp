@@ -4,7 +4,9 @@
 // TLS and in plaintext; ranks that disagree about the link or the cipher stay on QUIC and
 // still agree on every result; with TLS no payload byte crosses the wire in the clear (and
 // in plaintext it does: the capture sees the link); and a rank killed mid all_reduce is
-// named by the survivors within a second.
+// named by the survivors within a second. Big messages answered one by one are read whole
+// with nobody polling. And a TcpLink alone over a socket pair reads what came before its
+// lane switched, and what its full window left behind, in the socket or inside GnuTLS.
 #include <nexar/nexar.hpp>
 
 #include <gtest/gtest.h>
@@ -18,7 +20,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +36,8 @@
 #include "support.hpp"
 #include "transport/node.hpp"
 #include "transport/peer.hpp"
+#include "tls/psk_session.hpp"
+#include "transport/tcp_link.hpp"
 
 namespace {
 
@@ -209,6 +216,122 @@ TEST(TcpLink, NoPayloadInTheClearUnlessAskedFor) {
 }
 
 
+// ---- TcpLink alone, over a socket pair, its engine never spinning (nobody polls) --------
+
+// What reaches the owner, read from the test thread.
+struct Collecting final : nexar::detail::LinkOwner {
+  std::mutex mu;
+  std::string got;
+  std::uint64_t credit_back = ~std::uint64_t{0};  // all, or none (0): held against the window
+  std::optional<std::uint64_t> on_link_data(nexar::detail::Link&, std::uint64_t, const std::uint8_t* data,
+                                            std::size_t len) override {
+    std::lock_guard lk(mu);
+    got.append(reinterpret_cast<const char*>(data), len);
+    return credit_back;
+  }
+  void on_link_closed(nexar::detail::Link&, Errc, const std::string&) override {}
+  // Waits up to 2 s for `n` bytes; returns how many came.
+  std::size_t wait_for(std::size_t n) {
+    for (int i = 0; i < 200; ++i) {
+      {
+        std::lock_guard lk(mu);
+        if (got.size() >= n) return got.size();
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    std::lock_guard lk(mu);
+    return got.size();
+  }
+};
+
+// A link of one lane (data) over one end of a socket pair, in plaintext or with TLS; the
+// test writes the other end.
+struct OneLane {
+  nexar::detail::Engine engine{0us};
+  Collecting owner;
+  std::unique_ptr<nexar::detail::TcpLink> link;
+  std::unique_ptr<nexar::tls::PskSession> theirs_tls;
+  int theirs = -1;
+  OneLane(std::uint64_t window, bool tls) {
+    int sv[2];
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    theirs = sv[1];
+    nexar::detail::TcpAttached a;
+    a.fd = sv[0];
+    a.lane = nexar::wire::Lane::data;
+    if (tls) {
+      const std::array<std::uint8_t, 32> key{7, 1, 2, 3};
+      std::thread other([&] {
+        theirs_tls = std::make_unique<nexar::tls::PskSession>(theirs, nexar::tls::PskSession::Role::server, key, 5s);
+      });
+      a.session = std::make_unique<nexar::tls::PskSession>(a.fd, nexar::tls::PskSession::Role::client, key, 5s);
+      other.join();
+    }
+    engine.start();
+    nexar::testing::on_engine(engine, [&] {
+      link = std::make_unique<nexar::detail::TcpLink>(engine, owner, window);
+      EXPECT_TRUE(link->add(std::move(a)));
+    });
+  }
+  ~OneLane() {
+    nexar::testing::on_engine(engine, [&] { link.reset(); });
+    engine.stop();
+    theirs_tls.reset();
+    ::close(theirs);
+  }
+  void write(const std::string& bytes) const {
+    const auto* p = reinterpret_cast<const std::uint8_t*>(bytes.data());
+    if (theirs_tls) {
+      for (std::size_t at = 0; at < bytes.size();) at += theirs_tls->send(p + at, bytes.size() - at);
+      return;
+    }
+    EXPECT_EQ(::write(theirs, p, bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+  void start_reading() {
+    nexar::testing::on_engine(engine, [&] { link->start_reading(nexar::wire::Lane::data); });
+  }
+  void consumed(std::uint64_t n) {
+    nexar::testing::on_engine(engine, [&] { link->consumed(static_cast<std::uint64_t>(nexar::wire::Lane::data), n); });
+  }
+};
+
+// Bytes that came before the lane switched are read once it does, though the peer sends
+// nothing more until it hears back.
+TEST(TcpLinkAlone, BytesThatCameBeforeReadingStartedAreRead) {
+  for (bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    OneLane t(1 << 20, tls);
+    t.write(std::string(100, 'a'));
+    std::this_thread::sleep_for(50ms);  // the engine's reactor sees the bytes come, and nobody reads
+    t.start_reading();
+    EXPECT_EQ(t.owner.wait_for(100), 100u);
+  }
+}
+
+// A full window stops reading with bytes left behind: in the socket (plaintext), or
+// decrypted inside GnuTLS, where no readiness of the socket will ever announce them (one
+// TLS record of 1000 bytes, read 64 at a time). Room made by the consumer reads them.
+TEST(TcpLinkAlone, RoomInTheWindowReadsWhatWasLeftBehind) {
+  for (bool tls : {false, true}) {
+    SCOPED_TRACE(tls ? "tls" : "plaintext");
+    OneLane t(64, tls);
+    t.owner.credit_back = 0;
+    t.start_reading();
+    std::string sent(1000, 'b');
+    for (std::size_t i = 0; i < sent.size(); ++i) sent[i] = static_cast<char>('a' + i % 26);
+    t.write(sent);
+    EXPECT_EQ(t.owner.wait_for(64), 64u);
+    std::this_thread::sleep_for(50ms);
+    EXPECT_EQ(t.owner.wait_for(0), 64u) << "read past its window";
+    for (std::size_t want = 128; want < 1000 + 64; want += 64) {
+      t.consumed(64);
+      EXPECT_EQ(t.owner.wait_for(std::min<std::size_t>(want, 1000)), std::min<std::size_t>(want, 1000));
+    }
+    std::lock_guard lk(t.owner.mu);
+    EXPECT_EQ(t.owner.got, sent);
+  }
+}
+
 // Ranks as processes on the TCP link: rank 1 dies by SIGKILL while 1 MiB all_reduces run,
 // and each survivor's operation fails within a second with rank_failed naming rank 1.
 TEST(TcpLink, KilledRankIsNamedWithinASecond) {
@@ -230,6 +353,46 @@ TEST(TcpLink, KilledRankIsNamedWithinASecond) {
     }, 60s);
     ASSERT_EQ(status.size(), 3u);
     nexar::testing::expect_named_in_time(status, 1, shared, 1s);
+  }
+}
+
+// A reader that stops before the socket is empty (its turn ended, its window filled) must
+// come back on its own: nobody polls here (spin 0), and the sender has nothing more to send
+// until it hears back, so no later byte would wake a reader that waits for one. Big messages
+// back and forth, each answered before the next leaves, on every lane TCP carries.
+TEST(TcpLink, ABigMessageIsReadWholeWithNobodyPolling) {
+  for (TcpCipher cipher : {TcpCipher::tls, TcpCipher::none}) {
+    SCOPED_TRACE(nexar::to_string(cipher));
+    nexar::Config cfg = config(cipher);
+    cfg.spin = 0us;
+    auto comms = nexar::bootstrap_local(2, cfg);
+    ASSERT_TRUE(every_pair_on_tcp(comms, 3));
+    on_every_rank(comms, [&](int r) {
+      Communicator& c = comms[static_cast<std::size_t>(r)];
+      const int other = 1 - r;
+      for (int round = 0; round < 6; ++round) {
+        const std::size_t bytes = (std::size_t{5} << 20) + static_cast<std::size_t>(round) * 4099;
+        const bool bulk = round % 2 == 1;
+        const int tag = 10 + round;
+        const auto seed = static_cast<std::uint64_t>(round * 10);
+        if ((round + r) % 2 == 0) {
+          const auto out = nexar::testing::random_bytes(bytes, seed + static_cast<std::uint64_t>(r));
+          if (bulk) c.bulk_send(other, tag, out.data(), out.size());
+          else c.send(other, tag, out.data(), out.size());
+          std::int32_t ack = 0;
+          c.recv(other, tag + 100, &ack, sizeof ack);
+          EXPECT_EQ(ack, round);
+        } else {
+          std::vector<std::byte> in(bytes);
+          auto q = bulk ? c.ibulk_recv(other, tag, in.data(), in.size()) : c.irecv(other, tag, in.data(), in.size());
+          ASSERT_TRUE(q.wait_for(20s)) << "rank " << r << " round " << round << ": " << bytes
+                                       << " bytes never came whole";
+          EXPECT_EQ(in, nexar::testing::random_bytes(bytes, seed + static_cast<std::uint64_t>(other)));
+          const std::int32_t ack = round;
+          c.send(other, tag + 100, &ack, sizeof ack);
+        }
+      }
+    });
   }
 }
 

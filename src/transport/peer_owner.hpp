@@ -80,7 +80,7 @@ class PeerOwner {
   virtual void on_shm_offer(Peer& p, std::string_view payload) = 0;
   virtual void on_shm_attached(int rank, const ShmLink& link) = 0;
   /// A tcp_offer frame: `port` 0 declines ours, else the peer's port to dial with `cipher`
-  /// (TcpHub::cipher_code).
+  /// (cipher_code, transport/tcp_attach.hpp).
   virtual void on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) = 0;
   /// A relay frame from neighbour `from`: delivered here or forwarded. False: `from` broke
   /// the protocol (it is gone).

@@ -95,8 +95,6 @@ void tune(int fd, wire::Lane lane) {
 
 void nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-std::uint8_t cipher_code(TcpCipher c) { return c == TcpCipher::tls ? 0 : 1; }
-
 }  // namespace
 
 TcpAttached::TcpAttached(TcpAttached&& o) noexcept

@@ -58,6 +58,9 @@ struct TcpAttached {
   ~TcpAttached();
 };
 
+/// The cipher's number on the wire (the attach hello, the tcp_offer frame): 0 tls, 1 none.
+constexpr std::uint8_t cipher_code(TcpCipher c) noexcept { return c == TcpCipher::tls ? 0 : 1; }
+
 /// Dials `to` and attaches a connection for `lane` between this rank `self` and `peer`.
 /// Each step may take up to `step`. Throws nexar::Error(Errc::io) when the connection
 /// fails, Errc::tls when the listener fails the proof or the TLS handshake.

@@ -43,9 +43,6 @@ class TcpHub {
   /// The listener's port (0 before the first offer).
   std::uint16_t port() const noexcept { return listener_ ? listener_->port() : 0; }
 
-  /// The code a tcp_offer frame's `seq` carries for `c`.
-  static std::uint64_t cipher_code(TcpCipher c) noexcept { return c == TcpCipher::tls ? 0 : 1; }
-
  private:
   /// Sends `p` a tcp_offer for `port` (0: none).
   void send_offer(Peer& p, std::uint16_t port);

@@ -167,24 +167,28 @@ void TcpLink::arm_write(Conn& c) {
 }
 
 void TcpLink::arm_read(Conn& c) {
-  if (c.read_armed || failed_) return;
-  c.read_armed = true;
+  if (failed_) return;
   std::weak_ptr<char> alive = alive_;
-  if (c.sock.session && c.sock.session->pending()) {
-    // Decrypted bytes GnuTLS holds: the socket will not announce them.
-    engine_.post([this, &c, alive] {
-      if (alive.expired()) return;
-      c.read_armed = false;
-      if (!failed_) read(c);
-    });
-    return;
+  if (!c.read_waiting) {
+    c.read_waiting = true;
+    c.desc.async_wait(asio::posix::stream_descriptor::wait_read,
+                      engine_.guard([this, &c, alive](asio::error_code ec) {
+                        if (alive.expired() || ec) return;
+                        c.read_waiting = false;
+                        if (!failed_) read(c);
+                      }));
   }
-  c.desc.async_wait(asio::posix::stream_descriptor::wait_read,
-                    engine_.guard([this, &c, alive](asio::error_code ec) {
-                      if (alive.expired() || ec) return;
-                      c.read_armed = false;
-                      if (!failed_) read(c);
-                    }));
+  // Records read from the socket but not taken yet (the pull buffer, GnuTLS's): the socket
+  // will not announce them, and may stay quiet for good once the peer waits for an answer.
+  // So they get a read of their own even while a wait is queued: a user thread's poll()
+  // that ended its turn with them left behind would otherwise leave them to that wait.
+  if (c.read_posted || !c.sock.session || !c.sock.session->pending()) return;
+  c.read_posted = true;
+  engine_.post([this, &c, alive] {
+    if (alive.expired()) return;
+    c.read_posted = false;
+    if (!failed_) read(c);
+  });
 }
 
 Link::Polled TcpLink::poll(LinkOwner&) {

@@ -89,7 +89,8 @@ class TcpLink final : public Link {
     std::uint64_t held = 0;     // delivered to the owner, not consumed yet
     bool sending = false;       // we switched the lane
     bool reading = false;       // the peer switched it
-    bool read_armed = false;
+    bool read_waiting = false;  // a wait for the socket to be readable is queued
+    bool read_posted = false;   // a read of what TLS holds is posted
     bool write_armed = false;
     bool unflushed = false;     // TLS records taken but not written yet (PskSession::uncork)
     Conn(asio::io_context& io, TcpAttached a);
@@ -98,6 +99,8 @@ class TcpLink final : public Link {
   void write(Conn& c);
   /// Reads and hands on what waits on `c`; returns whether anything came.
   bool read(Conn& c);
+  /// Makes sure `c` is read again: when its socket becomes readable, and at once (posted)
+  /// while bytes wait in user space, which the socket will not announce.
   void arm_read(Conn& c);
   void arm_write(Conn& c);
   /// The connection broke (reset, end, error): the owner hears it once.

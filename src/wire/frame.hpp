@@ -59,7 +59,7 @@ enum class FrameType : std::uint8_t {
   ports = 19,        ///< control: where to dial my shards; payload = their UDP ports, 2 bytes each
   // The TCP link (docs/PROTOCOL.md, "The TCP link").
   tcp_offer = 20,    ///< control: dial my TCP port `tag` for the message lanes, protected as
-                     ///< `seq` says (tcp_cipher_code); `tag` 0: no TCP link from me; no payload
+                     ///< `seq` says (cipher_code: 0 tls, 1 none); `tag` 0: no TCP link from me; no payload
   tcp_switch = 21,   ///< message lanes: what follows on this lane comes through the TCP link
 };
 
