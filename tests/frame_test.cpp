@@ -214,15 +214,40 @@ TEST(Validate, UnknownType) {
   EXPECT_EQ(decode(b, Lane::data, 1 << 20, out).error, "unknown frame type 0x63");
 }
 
-TEST(Validate, ReservedMustBeZero) {
-  auto b = encode(FrameHeader{});
+// Bytes 2-3 carry a collective call's fingerprint in eager and rts frames, and must be zero
+// in every other frame type.
+TEST(Validate, CheckOnlyOnMessages) {
+  for (FrameType t : {FrameType::eager, FrameType::rts}) {
+    FrameHeader h;
+    h.type = t;
+    h.check = 0x8a48;
+    auto b = encode(h);
+    FrameHeader out;
+    EXPECT_EQ(decode(b, Lane::collective, 1 << 20, out).error, "") << to_string(t);
+    EXPECT_EQ(out.check, 0x8a48) << to_string(t);
+  }
+  FrameHeader h;
+  h.type = FrameType::cts;
+  auto b = encode(h);
   b[2] = std::byte{0x02};
   b[3] = std::byte{0x01};
   FrameHeader out;
-  EXPECT_EQ(decode(b, Lane::data, 1 << 20, out).error, "reserved bytes 0x0102 must be zero");
-  b[2] = std::byte{0};
+  EXPECT_EQ(decode(b, Lane::data, 1 << 20, out).error, "check 0x0102 must be zero for frame type cts");
+  b = encode(FrameHeader{});
+  b[0] = static_cast<std::byte>(FrameType::heartbeat);
   b[3] = std::byte{0x80};
-  EXPECT_TRUE(contains(decode(b, Lane::data, 1 << 20, out).error, "reserved bytes 0x8000"));
+  EXPECT_TRUE(contains(decode(b, Lane::control, 1 << 20, out).error, "check 0x8000 must be zero for frame type heartbeat"));
+}
+
+// A revocation may say why, up to 1024 bytes.
+TEST(Validate, RevokeReasonLength) {
+  FrameHeader h;
+  h.type = FrameType::revoke;
+  h.length = 1024;
+  FrameHeader out;
+  EXPECT_EQ(decode(encode(h), Lane::control, 1 << 20, out).error, "");
+  h.length = 1025;
+  EXPECT_EQ(decode(encode(h), Lane::control, 1 << 20, out).error, "frame length 1025 exceeds limit 1024 for frame type revoke");
 }
 
 TEST(Validate, LaneRules) {

@@ -30,9 +30,9 @@ std::unique_ptr<Segment> make() { return Segment::create(Segment::min_ring, Segm
 
 Take take(Mailbox& m, std::uint64_t key, std::uint64_t seq, std::string& out, std::size_t want) {
   out.assign(want, '?');
-  std::size_t len = 0;
-  Take t = m.try_take(key, seq, out.data(), want, len);
-  if (t == Take::wrong_length) out = std::to_string(len);
+  Mailbox::Want w{key, seq, 0, want};
+  Take t = m.try_take(w, out.data());
+  if (t == Take::wrong_length) out = std::to_string(w.len);
   return t;
 }
 
@@ -42,20 +42,20 @@ TEST(Mailbox, MessageComesOutOnceForItsKeyAndNumber) {
   auto seg = make();
   Mailbox& m = seg->mailbox(0);
   const std::uint32_t posted = m.posted();
-  ASSERT_TRUE(m.try_post(7, 1, "hello", 5));
+  ASSERT_TRUE(m.try_post(7, 1, 0, "hello", 5));
   EXPECT_EQ(m.posted(), posted + 1);
   std::string out;
   EXPECT_EQ(take(m, 8, 1, out, 5), Take::absent);  // another key
   EXPECT_EQ(take(m, 7, 2, out, 5), Take::absent);  // not posted yet; number 1 is older: dropped
   EXPECT_EQ(take(m, 7, 1, out, 5), Take::absent);
-  ASSERT_TRUE(m.try_post(7, 3, "world", 5));
+  ASSERT_TRUE(m.try_post(7, 3, 0, "world", 5));
   const std::uint32_t taken = m.taken();
   EXPECT_EQ(take(m, 7, 3, out, 5), Take::taken);
   EXPECT_EQ(out, "world");
   EXPECT_EQ(m.taken(), taken + 1);
   EXPECT_EQ(take(m, 7, 3, out, 5), Take::absent);
   // The other direction is another mailbox.
-  ASSERT_TRUE(seg->mailbox(1).try_post(7, 4, "", 0));
+  ASSERT_TRUE(seg->mailbox(1).try_post(7, 4, 0, "", 0));
   EXPECT_EQ(take(m, 7, 4, out, 0), Take::absent);
   EXPECT_EQ(take(seg->mailbox(1), 7, 4, out, 0), Take::taken);
 }
@@ -63,9 +63,9 @@ TEST(Mailbox, MessageComesOutOnceForItsKeyAndNumber) {
 TEST(Mailbox, LaterMessagesWaitAndOtherKeysStay) {
   auto seg = make();
   Mailbox& m = seg->mailbox(0);
-  ASSERT_TRUE(m.try_post(1, 5, "a", 1));
-  ASSERT_TRUE(m.try_post(1, 6, "b", 1));
-  ASSERT_TRUE(m.try_post(2, 1, "c", 1));
+  ASSERT_TRUE(m.try_post(1, 5, 0, "a", 1));
+  ASSERT_TRUE(m.try_post(1, 6, 0, "b", 1));
+  ASSERT_TRUE(m.try_post(2, 1, 0, "c", 1));
   std::string out;
   EXPECT_EQ(take(m, 1, 5, out, 1), Take::taken);
   EXPECT_EQ(out, "a");
@@ -73,7 +73,7 @@ TEST(Mailbox, LaterMessagesWaitAndOtherKeysStay) {
   EXPECT_EQ(out, "c");
   // Number 7 lands in the slot number 5 left, ahead of 6 in the reader's scan: taking 6
   // must leave it.
-  ASSERT_TRUE(m.try_post(1, 7, "d", 1));
+  ASSERT_TRUE(m.try_post(1, 7, 0, "d", 1));
   EXPECT_EQ(take(m, 1, 6, out, 1), Take::taken);
   EXPECT_EQ(out, "b");
   EXPECT_EQ(take(m, 1, 7, out, 1), Take::taken);
@@ -83,13 +83,13 @@ TEST(Mailbox, LaterMessagesWaitAndOtherKeysStay) {
 TEST(Mailbox, WrongLengthIsReportedNotCopied) {
   auto seg = make();
   Mailbox& m = seg->mailbox(0);
-  ASSERT_TRUE(m.try_post(3, 1, "12345678", 8));
+  ASSERT_TRUE(m.try_post(3, 1, 0, "12345678", 8));
   std::string out;
   EXPECT_EQ(take(m, 3, 1, out, 4), Take::wrong_length);
   EXPECT_EQ(out, "8");
   EXPECT_EQ(take(m, 3, 1, out, 8), Take::absent);  // freed
-  EXPECT_FALSE(m.try_post(3, 2, std::string(Mailbox::kPayload + 1, 'x').data(), Mailbox::kPayload + 1));
-  ASSERT_TRUE(m.try_post(3, 2, std::string(Mailbox::kPayload, 'x').data(), Mailbox::kPayload));
+  EXPECT_FALSE(m.try_post(3, 2, 0, std::string(Mailbox::kPayload + 1, 'x').data(), Mailbox::kPayload + 1));
+  ASSERT_TRUE(m.try_post(3, 2, 0, std::string(Mailbox::kPayload, 'x').data(), Mailbox::kPayload));
   EXPECT_EQ(take(m, 3, 2, out, Mailbox::kPayload), Take::taken);
   EXPECT_EQ(out, std::string(Mailbox::kPayload, 'x'));
 }
@@ -97,14 +97,14 @@ TEST(Mailbox, WrongLengthIsReportedNotCopied) {
 TEST(Mailbox, FullSlotsHoldTheWriterBack) {
   auto seg = make();
   Mailbox& m = seg->mailbox(0);
-  for (std::uint64_t i = 1; i <= Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(9, i, &i, sizeof i)) << i;
+  for (std::uint64_t i = 1; i <= Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(9, i, 0, &i, sizeof i)) << i;
   std::uint64_t x = 0;
-  EXPECT_FALSE(m.try_post(9, Mailbox::kSlots + 1, &x, sizeof x));
-  std::size_t len = 0;
-  ASSERT_EQ(m.try_take(9, 1, &x, sizeof x, len), Take::taken);
+  EXPECT_FALSE(m.try_post(9, Mailbox::kSlots + 1, 0, &x, sizeof x));
+  Mailbox::Want w{9, 1, 0, sizeof x};
+  ASSERT_EQ(m.try_take(w, &x), Take::taken);
   EXPECT_EQ(x, 1u);
   x = Mailbox::kSlots + 1;
-  EXPECT_TRUE(m.try_post(9, x, &x, sizeof x));
+  EXPECT_TRUE(m.try_post(9, x, 0, &x, sizeof x));
 }
 
 // A reader asleep on one mapping is woken by a post through another (the way two
@@ -116,7 +116,7 @@ TEST(Mailbox, SleeperIsWokenThroughAnotherMapping) {
   Mailbox& writer = other->mailbox(0);
   std::thread w([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    writer.try_post(1, 1, "x", 1);
+    writer.try_post(1, 1, 0, "x", 1);
   });
   const auto t0 = std::chrono::steady_clock::now();
   std::string out;
@@ -147,7 +147,7 @@ TEST(Mailbox, SeveralKeysAtOnceNeverMix) {
         std::array<std::uint64_t, 4> msg{static_cast<std::uint64_t>(k), i, i * 3, ~i};
         for (;;) {
           const std::uint32_t seen = m.taken();
-          if (m.try_post(static_cast<std::uint64_t>(k) + 100, i, msg.data(), sizeof msg) ||
+          if (m.try_post(static_cast<std::uint64_t>(k) + 100, i, 0, msg.data(), sizeof msg) ||
               std::chrono::steady_clock::now() > give_up)
             break;
           m.wait_taken(seen, std::chrono::milliseconds(10));
@@ -158,10 +158,10 @@ TEST(Mailbox, SeveralKeysAtOnceNeverMix) {
       Mailbox& m = other->mailbox(0);
       for (std::uint64_t i = 1; i <= kCount; ++i) {
         std::array<std::uint64_t, 4> msg{};
-        std::size_t len = 0;
         for (;;) {
           const std::uint32_t seen = m.posted();
-          Take t = m.try_take(static_cast<std::uint64_t>(k) + 100, i, msg.data(), sizeof msg, len);
+          Mailbox::Want w{static_cast<std::uint64_t>(k) + 100, i, 0, sizeof msg};
+          Take t = m.try_take(w, msg.data());
           if (t == Take::taken) break;
           if (t == Take::wrong_length || std::chrono::steady_clock::now() > give_up) {
             errors[static_cast<std::size_t>(k)] = "message " + std::to_string(i) + " lost or of a wrong length";
@@ -186,27 +186,53 @@ TEST(Mailbox, SeveralKeysAtOnceNeverMix) {
 TEST(Mailbox, PeekedMessageStaysUntilReleased) {
   auto seg = make();
   Mailbox& m = seg->mailbox(0);
-  for (std::uint64_t i = 0; i < Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(3, 10 + i, "x", 1));
+  for (std::uint64_t i = 0; i < Mailbox::kSlots; ++i) ASSERT_TRUE(m.try_post(3, 10 + i, 0, "x", 1));
   EXPECT_EQ(m.count(3), Mailbox::kSlots);
   EXPECT_EQ(m.count(4), 0u);
-  ASSERT_FALSE(m.try_post(3, 99, "y", 1));  // full
-  std::size_t len = 0;
+  ASSERT_FALSE(m.try_post(3, 99, 0, "y", 1));  // full
   const void* data = nullptr;
-  ASSERT_EQ(m.try_peek(3, 10, 1, len, data), Take::taken);
+  Mailbox::Want w{3, 10, 0, 1};
+  ASSERT_EQ(m.try_peek(w, data), Take::taken);
   ASSERT_NE(data, nullptr);
   EXPECT_EQ(*static_cast<const char*>(data), 'x');
-  EXPECT_FALSE(m.try_post(3, 99, "y", 1));  // still held
+  EXPECT_FALSE(m.try_post(3, 99, 0, "y", 1));  // still held
   EXPECT_EQ(m.count(3), Mailbox::kSlots);
   const std::uint32_t taken = m.taken();
   m.release(data);
   EXPECT_EQ(m.taken(), taken + 1);
   EXPECT_EQ(m.count(3), Mailbox::kSlots - 1);
-  ASSERT_TRUE(m.try_post(3, 99, "y", 1));
+  ASSERT_TRUE(m.try_post(3, 99, 0, "y", 1));
   // Peeking number 12 drops number 11 (older); a wrong length frees the slot at once.
-  EXPECT_EQ(m.try_peek(3, 12, 2, len, data), Take::wrong_length);
-  EXPECT_EQ(len, 1u);
+  w = {3, 12, 0, 2};
+  EXPECT_EQ(m.try_peek(w, data), Take::wrong_length);
+  EXPECT_EQ(w.len, 1u);
   EXPECT_EQ(m.count(3), Mailbox::kSlots - 2);
   std::string out;
   EXPECT_EQ(take(m, 3, 11, out, 1), Take::absent);
   EXPECT_EQ(take(m, 3, 13, out, 1), Take::taken);
+}
+
+// A message posted by another call (its fingerprint differs from the reader's) is refused
+// and its slot freed; a reader or writer without one (0) compares nothing.
+TEST(Mailbox, MailOfAnotherCallIsRefused) {
+  auto seg = make();
+  Mailbox& m = seg->mailbox(0);
+  ASSERT_TRUE(m.try_post(5, 1, 0x8a48, "abcd", 4));
+  char out[4] = {};
+  Mailbox::Want w{5, 1, 0x8a50, 4};
+  EXPECT_EQ(m.try_take(w, out), Take::wrong_call);
+  EXPECT_EQ(w.theirs, 0x8a48u);
+  EXPECT_EQ(out[0], 0) << "refused mail was copied";
+  EXPECT_EQ(m.count(5), 0u);
+  ASSERT_TRUE(m.try_post(5, 2, 0x8a48, "abcd", 4));
+  const void* data = nullptr;
+  w = {5, 2, 0x8a50, 4};
+  EXPECT_EQ(m.try_peek(w, data), Take::wrong_call);
+  EXPECT_EQ(m.count(5), 0u);
+  ASSERT_TRUE(m.try_post(5, 3, 0x8a48, "abcd", 4));
+  w = {5, 3, 0x8a48, 8};
+  EXPECT_EQ(m.try_take(w, out), Take::wrong_length) << "the same call, another length";
+  ASSERT_TRUE(m.try_post(5, 4, 0, "abcd", 4));
+  w = {5, 4, 0x8a48, 4};
+  EXPECT_EQ(m.try_take(w, out), Take::taken);
 }

@@ -7,6 +7,7 @@
 // link splits and interleaves them; unexpected ones wait in order; rendezvous moves a large
 // message only once the receiver asked, and a withdrawn one puts the receive back; a revoked
 // communicator's messages are dropped; a link lost fails what is in flight, naming the peer.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -132,7 +133,15 @@ struct Side final : detail::PeerOwner {
   bool judging_failures() const noexcept override { return false; }
   void declare_failed(int r, const std::string&) override { events.push_back("declare " + std::to_string(r)); }
   void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
-  void on_revoke_notice(int, std::uint64_t comm) override { events.push_back("revoke " + std::to_string(comm)); }
+  void on_revoke_notice(int, std::uint64_t comm, Errc, const std::string& why) override {
+    events.push_back("revoke " + std::to_string(comm) + (why.empty() ? "" : ": " + why));
+  }
+  bool calls_agree(const RecvOp& r, int, detail::Tag, std::uint16_t theirs) override {
+    if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
+    events.push_back("mismatch " + std::to_string(r.check) + " " + std::to_string(theirs));
+    r.op->complete(Errc::invalid_argument, "calls differ");
+    return false;
+  }
   void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
   void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
   void on_shm_offer(Peer&, std::string_view) override { events.push_back("shm_offer"); }
@@ -164,7 +173,7 @@ std::vector<std::byte> bytes_of(std::size_t n, std::uint64_t seed) {
 // Sends `msg` from `from` eagerly: header and payload, zero-copy.
 std::shared_ptr<OpState> send_eager(Side& from, Domain d, Tag tag, const std::vector<std::byte>& msg) {
   auto op = op_state("send");
-  from.peer->send_eager_in_place(d, kComm, tag, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), op);
+  from.peer->send_eager_in_place(d, kComm, tag, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), op);
   return op;
 }
 
@@ -192,6 +201,34 @@ TEST(Peer, EagerMessagesMatchPostedReceivesOldestFirstAcrossSeeds) {
     }
     EXPECT_EQ(p.a.peer->unacked(), 0u);
   }
+}
+
+// A collective message whose call differs from the posted receive's (the fingerprint its
+// header carries) is refused, eager or announced: the owner hears of it, the receive fails,
+// the payload is dropped, and the lane's next message is read as usual.
+TEST(Peer, AMessageOfAnotherCallIsRefused) {
+  Pair p(7, 700);
+  const auto msg = bytes_of(3000, 1), big = bytes_of(5000, 2), next = bytes_of(100, 3);
+  std::vector<std::byte> out(msg.size()), out_big(big.size()), out_next(next.size());
+  auto r = p.b.recv(Domain::collective, 4, out, true);
+  auto r_big = p.b.recv(Domain::collective, 5, out_big, true);
+  auto r_next = p.b.recv(Domain::collective, 6, out_next, true);
+  r->check = r_big->check = r_next->check = 0x8888;
+  auto eager = op_state("send"), announced = op_state("send"), fine = op_state("send");
+  p.a.peer->send_eager_in_place(Domain::collective, kComm, 4, 0x8890, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), eager);
+  p.a.peer->start_rendezvous(Domain::collective, kComm, 5, 0x8c88, {ConstBuffer{big.data(), big.size()}}, big.size(), announced);
+  p.a.peer->send_eager_in_place(Domain::collective, kComm, 6, 0x8888, {ConstBuffer{next.data(), next.size()}}, next.size(), fine);
+  p.run();
+  EXPECT_EQ(r->op->code(), Errc::invalid_argument);
+  EXPECT_EQ(r_big->op->code(), Errc::invalid_argument);
+  const auto& ev = p.b.events;
+  EXPECT_NE(std::find(ev.begin(), ev.end(), "mismatch 34952 34960"), ev.end());
+  EXPECT_NE(std::find(ev.begin(), ev.end(), "mismatch 34952 35976"), ev.end());
+  EXPECT_EQ(out, std::vector<std::byte>(msg.size())) << "a refused payload reached the buffer";
+  ASSERT_TRUE(r_next->op->done());
+  EXPECT_EQ(r_next->op->code(), Errc::ok) << r_next->op->message();
+  EXPECT_EQ(out_next, next);
+  EXPECT_FALSE(announced->done()) << "no cts answers a refused announcement (the revocation withdraws it)";
 }
 
 TEST(Peer, LanesInterleaveButEachKeepsItsOrder) {
@@ -223,7 +260,7 @@ TEST(Peer, RendezvousMovesTheMessageOnlyOnceTheReceiverAsks) {
     Pair p(seed);
     const auto msg = bytes_of(300000 + seed, seed);
     auto send = op_state("send");
-    p.a.peer->start_rendezvous(Domain::data, kComm, 3, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+    p.a.peer->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
     p.run();
     // Only the announcement came: nothing is sent before a receive asks.
     ASSERT_EQ(p.b.queue(Domain::data).unexpected().size(), 1u);
@@ -245,7 +282,7 @@ TEST(Peer, AWithdrawnRendezvousSendPutsTheReceiveBackFirst) {
   Pair p(42);
   const auto msg = bytes_of(200000, 1);
   auto send = op_state("send");
-  p.a.peer->start_rendezvous(Domain::data, kComm, 3, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.a.peer->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
   p.run();
   EXPECT_TRUE(p.a.peer->cancel_rendezvous(send.get()));
   std::vector<std::byte> out(msg.size()), later(msg.size());
@@ -271,7 +308,7 @@ TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
   const auto msg = bytes_of(5000, 3);
   auto sent = send_eager(p.a, Domain::collective, 11, msg);
   auto rdv = op_state("send");
-  p.a.peer->start_rendezvous(Domain::collective, kComm, 12, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), rdv);
+  p.a.peer->start_rendezvous(Domain::collective, kComm, 12, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), rdv);
   p.run();
   EXPECT_TRUE(p.b.queue(Domain::collective).unexpected().empty()) << "nobody will receive them";
   EXPECT_TRUE(sent->done() && sent->code() == Errc::ok) << "the bytes reached the receiver, which dropped them";
@@ -282,7 +319,7 @@ TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
   EXPECT_TRUE(rdv->done());
   EXPECT_EQ(rdv->code(), Errc::revoked);
   auto late = op_state("send");
-  p.a.peer->send_eager_in_place(Domain::collective, kComm, 13, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), late);
+  p.a.peer->send_eager_in_place(Domain::collective, kComm, 13, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), late);
   EXPECT_EQ(late->code(), Errc::revoked) << "a send on a revoked communicator fails at once";
 }
 
@@ -292,7 +329,7 @@ TEST(Peer, ALostLinkFailsEverythingInFlightNamingThePeer) {
   auto r = p.b.recv(Domain::data, 1, out);
   const auto msg = bytes_of(100000, 4);
   auto send = op_state("send");
-  p.a.peer->start_rendezvous(Domain::data, kComm, 1, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.a.peer->start_rendezvous(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
   p.la.cut_after(60000);  // somewhere in the data
   p.run();
   EXPECT_TRUE(p.a.peer->gone());
@@ -304,7 +341,7 @@ TEST(Peer, ALostLinkFailsEverythingInFlightNamingThePeer) {
   EXPECT_NE(r->op->message().find("rank 0"), std::string::npos) << r->op->message();
   // Later operations fail at once.
   auto late = op_state("send");
-  p.a.peer->send_eager_in_place(Domain::data, kComm, 1, {ConstBuffer{msg.data(), 8}}, 8, late);
+  p.a.peer->send_eager_in_place(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), 8}}, 8, late);
   EXPECT_EQ(late->code(), Errc::peer_failed);
 }
 

@@ -397,8 +397,9 @@ TEST(SmallCollective, CommunicatorsAtOnceKeepApart) {
   for (auto& c : comms) c.close();
 }
 
-// Ranks that pass different counts get an error naming both sizes, not wrong data; a rank
-// that never comes makes the other fail at its deadline, naming it.
+// Ranks that pass different counts get an error naming both sizes, not wrong data, and the
+// communicator is revoked: the next call fails at once with the same words; a rank that
+// never comes makes the other fail at its deadline, naming it.
 TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
   auto comms = bootstrap_local(2, test_config());
   run_ranks(comms, "warm", [&](int r) {
@@ -424,10 +425,23 @@ TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
     comms[0].barrier(o);
     ADD_FAILURE() << "rank 0: no error";
   } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 sent 12 bytes, this rank expects 8"), std::string::npos) << e.what();
+  }
+  for (auto& c : comms) c.close();
+  auto fresh = bootstrap_local(2, test_config());
+  run_ranks(fresh, "warm", [&](int r) {
+    int v = r;
+    for (int i = 0; i < 4; ++i) fresh[static_cast<std::size_t>(r)].all_reduce(std::span<int>(&v, 1), ReduceOp::sum);
+  });
+  try {
+    fresh[0].barrier(o);
+    ADD_FAILURE() << "rank 0: no error";
+  } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::timeout) << e.what();
     EXPECT_NE(std::string(e.what()).find("waiting for rank 1"), std::string::npos) << e.what();
   }
-  for (auto& c : comms) c.close();
+  for (auto& c : fresh) c.close();
 }
 
 // A rank that closes while another waits for its part (of a barrier, or of a chunked

@@ -74,6 +74,9 @@ class CollectivePort {
     /// ends. Blocking: mailbox collectives of the communicator wait there before it, so it
     /// must go there too (start() and wait), keeping one reader per mailbox key and rank.
     bool queued = false;
+    /// The call's fingerprint (core/call_check.hpp), which its messages carry and takes
+    /// compare: mailbox_path sets it.
+    std::uint16_t check = 0;
   };
   /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank) is about
   /// to start: a Ticket if its messages go through the mailboxes this rank shares with

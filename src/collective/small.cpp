@@ -13,6 +13,7 @@
 
 #include "collective/algorithms.hpp"
 #include "collective/collectives.hpp"
+#include "core/call_check.hpp"
 #include "core/error_format.hpp"
 #include "reduce/reduce.hpp"
 
@@ -367,10 +368,23 @@ void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std
 }  // namespace
 
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
-                                                   const CollectiveOptions& o, bool blocking, bool fits) {
+                                                   const CollectiveOptions& o, bool blocking, bool fits,
+                                                   std::uint16_t check) {
   if (o.algorithm != Algorithm::automatic || p.size() < 2 || !fits) return std::nullopt;
-  return p.mailboxes(op, bytes, o, blocking);
+  auto tk = p.mailboxes(op, bytes, o, blocking);
+  if (tk) tk->check = check;
+  return tk;
 }
+
+namespace {
+// The collectives' numbers in a fingerprint, found once (a scan of the names would cost a
+// tenth of an 8 B all_reduce through the mailboxes).
+constexpr unsigned kAllReduce = call_kind("all_reduce");
+constexpr unsigned kReduceScatter = call_kind("reduce_scatter");
+constexpr unsigned kAllGather = call_kind("all_gather");
+constexpr unsigned kBroadcast = call_kind("broadcast");
+constexpr unsigned kBarrier = call_kind("barrier");
+}  // namespace
 
 namespace {
 // Whether a vector of `bytes` per rank may go through the mailboxes in chunks.
@@ -382,7 +396,7 @@ std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const 
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = count * size_of(t);
   const bool one = bytes <= kOneRoundBytes && bytes * (n - 1) <= kFanOutBytes;
   const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes;
-  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, chunks_fit(p, bytes));
+  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, chunks_fit(p, bytes), call_check(kAllReduce, t, op));
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op, one, two] {
     if (one) return all_reduce_one_round(p, tk, send, recv, count, t, op);
@@ -397,7 +411,8 @@ std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const 
 std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv,
                                             std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t bytes = count * size_of(t);
-  auto tk = mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes));
+  auto tk =
+      mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes), call_check(kReduceScatter, t, op));
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op] {
     exchange_in_chunks(p, tk,
@@ -409,7 +424,8 @@ std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, co
 std::optional<Request> small_all_gather(CollectivePort& p, bool blocking, const void* send, void* recv,
                                         std::size_t count, DataType t, const CollectiveOptions& o) {
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = n * count * size_of(t);
-  auto tk = mailbox_path(p, "all_gather", bytes, o, blocking, chunks_fit(p, bytes) && bytes <= kAllGatherMostBytes);
+  auto tk = mailbox_path(p, "all_gather", bytes, o, blocking, chunks_fit(p, bytes) && bytes <= kAllGatherMostBytes,
+                         call_check(kAllGather, t, ReduceOp::sum));
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, send, recv, count, n, t] {
     const std::size_t block = count * size_of(t);
@@ -428,7 +444,7 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
   const bool one = bytes <= CollectivePort::kMailboxBytes &&
                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
   const bool chunked = chunks_fit(p, bytes) && bytes <= kBroadcastMostBytes;
-  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked);
+  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum));
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root, one] {
     const int n = p.size();
@@ -442,7 +458,7 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
 }
 
 std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
-  auto tk = mailbox_path(p, "barrier", 0, o, blocking, true);
+  auto tk = mailbox_path(p, "barrier", 0, o, blocking, true, call_check(kBarrier, DataType::u8, ReduceOp::sum));
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, DataType::u8, ReduceOp::sum, [&p, tk = *tk] {
     const int n = p.size(), me = p.rank();

@@ -7,6 +7,7 @@
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
 #include "core/access.hpp"
+#include "core/call_check.hpp"
 #include "core/error_format.hpp"
 
 namespace nexar::detail {
@@ -235,7 +236,9 @@ void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
 Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, message_tag(tag, to, true), left(deadline), local_of_};
+  const Message m = message(tag, to, true);
+  Node::P2p a{Domain::collective, op, id_, m.tag, left(deadline), local_of_};
+  a.check = m.check;
   const Config& cfg = node_->config();
   a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
@@ -244,20 +247,30 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
 
 Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
-  Node::P2p a{Domain::collective, op, id_, message_tag(tag, from, false), left(deadline), local_of_, true};
+  const Message m = message(tag, from, false);
+  Node::P2p a{Domain::collective, op, id_, m.tag, left(deadline), local_of_, true};
+  a.check = m.check;
   return node_->irecv(a, world_of(from), data, bytes);
 }
 
-Tag Group::message_tag(Tag tag, int peer, bool sending) {
+Group::Message Group::message(Tag tag, int peer, bool sending) {
   std::lock_guard lk(messages_mu_);
   auto& [sent, received] = messages_[{tag, peer}];
-  return collective_message_tag(tag, sending ? sent++ : received++);
+  const auto call = calls_.find(tag);
+  const std::uint16_t check = call == calls_.end() ? 0 : call->second;
+  return {collective_message_tag(tag, sending ? sent++ : received++), check};
+}
+
+void Group::note_call(const Coll& c) {
+  std::lock_guard lk(messages_mu_);
+  calls_[c.tag] = call_check(c.name, c.dtype, c.op);
 }
 
 void Group::forget_messages(Tag tag) {
   std::lock_guard lk(messages_mu_);
   messages_.erase(messages_.lower_bound({tag, std::numeric_limits<int>::min()}),
                   messages_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
+  calls_.erase(tag);
 }
 
 std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
@@ -316,6 +329,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         } forget{*group, c.tag};
         int queued = kQueued;
         if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
+        group->note_call(c);
         try {
           Node::PollScope scope(*node);
           body(c);

@@ -19,6 +19,7 @@
 #include "comm/notifier.hpp"
 #include "membership/agreement.hpp"
 #include "rpc/rpc.hpp"
+#include "shm/mailbox.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::detail {
@@ -96,6 +97,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   bool try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) override;
   bool try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) override;
   const void* try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) override;
+  /// Mail from `from` for `t` was posted by another call, or has another length: revokes
+  /// the communicator everywhere with the reason, and throws it (Errc::invalid_argument).
+  [[noreturn]] void mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w);
   void release(int from, const void* data) override;
   void idle(const Ticket& t, MailWait& w, int peer, bool taking) override;
   /// Collectives this rank ran through the mailboxes so far (tests look).
@@ -177,10 +181,17 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<std::uint64_t> collectives_{0};
   // The collectives' message counts (collective_message_tag in transport/match_queue.hpp):
   // per (operation tag, group rank of the neighbour), messages sent and receives posted so
-  // far. Any thread that runs a collective; forgotten when the operation ends.
+  // far; and the fingerprint of each running collective's call (core/call_check.hpp), which
+  // its messages carry. Any thread that runs a collective; forgotten when the operation ends.
   std::mutex messages_mu_;
   std::map<std::pair<Tag, int>, std::pair<std::uint64_t, std::uint64_t>> messages_;
-  Tag message_tag(Tag tag, int peer, bool sending);
+  std::map<Tag, std::uint16_t> calls_;
+  struct Message {
+    Tag tag;             // the message's own tag
+    std::uint16_t check; // its call's fingerprint, 0 if the operation has none
+  };
+  Message message(Tag tag, int peer, bool sending);
+  void note_call(const Coll& c);
   void forget_messages(Tag tag);
   std::atomic<std::uint64_t> splits_{0};
   std::optional<std::vector<std::uint64_t>> hosts_;  // collective thread only

@@ -10,6 +10,7 @@
 
 #include "collective/algorithms.hpp"
 #include "comm/group.hpp"
+#include "core/call_check.hpp"
 #include "core/error_format.hpp"
 #include "core/log.hpp"
 #include "shm/mailbox.hpp"
@@ -115,38 +116,39 @@ bool Group::try_post(const Ticket& t, std::uint64_t part, int to, const void* da
     used = box.count(id_);
     if (used >= kMailboxShare) return false;
   }
-  if (!box.try_post(id_, label(t, part), data, len)) return false;
+  if (!box.try_post(id_, label(t, part), t.check, data, len)) return false;
   ++used;
   return true;
 }
 
-namespace {
-[[noreturn]] void wrong_length(const CollectivePort::Ticket& t, int rank, int from, std::size_t sent, std::size_t len) {
-  throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank, from, {}, {}},
-                   "rank " + std::to_string(from) + " sent " + std::to_string(sent) + " bytes, this rank expects " +
-                       std::to_string(len) + " (the ranks disagree on count or type)");
+void Group::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w) {
+  // Every member's operations on the communicator fail with the same words: the others
+  // may wait for mail from a rank that gave up, and would hear nothing else.
+  std::string why =
+      w.theirs != w.check
+          ? calls_differ("mailbox collective #" + std::to_string(t.seq), id_, rank_, t.check, from,
+                         static_cast<std::uint16_t>(w.theirs))
+          : "rank " + std::to_string(from) + " sent " + std::to_string(w.len) + " bytes, this rank expects " +
+                std::to_string(w.bytes) + " (the ranks disagree on count or type)";
+  node_->revoke_comm(id_, why);
+  throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}}, why);
 }
-}  // namespace
 
 bool Group::try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
-  std::size_t sent = 0;
-  switch (mailbox_boxes_[static_cast<std::size_t>(from)].in->try_take(id_, label(t, part), out, len, sent)) {
-    case shm::Mailbox::Take::absent: return false;
-    case shm::Mailbox::Take::taken: return true;
-    case shm::Mailbox::Take::wrong_length: break;
-  }
-  wrong_length(t, rank_, from, sent, len);
+  shm::Mailbox::Want w{id_, label(t, part), t.check, len};
+  const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_take(w, out);
+  if (found == shm::Mailbox::Take::absent) return false;
+  if (found != shm::Mailbox::Take::taken) mail_disagrees(t, from, w);
+  return true;
 }
 
 const void* Group::try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) {
-  std::size_t sent = 0;
+  shm::Mailbox::Want w{id_, label(t, part), t.check, len};
   const void* data = nullptr;
-  switch (mailbox_boxes_[static_cast<std::size_t>(from)].in->try_peek(id_, label(t, part), len, sent, data)) {
-    case shm::Mailbox::Take::absent: return nullptr;
-    case shm::Mailbox::Take::taken: return data;
-    case shm::Mailbox::Take::wrong_length: break;
-  }
-  wrong_length(t, rank_, from, sent, len);
+  const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_peek(w, data);
+  if (found == shm::Mailbox::Take::absent) return nullptr;
+  if (found != shm::Mailbox::Take::taken) mail_disagrees(t, from, w);
+  return data;
 }
 
 void Group::release(int from, const void* data) { mailbox_boxes_[static_cast<std::size_t>(from)].in->release(data); }

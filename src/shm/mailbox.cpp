@@ -27,6 +27,7 @@ struct alignas(64) Mailbox::Slot {
   std::atomic<std::uint32_t> len;
   std::atomic<std::uint64_t> key;
   std::atomic<std::uint64_t> seq;
+  std::atomic<std::uint32_t> check;
   alignas(64) std::uint8_t data[kPayload];
 };
 
@@ -46,7 +47,8 @@ void Mailbox::init() noexcept {
   for (std::size_t i = 0; i < kSlots; ++i) slots_[i].state.store(Slot::empty, std::memory_order_release);
 }
 
-bool Mailbox::try_post(std::uint64_t key, std::uint64_t seq, const void* data, std::size_t len) noexcept {
+bool Mailbox::try_post(std::uint64_t key, std::uint64_t seq, std::uint32_t check, const void* data,
+                       std::size_t len) noexcept {
   if (len > kPayload) return false;
   // Start where this key's messages usually go, so a reader usually finds them first.
   const std::size_t first = static_cast<std::size_t>(key % kSlots);
@@ -57,6 +59,7 @@ bool Mailbox::try_post(std::uint64_t key, std::uint64_t seq, const void* data, s
         !s.state.compare_exchange_strong(expect, Slot::filling, std::memory_order_acquire))
       continue;
     s.seq.store(seq, std::memory_order_relaxed);
+    s.check.store(check, std::memory_order_relaxed);
     s.len.store(static_cast<std::uint32_t>(len), std::memory_order_relaxed);
     s.key.store(key, std::memory_order_release);  // after the rest of the label (try_take)
     if (len) std::memcpy(s.data, data, len);
@@ -76,8 +79,8 @@ std::size_t Mailbox::count(std::uint64_t key) const noexcept {
   return n;
 }
 
-Mailbox::Take Mailbox::find(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len,
-                            Slot*& at) noexcept {
+Mailbox::Take Mailbox::find(Want& w, Slot*& at) noexcept {
+  const std::uint64_t key = w.key, seq = w.seq;
   const std::size_t first = static_cast<std::size_t>(key % kSlots);
   Take found = Take::absent;
   bool freed = false;
@@ -92,9 +95,11 @@ Mailbox::Take Mailbox::find(std::uint64_t key, std::uint64_t seq, std::size_t wa
     const std::uint64_t label = s.seq.load(std::memory_order_relaxed);
     if (label > seq || s.state.load(std::memory_order_acquire) != Slot::full) continue;  // a later one's
     if (label == seq) {
-      // Read once: the writer may not change it now, but a broken one could.
-      len = s.len.load(std::memory_order_relaxed);
-      found = len != want || len > kPayload ? Take::wrong_length : Take::taken;
+      // Read once: the writer may not change them now, but a broken one could.
+      w.len = s.len.load(std::memory_order_relaxed);
+      w.theirs = s.check.load(std::memory_order_relaxed);
+      if (w.check != 0 && w.theirs != 0 && w.theirs != w.check) found = Take::wrong_call;
+      else found = w.len != w.bytes || w.len > kPayload ? Take::wrong_length : Take::taken;
       at = &s;
       continue;
     }
@@ -110,23 +115,21 @@ void Mailbox::free(Slot& s) noexcept {
   bump(*taken_);
 }
 
-Mailbox::Take Mailbox::try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want,
-                                std::size_t& len) noexcept {
+Mailbox::Take Mailbox::try_take(Want& w, void* out) noexcept {
   Slot* at = nullptr;
-  const Take found = find(key, seq, want, len, at);
+  const Take found = find(w, at);
   if (found == Take::absent) return found;
-  if (found == Take::taken && len) std::memcpy(out, at->data, len);
+  if (found == Take::taken && w.len) std::memcpy(out, at->data, w.len);
   free(*at);
   return found;
 }
 
-Mailbox::Take Mailbox::try_peek(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len,
-                                const void*& data) noexcept {
+Mailbox::Take Mailbox::try_peek(Want& w, const void*& data) noexcept {
   Slot* at = nullptr;
-  const Take found = find(key, seq, want, len, at);
+  const Take found = find(w, at);
   if (found == Take::taken) {
     data = at->data;
-  } else if (found == Take::wrong_length) {
+  } else if (found != Take::absent) {
     free(*at);
   }
   return found;

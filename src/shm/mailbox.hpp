@@ -1,7 +1,7 @@
 // Small messages of collectives between two ranks of one host, one direction: a
 // handful of slots in the pair's shared segment, each holding at most one message of up
-// to kPayload bytes labelled with a key (the communicator) and a sequence number (the
-// collective's number on it). Any thread of the writing process posts into a free slot; a
+// to kPayload bytes labelled with a key (the communicator), a sequence number (the
+// collective's number on it) and the fingerprint of the call that posted it. Any thread of the writing process posts into a free slot; a
 // thread of the reading process takes the message with the key and number it waits for,
 // wherever it lies. There is no ring, no framing and no engine in the way: a post is one
 // compare-and-swap, a copy and a store, a take is a scan of the slots, a copy and a store.
@@ -37,9 +37,10 @@ class Mailbox {
   void init() noexcept;
 
   // ---- writer ----
-  /// Posts `len` bytes (at most kPayload) as message (`key`, `seq`) into a free slot; false
-  /// if every slot is in use (wait on taken() and try again).
-  bool try_post(std::uint64_t key, std::uint64_t seq, const void* data, std::size_t len) noexcept;
+  /// Posts `len` bytes (at most kPayload) as message (`key`, `seq`) of a call with
+  /// fingerprint `check` into a free slot; false if every slot is in use (wait on taken()
+  /// and try again).
+  bool try_post(std::uint64_t key, std::uint64_t seq, std::uint32_t check, const void* data, std::size_t len) noexcept;
 
   /// Messages of `key` in the mailbox now, not yet freed by the reader (a scan of every
   /// slot: a writer that counts its own posts calls it only near its limit).
@@ -47,17 +48,27 @@ class Mailbox {
 
   // ---- reader ----
   /// What try_take found.
-  enum class Take { absent, taken, wrong_length };
-  /// If message (`key`, `seq`) is there and `want` bytes long, copies it into `out` and
-  /// frees its slot: Take::taken. Take::absent if it is not there yet. Take::wrong_length
-  /// if it has another length (set in `len`): nothing is copied, the slot is freed (the
-  /// ranks disagree on the operation). Also frees messages of `key` numbered below `seq`:
-  /// left by collectives that failed on this side after the writer posted.
-  Take try_take(std::uint64_t key, std::uint64_t seq, void* out, std::size_t want, std::size_t& len) noexcept;
+  enum class Take { absent, taken, wrong_length, wrong_call };
+  /// What the reader expects of message (`key`, `seq`), and what it found.
+  struct Want {
+    std::uint64_t key;
+    std::uint64_t seq;
+    std::uint32_t check;       // its call's fingerprint (0: compare none)
+    std::size_t bytes;
+    std::size_t len = 0;       // out: the message's length
+    std::uint32_t theirs = 0;  // out: the fingerprint it was posted with
+  };
+  /// If message (`key`, `seq`) is there, posted by the same call and `bytes` long, copies it
+  /// into `out` and frees its slot: Take::taken. Take::absent if it is not there yet.
+  /// Take::wrong_call if another call posted it (its fingerprint in `theirs`), else
+  /// Take::wrong_length if it has another length (in `len`): nothing is copied, the slot is
+  /// freed (the ranks disagree on the operation). Also frees messages of `key` numbered
+  /// below `seq`: left by collectives that failed on this side after the writer posted.
+  Take try_take(Want& w, void* out) noexcept;
   /// As try_take, but on Take::taken the message stays in its slot and `data` points at
   /// its bytes, which stay put until release(data): a reader can reduce straight from the
   /// slots of several mailboxes. Its slot counts as in use until then.
-  Take try_peek(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len, const void*& data) noexcept;
+  Take try_peek(Want& w, const void*& data) noexcept;
   /// Frees the slot of a message try_peek found (`data` as it gave it).
   void release(const void* data) noexcept;
 
@@ -74,9 +85,9 @@ class Mailbox {
  private:
   struct Counter;
   struct Slot;
-  // The slot of message (key, seq), whatever its length (Take::absent: none), freeing the
-  // key's messages numbered below it.
-  Take find(std::uint64_t key, std::uint64_t seq, std::size_t want, std::size_t& len, Slot*& at) noexcept;
+  // The slot of message (key, seq), whatever its length and call (Take::absent: none),
+  // freeing the key's messages numbered below it.
+  Take find(Want& w, Slot*& at) noexcept;
   void free(Slot& s) noexcept;
   static void wait_on(Counter& c, std::uint32_t seen, std::chrono::microseconds timeout) noexcept;
   static void bump(Counter& c) noexcept;

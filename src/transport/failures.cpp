@@ -242,33 +242,40 @@ bool Node::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& o
   return true;
 }
 
-void Node::revoke_comm(std::uint64_t id) {
-  submit([this, id] {
-    std::vector<int> members;
-    {
-      std::lock_guard lk(fail_mu_);
-      auto it = comms_.find(id);
-      if (it == comms_.end()) return;
-      members = it->second.members;
-    }
-    if (revoked_.count(id)) return;
-    revoke_local(id, Errc::revoked, -1, "communicator revoked by rank " + std::to_string(rank_));
-    FrameHeader h;
-    h.type = FrameType::revoke;
-    h.src = static_cast<std::uint32_t>(rank_);
-    h.comm = id;
-    for (int m : members) {
-      if (m == rank_) continue;
-      if (Peer* p = peer(m); p && p->up()) p->send_header(wire::Lane::control, h);
-    }
-  });
+void Node::revoke_comm(std::uint64_t id, std::string why) {
+  submit([this, id, why = std::move(why)] { revoke_everywhere(id, why); });
 }
 
-void Node::on_revoke_notice(int from, std::uint64_t comm) {
+void Node::revoke_everywhere(std::uint64_t id, const std::string& why) {
+  std::vector<int> members;
+  {
+    std::lock_guard lk(fail_mu_);
+    auto it = comms_.find(id);
+    if (it == comms_.end()) return;
+    members = it->second.members;
+  }
+  if (revoked_.count(id)) return;
+  const Errc code = why.empty() ? Errc::revoked : Errc::invalid_argument;
+  revoke_local(id, code, -1, why.empty() ? "communicator revoked by rank " + std::to_string(rank_) : why);
+  FrameHeader h;
+  h.type = FrameType::revoke;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.comm = id;
+  h.tag = static_cast<std::uint64_t>(code);
+  // The reason travels whole or not at all (the receiver's limit, docs/PROTOCOL.md).
+  const std::string_view said = why.size() <= wire::max_revoke_payload ? std::string_view(why) : std::string_view();
+  for (int m : members) {
+    if (m == rank_) continue;
+    if (Peer* p = peer(m); p && p->up())
+      p->send_frame(wire::Lane::control, encode_frame(h, std::as_bytes(std::span(said))), wire::header_size + said.size());
+  }
+}
+
+void Node::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) {
   if (revoked_.count(comm)) return;
   // Remembered even for a communicator not made here yet (a split still under way): it is
   // revoked as soon as it is.
-  revoke_local(comm, Errc::revoked, -1, "communicator revoked by rank " + std::to_string(from));
+  revoke_local(comm, code, -1, why.empty() ? "communicator revoked by rank " + std::to_string(from) : why);
 }
 
 // ---- communicators ---------------------------------------------------------------------------

@@ -74,6 +74,8 @@ struct RecvOp {
   std::shared_ptr<const std::vector<int>> local_of;
   /// A collective's receive: anything but exactly `cap` bytes is an error.
   bool exact = false;
+  /// A collective's receive: its call's fingerprint (core/call_check.hpp); 0 = none.
+  std::uint16_t check = 0;
 
   bool matches(std::uint64_t c, int src, Tag t) const noexcept {
     return comm == c && (source == any_source || source == src) &&
@@ -99,6 +101,7 @@ struct Unexpected {
   bool rendezvous = false;      // only announced (rts); the data waits for a cts
   std::uint64_t seq = 0;        // rendezvous id
   std::uint64_t size = 0;       // message size
+  std::uint16_t check = 0;      // its collective call's fingerprint, 0 = none
   std::vector<std::byte> data;  // eager payload, filled as it arrives
   bool complete = false;        // eager payload fully arrived
   std::shared_ptr<RecvOp> waiter;  // receive matched while the payload was still arriving

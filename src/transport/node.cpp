@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/access.hpp"
+#include "core/call_check.hpp"
 #include "core/log.hpp"
 
 namespace nexar::detail {
@@ -658,6 +659,7 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
     h.src = static_cast<std::uint32_t>(rank_);
     h.comm = a.comm;
     h.tag = static_cast<std::uint64_t>(tag);
+    h.check = a.check;
     h.length = size;
     wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
     std::byte* out = b.data() + wire::header_size;
@@ -693,15 +695,15 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
                         c.peer(dest)->abort("a collective send was not acknowledged before its deadline");
                         return true;
                       });
-    submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
-      peer(dest)->send_eager_in_place(d, comm, tag, std::move(copy), size, st);
+    submit([this, dest, d, comm = a.comm, tag, check = a.check, copy = std::move(copy), size, st]() mutable {
+      peer(dest)->send_eager_in_place(d, comm, tag, check, std::move(copy), size, st);
     });
     return Access::make_request(st);
   }
   install_canceller(st, dest, "receiver did not post a matching receive in time", "send cancelled",
                     [dest](Node& c, OpState* s) { return c.peer(dest)->cancel_rendezvous(s); });
-  submit([this, dest, d, comm = a.comm, tag, copy = std::move(copy), size, st]() mutable {
-    peer(dest)->start_rendezvous(d, comm, tag, std::move(copy), size, st);
+  submit([this, dest, d, comm = a.comm, tag, check = a.check, copy = std::move(copy), size, st]() mutable {
+    peer(dest)->start_rendezvous(d, comm, tag, check, std::move(copy), size, st);
   });
   return Access::make_request(st);
 }
@@ -710,6 +712,8 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                                   std::list<std::shared_ptr<Unexpected>>::iterator it) {
   auto u = *it;
   Peer* p = peer(u->source);
+  // Disagreeing calls revoke the communicator, which drops its unreceived messages.
+  if (!calls_agree(*r, u->source, u->tag, u->check)) return;
   if (u->rendezvous) {
     queue(d).erase(it);
     if (p->gone()) {
@@ -738,6 +742,23 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
     std::memcpy(r->buf, u->data.data(), u->data.size());
   finish_recv(*r, u->source, u->tag, u->size);
   if (p && !u->data.empty()) p->release_unexpected(d, u->data.size());
+}
+
+bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) {
+  if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
+  // The ranks of the communicator, as its members know them.
+  auto local = [&r](int world) {
+    const auto w = static_cast<std::size_t>(world);
+    return r.local_of && w < r.local_of->size() ? (*r.local_of)[w] : world;
+  };
+  const auto number = (static_cast<std::uint64_t>(tag) >> 32) & ((std::uint64_t{1} << 30) - 1);
+  const std::string why =
+      calls_differ("collective #" + std::to_string(number), r.comm, local(rank_), r.check, local(source), theirs);
+  fail(r.op, Errc::invalid_argument, source, why);
+  // Every member's operations on it fail with the same words, within a round trip: the
+  // others may wait for a message from a rank that gave up, and would hear nothing else.
+  revoke_everywhere(r.comm, why);
+  return false;
 }
 
 void Node::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
@@ -795,6 +816,7 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   r->tag = a.tag;
   r->local_of = a.local_of;
   r->exact = a.exact;
+  r->check = a.check;
   r->buf = static_cast<std::byte*>(data);
   r->cap = cap;
   install_canceller(st, source, "no matching message arrived in time", "receive cancelled",

@@ -107,6 +107,9 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
     // send: messages above Config::eager_limit and up to this size go eagerly from the
     // caller's memory (completing when acknowledged) instead of by rendezvous; 0 = never.
     std::uint64_t eager_in_place = 0;
+    // A collective's message: the fingerprint of its call (core/call_check.hpp), which the
+    // message carries and the receive compares; 0 = none.
+    std::uint16_t check = 0;
   };
   /// Ranks (world) this node holds a working connection of its own to, ascending: every
   /// neighbour once formed, and under Config::lazy_connect those used so far. Any thread.
@@ -154,7 +157,9 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// Forgets communicator `id` (its Group is gone). Any thread.
   void unwatch_comm(std::uint64_t id);
   /// The application revokes communicator `id`: here and on every member. Any thread.
-  void revoke_comm(std::uint64_t id);
+  /// With `why`, its operations fail with Errc::invalid_argument and `why` (ranks that
+  /// called different collectives, calls_agree) rather than with Errc::revoked.
+  void revoke_comm(std::uint64_t id, std::string why = {});
   /// Whether world rank `r` was declared failed (known here). Any thread.
   bool is_failed(int r) const;
   /// World rank r's connection ended without r being declared failed (engine thread).
@@ -288,6 +293,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
                           std::list<std::shared_ptr<Unexpected>>::iterator it) override;
   /// Completes a receive whose message of `size` bytes has landed (or was discarded).
   void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) override;
+  bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) override;
   /// A receive whose matched message was withdrawn by its sender: match it again, with
   /// the priority it had.
   void repost(Domain d, std::shared_ptr<RecvOp> r) override;
@@ -299,7 +305,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// A peer told us that world rank `r` failed (`why`), or that communicator `comm` was
   /// revoked. Engine lock held.
   void on_failed_notice(int from, int r, const std::string& why) override;
-  void on_revoke_notice(int from, std::uint64_t comm) override;
+  void on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) override;
   /// An agree or decided frame arrived from `from`. Engine lock held.
   void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) override;
   /// Whether failures are being judged (the mesh is up and the node not closing).
@@ -473,6 +479,9 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// Revokes communicator `id` here: pending operations fail with `code` naming world rank
   /// `failed_world` (or none), later ones at once. Engine lock held.
   void revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why);
+  /// revoke_comm on the engine thread: revokes `id` here and tells its members, with `why`
+  /// if given (then the code is Errc::invalid_argument). Engine lock held.
+  void revoke_everywhere(std::uint64_t id, const std::string& why);
   struct Watch;
   /// What the operations of a revoked communicator fail with: built once per revocation,
   /// formatted per operation by fail().

@@ -256,9 +256,10 @@ bool Peer::poll_shm() {
 }
 
 FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
-                                 std::uint64_t length) const {
+                                 std::uint64_t length, std::uint16_t check) const {
   FrameHeader h;
   h.type = type;
+  h.check = check;
   h.src = static_cast<std::uint32_t>(owner_.rank());
   h.comm = comm;
   h.tag = static_cast<std::uint64_t>(tag);
@@ -273,8 +274,8 @@ void Peer::send_header(Lane lane, const FrameHeader& h, Link* via) {
   send_frame(lane, std::move(b), wire::header_size, {}, via);
 }
 
-void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
-                            std::uint64_t size, std::shared_ptr<OpState> op) {
+void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::uint16_t check,
+                            std::vector<ConstBuffer> parts, std::uint64_t size, std::shared_ptr<OpState> op) {
   if (gone()) {
     owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
@@ -282,7 +283,7 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<C
   if (owner_.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
-  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size), &route(lane_of(d), tag, size));
+  send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size, check), &route(lane_of(d), tag, size));
 }
 
 void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const std::shared_ptr<OpState>& op,
@@ -296,15 +297,15 @@ void Peer::push_payload(Lane lane, const std::vector<ConstBuffer>& parts, const 
   if (parts.empty()) op->succeed();
 }
 
-void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
-                               std::uint64_t size, std::shared_ptr<OpState> op) {
+void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::uint16_t check,
+                               std::vector<ConstBuffer> parts, std::uint64_t size, std::shared_ptr<OpState> op) {
   if (gone()) {
     owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
   if (owner_.fail_if_revoked(comm, op)) return;
   Link* via = &route(lane_of(d), tag, size);
-  send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size), via);
+  send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size, check), via);
   push_payload(lane_of(d), parts, op, via);
 }
 
@@ -636,6 +637,10 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
       if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
+        if (!owner_.calls_agree(*r, rank_, tag, h.check)) {
+          s.sink.kind = Sink::discard;
+          return true;
+        }
         s.sink.kind = Sink::user;
         s.sink.truncated = h.length > r->cap;
         s.sink.recv = std::move(r);
@@ -644,6 +649,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         u.comm = h.comm;
         u.source = rank_;
         u.tag = tag;
+        u.check = h.check;
         u.size = h.length;
         u.data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
         u.complete = h.length == 0;
@@ -659,12 +665,14 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
       if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
-        accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
+        // Disagreeing calls revoke the communicator, which withdraws the sender's announcement.
+        if (owner_.calls_agree(*r, rank_, tag, h.check)) accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
         Unexpected u;
         u.comm = h.comm;
         u.source = rank_;
         u.tag = tag;
+        u.check = h.check;
         u.rendezvous = true;
         u.seq = h.seq;
         u.size = h.length;
@@ -727,8 +735,8 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return true;
     }
     case FrameType::heartbeat:
-    case FrameType::revoke:
       return true;
+    case FrameType::revoke:
     case FrameType::shm_offer:
     case FrameType::ports:
       s.sink.kind = Sink::control;
@@ -884,9 +892,13 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       owner_.on_failed_notice(rank_, static_cast<int>(h.tag),
                              std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
-    case FrameType::revoke:
-      owner_.on_revoke_notice(rank_, h.comm);
+    case FrameType::revoke: {
+      // tag: the code its operations fail with (docs/PROTOCOL.md); payload: why, if said.
+      const bool disagreement = h.tag == static_cast<std::uint64_t>(Errc::invalid_argument);
+      owner_.on_revoke_notice(rank_, h.comm, disagreement ? Errc::invalid_argument : Errc::revoked,
+                              std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
+    }
     case FrameType::shm_offer:
       owner_.on_shm_offer(*this, std::string_view(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;

@@ -57,7 +57,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
                   std::shared_ptr<OpState> done = {}, Link* via = nullptr);
   /// A message frame's header from this rank.
   wire::FrameHeader message_header(wire::FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
-                                   std::uint64_t length) const;
+                                   std::uint64_t length, std::uint16_t check = 0) const;
   /// Queues a header-only frame.
   void send_header(wire::Lane lane, const wire::FrameHeader& h, Link* via = nullptr);
   /// Queues a payload straight from the caller's memory after its header; `op` succeeds
@@ -73,11 +73,11 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// A new carrier is a Link and a line here.
   Link& route(wire::Lane lane, Tag tag, std::uint64_t bytes);
   /// Starts a rendezvous send: announces it and keeps `parts` until the peer is ready.
-  void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
+  void start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::uint16_t check, std::vector<ConstBuffer> parts,
                         std::uint64_t size, std::shared_ptr<OpState> op);
   /// Sends a whole message as one eager frame whose payload is `parts` themselves (not a
   /// copy): `op` succeeds once the peer acknowledged the last byte.
-  void send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::vector<ConstBuffer> parts,
+  void send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::uint16_t check, std::vector<ConstBuffer> parts,
                            std::uint64_t size, std::shared_ptr<OpState> op);
   /// Gives up on this peer from posted work (not inside packet processing): fails what is
   /// in flight with it and closes the connection, which releases every queued byte.

@@ -52,6 +52,11 @@ class PeerOwner {
   virtual void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) = 0;
   /// A receive's message of `size` bytes has landed (or was dropped): complete it.
   virtual void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) = 0;
+  /// Whether receive `r` and the message from world rank `source` matched to it belong to
+  /// the same collective call: `theirs` is the fingerprint the message carries. If they do
+  /// not, `r` fails, and so does every operation on its communicator on every member,
+  /// each error naming both calls; the message is to be dropped.
+  virtual bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) = 0;
   /// Receive `r` matched unexpected message `it` (whole, still arriving, or announced).
   virtual void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                                   std::list<std::shared_ptr<Unexpected>>::iterator it) = 0;
@@ -74,7 +79,9 @@ class PeerOwner {
 
   // ---- control frames the node answers ----
   virtual void on_failed_notice(int from, int r, const std::string& why) = 0;
-  virtual void on_revoke_notice(int from, std::uint64_t comm) = 0;
+  /// Communicator `comm` was revoked by `from`: by the application (Errc::revoked, `why`
+  /// empty), or because two members called different collectives (invalid_argument, `why`).
+  virtual void on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) = 0;
   virtual void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) = 0;
   virtual void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) = 0;
   virtual void on_shm_offer(Peer& p, std::string_view payload) = 0;

@@ -121,7 +121,7 @@ void encode_header(const FrameHeader& h, std::span<std::byte, header_size> out) 
   std::byte* p = out.data();
   p[0] = static_cast<std::byte>(h.type);
   p[1] = static_cast<std::byte>(h.flags);
-  put_u16(p + 2, 0);
+  put_u16(p + 2, h.check);
   put_u32(p + 4, h.src);
   put_u64(p + 8, h.comm);
   put_u64(p + 16, h.tag);
@@ -161,8 +161,10 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
   const auto type = static_cast<FrameType>(raw_type);
   const char* tname = to_string(type);
 
-  const std::uint16_t reserved = get_u16(p + 2);
-  if (reserved != 0) return {"reserved bytes " + hex(reserved, 4) + " must be zero"};
+  // Only messages carry a call's fingerprint.
+  const std::uint16_t check = get_u16(p + 2);
+  if (check != 0 && type != FrameType::eager && type != FrameType::rts)
+    return {"check " + hex(check, 4) + " must be zero for frame type " + tname};
 
   if (!allowed_on(type, lane)) {
     return {std::string("frame type ") + tname + " not allowed on lane " + to_string(lane)};
@@ -206,6 +208,9 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
     if (type == FrameType::failed && length > max_failed_payload) {
       return {length_too_big(length, max_failed_payload).error + " for frame type failed"};
     }
+    if (type == FrameType::revoke && length > max_revoke_payload) {
+      return {length_too_big(length, max_revoke_payload).error + " for frame type revoke"};
+    }
     if ((type == FrameType::agree || type == FrameType::decided || type == FrameType::welcome) &&
         length > max_ballot_payload) {
       return {length_too_big(length, max_ballot_payload).error + " for frame type " + tname};
@@ -228,6 +233,7 @@ DecodeError decode_header(std::span<const std::byte, header_size> in, Lane lane,
 
   h.type = type;
   h.flags = flags;
+  h.check = check;
   h.src = get_u32(p + 4);
   h.comm = get_u64(p + 8);
   h.tag = get_u64(p + 16);
@@ -243,6 +249,7 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::rpc_request:
     case FrameType::rpc_response:
     case FrameType::failed:
+    case FrameType::revoke:
     case FrameType::agree:
     case FrameType::decided:
     case FrameType::welcome:
@@ -257,7 +264,6 @@ bool has_payload(FrameType type, std::uint8_t flags) noexcept {
     case FrameType::rts:
     case FrameType::cts:
     case FrameType::heartbeat:
-    case FrameType::revoke:
     case FrameType::shm_switch:
     case FrameType::tcp_offer:
     case FrameType::tcp_switch:

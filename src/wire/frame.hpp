@@ -41,7 +41,7 @@ enum class FrameType : std::uint8_t {
   // Failure handling, all on the control lane (docs/PROTOCOL.md, "Failures").
   heartbeat = 9,     ///< control: proof of life while the link is otherwise quiet; no payload
   failed = 10,       ///< control: world rank `tag` is declared failed; payload = reason (text)
-  revoke = 11,       ///< control: communicator `comm` is revoked; no payload
+  revoke = 11,       ///< control: communicator `comm` is revoked; payload: why, if said (text)
   agree = 12,        ///< control: contribution to agreement `seq` of `comm`; payload = Ballot
   decided = 13,      ///< control: the decision of agreement `seq` of `comm`; payload = Ballot
   // Membership (docs/PROTOCOL.md, "Membership").
@@ -102,6 +102,10 @@ enum class RpcStatus : std::uint8_t { ok = 0, unknown_id = 1, handler_failed = 2
 struct FrameHeader {
   FrameType type = FrameType::eager;
   std::uint8_t flags = 0;
+  /// eager and rts: the fingerprint of the collective call the message belongs to
+  /// (wire/call_check.hpp), which the receiver compares with its own; 0 for any other
+  /// message, and in every other frame type.
+  std::uint16_t check = 0;
   std::uint32_t src = 0;      ///< sender's rank in the world of the connection
   std::uint64_t comm = 0;     ///< communicator id (0 = world)
   std::uint64_t tag = 0;      ///< message tag, or RPC function id
@@ -109,6 +113,8 @@ struct FrameHeader {
   std::uint64_t length = 0;   ///< payload bytes that follow (for rts: the announced size)
 };
 inline constexpr std::size_t header_size = 40;
+/// The longest reason a revoke frame carries (two collective calls and their ranks).
+inline constexpr std::size_t max_revoke_payload = 1024;
 
 /// The name of a frame type as the protocol documentation and error messages spell it
 /// ("eager", "rpc_response"); "unknown" for a value outside the enum.

@@ -1,6 +1,7 @@
 """The torch.distributed backend "nexar": every operation and a few DDP steps under torchrun
-(env://, torch's store) and under nexar-run (nexar's own launch variables), and a killed
-rank that makes the others' all_reduce raise instead of hang."""
+(env://, torch's store) and under nexar-run (nexar's own launch variables), a killed rank
+that makes the others' all_reduce raise instead of hang, and a rank whose all_reduce takes
+another dtype (the same bytes) that makes every rank raise, naming both calls."""
 
 import os
 import pathlib
@@ -76,3 +77,14 @@ def test_timeouts(n):
     assert rc == 0, out
     for r in range(n):
         assert f"TIMEOUTS OK {r} {n}" in out, out
+
+
+@pytest.mark.parametrize("shm", ["1", "0"])
+def test_dtype_mismatch_raises_on_every_rank(shm):
+    n = 3
+    rc, out = run([sys.executable, "-m", "torch.distributed.run", "-r", "1", "-t", "1",
+                   "--nproc_per_node", str(n), "--master_addr", "127.0.0.1",
+                   "--master_port", str(free_port()), str(WORKER), "mismatch"], NEXAR_SHM=shm)
+    assert rc == 0, out
+    for r in range(n):
+        assert f"MISMATCH OK {r} {n}" in out, out

@@ -301,6 +301,26 @@ def check_ddp(r, n):
         assert torch.equal(other, params), "parameters differ between ranks after DDP steps"
 
 
+def check_mismatch(r, n):
+    """One rank all_reduces float64 where the others all_reduce float32, the same bytes: every
+    rank raises within a second, the error naming both calls, instead of summing garbage."""
+    for _ in range(4):  # the members agree on their shared-memory mailboxes first
+        dist.all_reduce(torch.ones(3))
+    odd = r == n - 1
+    x = torch.ones(4, dtype=torch.float64) if odd else torch.ones(8, dtype=torch.float32)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(x)
+        dist.barrier()  # a rank whose part completed hears of it here
+    except RuntimeError as e:
+        took = time.monotonic() - start
+        assert took < 1.0, f"raised after {took:.2f} s: {e}"
+        for text in ("called all_reduce(f32, sum)", "called all_reduce(f64, sum)"):
+            assert text in str(e), f"expected {text!r} in: {e}"
+        return
+    raise AssertionError("no error")
+
+
 def main():
     mode = sys.argv[1]
     dist.init_process_group("nexar")
@@ -315,6 +335,10 @@ def main():
     elif mode == "timeouts":
         check_timeouts(r, n)
         print(f"TIMEOUTS OK {r} {n}", flush=True)
+    elif mode == "mismatch":
+        check_mismatch(r, n)
+        print(f"MISMATCH OK {r} {n}", flush=True)
+        os._exit(0)  # the group is revoked: nothing left to tear down in order
     else:
         victim = int(sys.argv[2])
         start = time.monotonic()

@@ -1,0 +1,49 @@
+#include "core/call_check.hpp"
+
+#include <cstdio>
+#include <iterator>
+
+namespace nexar::detail {
+
+namespace {
+
+// Whether collective number i (kCallNames) takes a reduction operator.
+constexpr bool kReduces[] = {false, false, true,  true,  true,  true,  false, true,  false, false,
+                             true,  false, false, false, false, false, false, true,  true,  false};
+static_assert(std::size(kReduces) == std::size(kCallNames), "one flag per collective");
+
+constexpr unsigned kTypes = 10;  // DataType's values
+constexpr unsigned kOps = 5;     // ReduceOp's values
+
+}  // namespace
+
+std::string describe_call(std::uint16_t check) {
+  const unsigned kind = check >> 10 & 0x1fu;
+  const unsigned type = check >> 6 & 0xfu;
+  const unsigned op = check >> 3 & 0x7u;
+  if ((check & 0x8000u) == 0 || kind >= std::size(kCallNames) || type >= kTypes || op >= kOps) {
+    char text[48];
+    std::snprintf(text, sizeof text, "a call this build cannot read (check 0x%04x)", check);
+    return text;
+  }
+  std::string s(kCallNames[kind]);
+  s += '(';
+  s += to_string(static_cast<DataType>(type));
+  if (kReduces[kind]) {
+    s += ", ";
+    s += to_string(static_cast<ReduceOp>(op));
+  }
+  s += ')';
+  return s;
+}
+
+std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
+                         std::uint16_t theirs) {
+  char id[24];
+  std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(comm));
+  return "ranks called different collectives as " + std::string(which) + " of communicator " + id + ": rank " +
+         std::to_string(me) + " called " + describe_call(mine) + " but rank " + std::to_string(them) + " called " +
+         describe_call(theirs);
+}
+
+}  // namespace nexar::detail

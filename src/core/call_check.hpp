@@ -1,0 +1,65 @@
+// The fingerprint of a collective call: the part of a call every member must pass alike and
+// that a message's size cannot betray. Two ranks that run collective #k of a communicator
+// as all_reduce(f32, sum) and all_reduce(f32, max), or as all_reduce and reduce_scatter of
+// the same bytes, exchange messages of matching sizes and would end with silently wrong
+// results. Each collective message carries its call's fingerprint in the frame header
+// (docs/PROTOCOL.md, "check"), and a receiver whose own call differs fails the operation
+// instead, naming both calls.
+#pragma once
+
+#include <nexar/dtype.hpp>
+
+#include <cstdint>
+#include <iterator>
+#include <string>
+#include <string_view>
+
+namespace nexar::detail {
+
+/// The collectives a fingerprint names, by number; 0 stands for any other. Append only: a
+/// collective's place is its number on the wire (docs/PROTOCOL.md).
+inline constexpr std::string_view kCallNames[] = {
+    "another collective", "barrier",      "all_reduce", "all_reduce_bucketed", "all_reduce_compressed",
+    "all_reduce_sharded", "broadcast",    "reduce",     "all_gather",          "all_gather_v",
+    "reduce_scatter",     "all_to_all",   "all_to_all_v", "gather",            "gather_v",
+    "scatter",            "scatter_v",    "scan",       "exclusive_scan",      "split"};
+static_assert(std::size(kCallNames) <= 32, "five bits name the collective");
+
+/// Collective `name`'s number in a fingerprint, 0 for a name not in the list. Constant when
+/// `name` is: `constexpr unsigned k = call_kind("all_reduce");`.
+constexpr unsigned call_kind(std::string_view name) noexcept {
+  for (unsigned i = 1; i < std::size(kCallNames); ++i)
+    if (kCallNames[i] == name) return i;
+  return 0;
+}
+
+/// The fingerprint of collective number `kind` (call_kind) on elements of type `t` reduced
+/// by `op` (collectives that reduce nothing pass ReduceOp::sum). 16 bits:
+///   bit 15      always 1 (0 means: no fingerprint, compare nothing)
+///   bits 10..14 the collective (kCallNames)
+///   bits 6..9   the element type (DataType's value)
+///   bits 3..5   the reduction operator (ReduceOp's value)
+///   bits 0..2   0
+/// Every field decodes, so the error can say what the other rank called.
+constexpr std::uint16_t call_check(unsigned kind, DataType t, ReduceOp op) noexcept {
+  return static_cast<std::uint16_t>(0x8000u | (kind & 0x1fu) << 10 | (static_cast<unsigned>(t) & 0xfu) << 6 |
+                                    (static_cast<unsigned>(op) & 0x7u) << 3);
+}
+/// The same by the collective's name (as Coll::name spells it): a scan of the names, which
+/// shows where a call costs 0.2 us (8 B through the mailboxes): there, take call_kind once.
+constexpr std::uint16_t call_check(std::string_view name, DataType t, ReduceOp op) noexcept {
+  return call_check(call_kind(name), t, op);
+}
+
+/// The call a fingerprint describes, as a reader would write it: "all_reduce(f32, max)",
+/// "all_gather(u64)" for a collective that reduces nothing.
+std::string describe_call(std::uint16_t check);
+
+/// The words every rank's error carries when two members' calls differ: "ranks called
+/// different collectives as <which> of communicator 0x..: rank <me> called <mine> but rank
+/// <them> called <theirs>". `which` names the call ("collective #12"); ranks are the
+/// communicator's.
+std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
+                         std::uint16_t theirs);
+
+}  // namespace nexar::detail

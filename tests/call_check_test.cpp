@@ -1,0 +1,195 @@
+// Collective fingerprints (core/call_check.*): each field of a call decodes from its
+// fingerprint; and between real ranks on QUIC and on shared memory (2 and 4 ranks), one rank
+// that calls collective #k with another reduction operator, element type or collective than
+// the others, with the same byte count, makes every rank fail with Errc::invalid_argument
+// within a second, the error naming both calls, for each collective: in that call, or (a
+// rank whose own part of it completed) in the next. Agreeing ranks never trip.
+#include <nexar/nexar.hpp>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/call_check.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using nexar::Communicator;
+using nexar::DataType;
+using nexar::Errc;
+using nexar::ReduceOp;
+using nexar::detail::call_check;
+using nexar::detail::describe_call;
+
+TEST(CallCheck, EveryFieldDecodes) {
+  EXPECT_EQ(describe_call(call_check("all_reduce", DataType::f32, ReduceOp::max)), "all_reduce(f32, max)");
+  EXPECT_EQ(describe_call(call_check("reduce_scatter", DataType::bf16, ReduceOp::avg)), "reduce_scatter(bf16, avg)");
+  EXPECT_EQ(describe_call(call_check("exclusive_scan", DataType::i64, ReduceOp::prod)), "exclusive_scan(i64, prod)");
+  // Collectives that reduce nothing say no operator, whichever they pass.
+  EXPECT_EQ(describe_call(call_check("all_gather_v", DataType::u64, ReduceOp::sum)), "all_gather_v(u64)");
+  EXPECT_EQ(describe_call(call_check("barrier", DataType::u8, ReduceOp::sum)), "barrier(u8)");
+  EXPECT_EQ(describe_call(call_check("something_new", DataType::i8, ReduceOp::min)), "another collective(i8)");
+}
+
+TEST(CallCheck, CallsThatDifferInOneFieldDiffer) {
+  const std::uint16_t base = call_check("all_reduce", DataType::f32, ReduceOp::sum);
+  EXPECT_NE(base, 0);  // 0 means "no fingerprint"
+  EXPECT_NE(base, call_check("all_reduce", DataType::f32, ReduceOp::max));
+  EXPECT_NE(base, call_check("all_reduce", DataType::i32, ReduceOp::sum));
+  EXPECT_NE(base, call_check("reduce_scatter", DataType::f32, ReduceOp::sum));
+  EXPECT_NE(base, call_check("all_reduce_bucketed", DataType::f32, ReduceOp::sum));
+  EXPECT_EQ(base, call_check("all_reduce", DataType::f32, ReduceOp::sum));
+}
+
+TEST(CallCheck, AnUnreadableFingerprintSaysSo) {
+  EXPECT_EQ(describe_call(0x0123), "a call this build cannot read (check 0x0123)");
+  EXPECT_EQ(describe_call(0xffff), "a call this build cannot read (check 0xffff)");
+}
+
+// ---- between ranks -----------------------------------------------------------------------
+
+// One way to call collective #k: `odd` is the rank's own choice of the disagreeing call.
+struct Case {
+  const char* what;
+  std::string usual;     // the call as most ranks make it
+  std::string other;     // the call as the odd rank makes it
+  std::function<void(Communicator&, bool odd)> call;
+};
+
+std::vector<float> floats(std::size_t n) { return std::vector<float>(n, 1.5f); }
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  v.push_back({"reduce-op", "all_reduce(f32, sum)", "all_reduce(f32, max)", [](Communicator& c, bool odd) {
+                 auto x = floats(1000);
+                 c.all_reduce(x.data(), x.data(), x.size(), DataType::f32, odd ? ReduceOp::max : ReduceOp::sum);
+               }});
+  v.push_back({"reduce-op, one element", "all_reduce(f64, sum)", "all_reduce(f64, min)", [](Communicator& c, bool odd) {
+                 double x = 2;
+                 c.all_reduce(&x, &x, 1, DataType::f64, odd ? ReduceOp::min : ReduceOp::sum);
+               }});
+  v.push_back({"dtype", "all_reduce(f32, sum)", "all_reduce(i32, sum)", [](Communicator& c, bool odd) {
+                 std::vector<std::int32_t> x(70001, 3);
+                 c.all_reduce(x.data(), x.data(), x.size(), odd ? DataType::i32 : DataType::f32, ReduceOp::sum);
+               }});
+  v.push_back({"reduce", "reduce(f32, sum)", "reduce(f32, prod)", [](Communicator& c, bool odd) {
+                 auto x = floats(513), y = floats(513);
+                 c.reduce(x.data(), y.data(), x.size(), DataType::f32, odd ? ReduceOp::prod : ReduceOp::sum, 0);
+               }});
+  v.push_back({"reduce_scatter", "reduce_scatter(f32, sum)", "reduce_scatter(u32, sum)", [](Communicator& c, bool odd) {
+                 std::vector<std::uint32_t> x(97 * static_cast<std::size_t>(c.size()), 1), y(97);
+                 c.reduce_scatter(x.data(), y.data(), y.size(), odd ? DataType::u32 : DataType::f32, ReduceOp::sum);
+               }});
+  v.push_back({"all_gather", "all_gather(f32)", "all_gather(i32)", [](Communicator& c, bool odd) {
+                 std::vector<std::int32_t> x(33, 1), y(33 * static_cast<std::size_t>(c.size()));
+                 c.all_gather(x.data(), y.data(), x.size(), odd ? DataType::i32 : DataType::f32);
+               }});
+  v.push_back({"broadcast", "broadcast(f64)", "broadcast(i64)", [](Communicator& c, bool odd) {
+                 std::vector<std::int64_t> x(4099, 5);
+                 c.broadcast(x.data(), x.size(), odd ? DataType::i64 : DataType::f64, 0);
+               }});
+  v.push_back({"all_to_all", "all_to_all(f32)", "all_to_all(u32)", [](Communicator& c, bool odd) {
+                 std::vector<std::uint32_t> x(11 * static_cast<std::size_t>(c.size()), 1), y(x.size());
+                 c.all_to_all(x.data(), y.data(), 11, odd ? DataType::u32 : DataType::f32);
+               }});
+  v.push_back({"gather", "gather(f32)", "gather(i32)", [](Communicator& c, bool odd) {
+                 std::vector<std::int32_t> x(10, 1), y(10 * static_cast<std::size_t>(c.size()));
+                 c.gather(x.data(), y.data(), x.size(), odd ? DataType::i32 : DataType::f32, 0);
+               }});
+  v.push_back({"scatter", "scatter(f32)", "scatter(i32)", [](Communicator& c, bool odd) {
+                 std::vector<std::int32_t> x(10 * static_cast<std::size_t>(c.size()), 1), y(10);
+                 c.scatter(x.data(), y.data(), y.size(), odd ? DataType::i32 : DataType::f32, 0);
+               }});
+  v.push_back({"scan", "scan(f32, sum)", "scan(f32, max)", [](Communicator& c, bool odd) {
+                 auto x = floats(77), y = floats(77);
+                 c.scan(x.data(), y.data(), x.size(), DataType::f32, odd ? ReduceOp::max : ReduceOp::sum);
+               }});
+  v.push_back({"collective", "all_reduce(f32, sum)", "all_gather(f32)", [](Communicator& c, bool odd) {
+                 // The same bytes on the wire per message would not tell them apart.
+                 const auto n = static_cast<std::size_t>(c.size());
+                 auto x = floats(64 * n), y = floats(64 * n * n);
+                 if (odd) c.all_gather(x.data(), y.data(), x.size(), DataType::f32);
+                 else c.all_reduce(x.data(), x.data(), x.size(), DataType::f32, ReduceOp::sum);
+               }});
+  return v;
+}
+
+// Over QUIC (shared memory off), and over shared memory, where the small collectives go
+// through the mailboxes (after a few agreeing calls: the members first agree to use them).
+TEST(CallCheck, RanksThatCallDifferentCollectivesAllFailNamingBothCalls) {
+  for (bool shm : {false, true})
+  for (int world : {2, 4}) {
+    for (const Case& k : cases()) {
+      SCOPED_TRACE(std::string(k.what) + ", " + std::to_string(world) + " ranks" + (shm ? ", shared memory" : ""));
+      nexar::Config cfg = nexar::testing::test_config(nexar::LogLevel::off);
+      cfg.shm = shm;
+      cfg.op_timeout = 30s;  // far above the bound checked: a hang shows as a failed bound
+      auto comms = nexar::bootstrap_local(world, cfg);
+      if (shm)
+        nexar::testing::on_every_rank(comms, [&](int r) {
+          for (int i = 0; i < 4; ++i) {
+            float x = 1;
+            comms[static_cast<std::size_t>(r)].all_reduce(&x, &x, 1, DataType::f32, ReduceOp::sum);
+          }
+        });
+      const int odd = world - 1;
+      std::vector<std::string> errors(static_cast<std::size_t>(world));
+      std::vector<Errc> codes(static_cast<std::size_t>(world), Errc::ok);
+      std::vector<std::chrono::milliseconds> took(static_cast<std::size_t>(world));
+      nexar::testing::on_every_rank(comms, [&](int r) {
+        Communicator& c = comms[static_cast<std::size_t>(r)];
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          k.call(c, r == odd);
+          // A rank whose own part completed (a broadcast's root, a gather's senders) had
+          // nothing to compare: it hears of the disagreement at its next call.
+          c.barrier();
+        } catch (const nexar::Error& e) {
+          codes[static_cast<std::size_t>(r)] = e.code();
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+        took[static_cast<std::size_t>(r)] =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+      });
+      for (int r = 0; r < world; ++r) {
+        const auto i = static_cast<std::size_t>(r);
+        EXPECT_EQ(codes[i], Errc::invalid_argument) << "rank " << r << ": " << errors[i];
+        EXPECT_TRUE(nexar::testing::contains(errors[i], "called " + k.usual)) << "rank " << r << ": " << errors[i];
+        EXPECT_TRUE(nexar::testing::contains(errors[i], "called " + k.other)) << "rank " << r << ": " << errors[i];
+        EXPECT_LT(took[i], 1s) << "rank " << r;
+      }
+    }
+  }
+}
+
+// Fingerprints raise no false alarm: ranks that agree, calls of every kind back to back,
+// blocking and not, on a world and on communicators split from it, complete exactly.
+TEST(CallCheck, AgreeingRanksNeverTrip) {
+  nexar::Config cfg = nexar::testing::test_config();
+  cfg.shm = false;
+  auto comms = nexar::bootstrap_local(3, cfg);
+  nexar::testing::on_every_rank(comms, [&](int r) {
+    Communicator& c = comms[static_cast<std::size_t>(r)];
+    Communicator sub = c.split(r % 2, r);
+    for (int round = 0; round < 50; ++round) {
+      std::vector<float> x(static_cast<std::size_t>(1 + round * 37), 1.0f);
+      auto pending = c.iall_reduce(x.data(), x.data(), x.size(), DataType::f32, ReduceOp::sum);
+      std::vector<std::int64_t> y(static_cast<std::size_t>(round + 1), r);
+      sub.all_reduce(y.data(), y.data(), y.size(), DataType::i64, ReduceOp::max);
+      pending.wait();
+      EXPECT_EQ(x[0], 3.0f);
+      EXPECT_EQ(y[0], sub.size() == 2 ? 2 : r);
+      double d = r;
+      c.broadcast(&d, 1, DataType::f64, round % 3);
+      EXPECT_EQ(d, round % 3);
+      c.barrier();
+    }
+  });
+}
+
+}  // namespace
