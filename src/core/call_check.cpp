@@ -7,11 +7,6 @@ namespace nexar::detail {
 
 namespace {
 
-// Whether collective number i (kCallNames) takes a reduction operator.
-constexpr bool kReduces[] = {false, false, true,  true,  true,  true,  false, true,  false, false,
-                             true,  false, false, false, false, false, false, true,  true,  false};
-static_assert(std::size(kReduces) == std::size(kCallNames), "one flag per collective");
-
 constexpr unsigned kTypes = 10;  // DataType's values
 constexpr unsigned kOps = 5;     // ReduceOp's values
 
@@ -26,10 +21,11 @@ std::string describe_call(std::uint16_t check) {
     std::snprintf(text, sizeof text, "a call this build cannot read (check 0x%04x)", check);
     return text;
   }
-  std::string s(kCallNames[kind]);
+  const CallName& c = kCallNames[kind];
+  std::string s(c.name);
   s += '(';
   s += to_string(static_cast<DataType>(type));
-  if (kReduces[kind]) {
+  if (c.reduces) {
     s += ", ";
     s += to_string(static_cast<ReduceOp>(op));
   }

@@ -18,18 +18,25 @@ namespace nexar::detail {
 
 /// The collectives a fingerprint names, by number; 0 stands for any other. Append only: a
 /// collective's place is its number on the wire (docs/PROTOCOL.md).
-inline constexpr std::string_view kCallNames[] = {
-    "another collective", "barrier",      "all_reduce", "all_reduce_bucketed", "all_reduce_compressed",
-    "all_reduce_sharded", "broadcast",    "reduce",     "all_gather",          "all_gather_v",
-    "reduce_scatter",     "all_to_all",   "all_to_all_v", "gather",            "gather_v",
-    "scatter",            "scatter_v",    "scan",       "exclusive_scan",      "split"};
+struct CallName {
+  std::string_view name;
+  bool reduces;  // takes a reduction operator (describe_call shows it)
+};
+inline constexpr CallName kCallNames[] = {
+    {"another collective", false}, {"barrier", false},        {"all_reduce", true},
+    {"all_reduce_bucketed", true}, {"all_reduce_compressed", true}, {"all_reduce_sharded", true},
+    {"broadcast", false},          {"reduce", true},          {"all_gather", false},
+    {"all_gather_v", false},       {"reduce_scatter", true},  {"all_to_all", false},
+    {"all_to_all_v", false},       {"gather", false},         {"gather_v", false},
+    {"scatter", false},            {"scatter_v", false},      {"scan", true},
+    {"exclusive_scan", true},      {"split", false}};
 static_assert(std::size(kCallNames) <= 32, "five bits name the collective");
 
 /// Collective `name`'s number in a fingerprint, 0 for a name not in the list. Constant when
 /// `name` is: `constexpr unsigned k = call_kind("all_reduce");`.
 constexpr unsigned call_kind(std::string_view name) noexcept {
   for (unsigned i = 1; i < std::size(kCallNames); ++i)
-    if (kCallNames[i] == name) return i;
+    if (kCallNames[i].name == name) return i;
   return 0;
 }
 

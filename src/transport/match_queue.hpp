@@ -29,6 +29,10 @@ inline constexpr Tag internal_tag_base = Tag{1} << 62;
 constexpr Tag collective_tag(std::uint64_t n) noexcept {
   return internal_tag_base | static_cast<Tag>((n & ((std::uint64_t{1} << 30) - 1)) << 32);
 }
+/// The n (mod 2^30) of collective_tag(n) in a collective's tag or one of its messages' tags.
+constexpr std::uint64_t collective_number(Tag tag) noexcept {
+  return (static_cast<std::uint64_t>(tag) >> 32) & ((std::uint64_t{1} << 30) - 1);
+}
 /// The tag of the m-th message of collective `tag` between one rank and another: m (mod
 /// 2^32) in the low 32 bits. Sender and receiver count the same messages in the same order
 /// (the m-th send of an operation to a neighbour is matched by the neighbour's m-th receive
@@ -83,13 +87,14 @@ struct RecvOp {
   }
   /// The Status the application sees: the source as a rank of its communicator.
   Status status(int world_src, Tag t, std::size_t bytes) const noexcept {
-    int src = world_src;
-    if (local_of) {
-      // A rank added to an elastic world after the communicator was made is none of its members.
-      const auto w = static_cast<std::size_t>(world_src);
-      src = w < local_of->size() ? (*local_of)[w] : -1;
-    }
-    return Status{src, t <= max_tag ? static_cast<int>(t) : -1, bytes};
+    return Status{local(world_src), t <= max_tag ? static_cast<int>(t) : -1, bytes};
+  }
+  /// World rank `world` as a rank of the receiving communicator, -1 if it is none of its
+  /// members (a rank added to an elastic world after the communicator was made).
+  int local(int world) const noexcept {
+    if (!local_of) return world;
+    const auto w = static_cast<std::size_t>(world);
+    return w < local_of->size() ? (*local_of)[w] : -1;
   }
 };
 

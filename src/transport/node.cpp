@@ -746,14 +746,8 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
 
 bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) {
   if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
-  // The ranks of the communicator, as its members know them.
-  auto local = [&r](int world) {
-    const auto w = static_cast<std::size_t>(world);
-    return r.local_of && w < r.local_of->size() ? (*r.local_of)[w] : world;
-  };
-  const auto number = (static_cast<std::uint64_t>(tag) >> 32) & ((std::uint64_t{1} << 30) - 1);
-  const std::string why =
-      calls_differ("collective #" + std::to_string(number), r.comm, local(rank_), r.check, local(source), theirs);
+  const std::string why = calls_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
+                                      r.local(rank_), r.check, r.local(source), theirs);
   fail(r.op, Errc::invalid_argument, source, why);
   // Every member's operations on it fail with the same words, within a round trip: the
   // others may wait for a message from a rank that gave up, and would hear nothing else.

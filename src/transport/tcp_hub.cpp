@@ -63,6 +63,14 @@ void TcpHub::poll() {
     if (Peer* p = node_.peer_locked(linked_[i])) p->poll_tcp();
 }
 
+TcpHub::Offer* TcpHub::standing(std::uint32_t rank, wire::Lane lane) {
+  auto it = offers_.find(rank);
+  const int i = TcpLink::index(lane);
+  // One connection per lane, and only to a rank we offered to.
+  if (it == offers_.end() || i < 0 || (it->second.taken & (1u << i)) != 0) return nullptr;
+  return &it->second;
+}
+
 void TcpHub::offer(Peer& p) {
   if (p.rank() >= node_.rank() || !p.connection() || p.relayed()) return;
   try {
@@ -71,11 +79,9 @@ void TcpHub::offer(Peer& p) {
           node_.endpoint()->local(), static_cast<std::uint32_t>(node_.rank()), node_.config().tcp_cipher,
           [this](std::uint32_t rank, wire::Lane lane) -> std::optional<TcpKeys> {
             std::lock_guard lk(mu_);
-            auto it = offers_.find(rank);
-            const int i = TcpLink::index(lane);
-            // One connection per lane, and only to a rank we offered to.
-            if (it == offers_.end() || i < 0 || (it->second.taken & (1u << i)) != 0) return std::nullopt;
-            return it->second.keys;
+            const Offer* o = standing(rank, lane);
+            if (!o) return std::nullopt;
+            return o->keys;
           },
           [this](TcpAttached a) {
             // The lane is taken only by a dialer that proved itself: a stranger's failed
@@ -83,10 +89,9 @@ void TcpHub::offer(Peer& p) {
             // the lookup above and this.)
             {
               std::lock_guard lk(mu_);
-              auto it = offers_.find(a.rank);
-              const int i = TcpLink::index(a.lane);
-              if (it == offers_.end() || (it->second.taken & (1u << i)) != 0) return;
-              it->second.taken |= 1u << i;
+              Offer* o = standing(a.rank, a.lane);
+              if (!o) return;
+              o->taken |= 1u << TcpLink::index(a.lane);
             }
             hand_over(std::move(a));
           },

@@ -58,6 +58,8 @@ class TcpHub {
     unsigned taken = 0;  // bit i: lane index i attached
   };
   std::map<std::uint32_t, Offer> offers_;
+  /// The offer to `rank` if it still stands for `lane` (not taken yet); mu_ held.
+  Offer* standing(std::uint32_t rank, wire::Lane lane);
   std::vector<int> linked_;  // ranks with a TCP connection attached (engine thread)
   JobThread dialer_{"nexar-tcp-dial"};
 };
