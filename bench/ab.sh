@@ -12,7 +12,10 @@
 # and after/before. Run it on an idle machine: beside a build or a test suite the spread
 # swamps any difference.
 #
-# Environment: ITERS_SMALL (default 2000 iterations at 8 B), ITERS_LARGE (default 30 at 16 MiB).
+# Environment: ITERS_SMALL (default 2000 iterations at 8 B), LARGE (the large size, default
+# 16M) and ITERS_LARGE (default 30 iterations of it); BEFORE_ENV and AFTER_ENV, variables
+# each side runs with (for one build against itself with a setting changed:
+# BEFORE_ENV=NEXAR_RECORDER_OPS=0 bench/ab.sh build build).
 set -euo pipefail
 
 rounds=5
@@ -28,17 +31,20 @@ before=$1
 after=$2
 small=${ITERS_SMALL:-2000}
 large=${ITERS_LARGE:-30}
+large_size=${LARGE:-16M}
+read -r -a before_env <<<"${BEFORE_ENV:-}"
+read -r -a after_env <<<"${AFTER_ENV:-}"
 for b in "$before" "$after"; do
   for t in nexar-run nexar-bench; do
     [ -x "$b/bin/$t" ] || { echo "ab.sh: $b/bin/$t is missing" >&2; exit 2; }
   done
 done
 
-# one BUILD PATH BYTES ITERS COLUMN: a column of nexar-bench's row for BYTES (7: time in us,
-# 9: busbw in GB/s).
+# one BUILD PATH BYTES ITERS COLUMN ENV...: a column of nexar-bench's row for BYTES (7: time
+# in us, 9: busbw in GB/s), run with the variables ENV.
 one() {
-  local env=()
-  [ "$2" = quic ] && env=(NEXAR_SHM=0)
+  local env=("${@:6}")
+  [ "$2" = quic ] && env+=(NEXAR_SHM=0)
   env "${env[@]}" timeout 300 "$1/bin/nexar-run" -n 2 "$1/bin/nexar-bench" all_reduce -b "$3" -e "$3" \
     -n "$4" -w $(( $4 / 10 + 1 )) 2>&1 | awk -v col="$5" '/^\[0\] +[0-9]/ { v = $col } END { print v }'
 }
@@ -47,10 +53,11 @@ declare -A got
 for ((r = 1; r <= rounds; ++r)); do
   for which in before after; do
     b=$before
-    [ $which = after ] && b=$after
+    vars=("${before_env[@]}")
+    [ $which = after ] && b=$after && vars=("${after_env[@]}")
     for path in shm quic; do
-      got[$which,$path,lat]+="$(one "$b" $path 8 "$small" 7) "
-      got[$which,$path,bw]+="$(one "$b" $path 16M "$large" 9) "
+      got[$which,$path,lat]+="$(one "$b" $path 8 "$small" 7 "${vars[@]}") "
+      got[$which,$path,bw]+="$(one "$b" $path "$large_size" "$large" 9 "${vars[@]}") "
     done
   done
   echo "round $r of $rounds done" >&2
@@ -67,7 +74,7 @@ for path in shm quic; do
     read -r bm bl bh <<<"$(stats "${got[before,$path,$metric]}")"
     read -r am al ah <<<"$(stats "${got[after,$path,$metric]}")"
     name="8 B all_reduce, us"
-    [ $metric = bw ] && name="16 MiB all_reduce busbw, GB/s"
+    [ $metric = bw ] && name="$large_size all_reduce busbw, GB/s"
     label=$path
     [ $path = quic ] && label="quic (NEXAR_SHM=0)"
     printf '| %s | %s | %s [%s-%s] | %s [%s-%s] | %s |\n' "$label" "$name" "$bm" "$bl" "$bh" "$am" "$al" "$ah" \

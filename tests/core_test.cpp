@@ -271,6 +271,8 @@ TEST_F(EnvTest, Describe) {
       "on_failure = abort\n"
       "rpc_timeout = 30000 ms\n"
       "rpc_threads = 16\n"
+      "stall_warn = 10000 ms\n"
+      "recorder_ops = 1024\n"
       "max_frame_bytes = 2 GiB\n"
       "eager_limit = 64 KiB\n"
       "unexpected_limit = 64 MiB\n"

@@ -133,7 +133,7 @@ class MemoryPort final : public detail::CollectivePort {
   const std::vector<std::uint64_t>* hosts() const noexcept override { return hosts_ ? &*hosts_ : nullptr; }
   void set_hosts(std::vector<std::uint64_t> ids) override { hosts_ = std::move(ids); }
 
-  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, detail::CallShape,
                 std::function<void(const detail::Coll&)> body) override {
     const auto now = Clock::now();
     const auto deadline = now + o.timeout.value_or(cfg_.op_timeout);
@@ -150,10 +150,10 @@ class MemoryPort final : public detail::CollectivePort {
     return detail::Access::make_request(st);
   }
 
-  std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o,
-                                  bool blocking) override {
+  std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o, bool blocking,
+                                  std::uint16_t check, detail::CallShape shape) override {
     if (!mailboxes_ || bytes > cfg_.shm_collective_bytes) return std::nullopt;
-    return Ticket{op, ++mail_seq_, Clock::now() + o.timeout.value_or(cfg_.op_timeout), !blocking};
+    return Ticket{op, ++mail_seq_, Clock::now() + o.timeout.value_or(cfg_.op_timeout), !blocking, check, shape};
   }
 
   bool try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) override {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <ranges>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include <nexar/config.hpp>
 #include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
+#include <nexar/recorder.hpp>
 #include <nexar/request.hpp>
 #include <nexar/rpc.hpp>
 
@@ -244,6 +246,18 @@ class Communicator {
   /// Config::lazy_connect only those it has exchanged messages with so far (the set grows
   /// as it is used). A failed or departed rank is not listed. Errors: closed.
   std::vector<int> connected_peers() const;
+
+  // ---- diagnosis -----------------------------------------------------------------------
+
+  /// This rank's flight recorder of the communicator: its last Config::recorder_ops
+  /// collectives, oldest first, with their numbers, calls, times and states (OpRecord).
+  /// Safe from any thread while collectives run; never blocks them. Errors: invalid_argument
+  /// for an empty Communicator.
+  std::vector<OpRecord> recorder() const;
+  /// The same as one JSON object, for logs and tools: {"comm", "rank", "size", "called",
+  /// "completed", "ops": [...]}, each op with the OpRecord fields and its times in
+  /// microseconds since the Unix epoch (null until reached). README, "Diagnosing a job".
+  std::string dump() const;
 
   // ---- failures ----------------------------------------------------------------------
   //

@@ -131,6 +131,16 @@ struct Config {
   /// waiting for a deadlock's timeout.
   std::uint32_t rpc_threads = 16;
 
+  /// A collective that has waited this long is reported once, at warn level: the members
+  /// that have not called it, the last one each completed and what each is doing
+  /// (NEXAR_STALL_WARN_MS; 0 turns the reports off). The collective keeps waiting until its
+  /// own deadline, and the timeout's error carries the same report. README, "Diagnosing a
+  /// job".
+  std::chrono::milliseconds stall_warn{std::chrono::seconds(10)};
+  /// Collectives each communicator's flight recorder keeps (NEXAR_RECORDER_OPS), 0 .. 2^20;
+  /// 0 keeps none: Communicator::recorder() is empty and stall reports lose the call.
+  std::uint32_t recorder_ops = 1024;
+
   /// Largest payload one frame may claim; larger claims are a protocol error
   /// (NEXAR_MAX_FRAME_BYTES). Messages larger than this are refused at send().
   std::uint64_t max_frame_bytes = std::uint64_t{1} << 31;

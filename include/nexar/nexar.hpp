@@ -9,5 +9,6 @@
 #include <nexar/config.hpp>
 #include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
+#include <nexar/recorder.hpp>
 #include <nexar/request.hpp>
 #include <nexar/rpc.hpp>

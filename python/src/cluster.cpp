@@ -68,6 +68,8 @@ void register_cluster(py::module_& m) {
       .def("__repr__", [](const nexar::Config& c) { return "<nexar.Config\n" + c.describe() + ">"; })
       .def_readwrite("on_failure", &nexar::Config::on_failure, "nexar.FailurePolicy")
       .def_readwrite("rpc_threads", &nexar::Config::rpc_threads, "Most RPC handlers at once.")
+      .def_readwrite("recorder_ops", &nexar::Config::recorder_ops,
+                     "Collectives each communicator's flight recorder keeps.")
       .def_readwrite("max_frame_bytes", &nexar::Config::max_frame_bytes, "Largest frame.")
       .def_readwrite("eager_limit", &nexar::Config::eager_limit, "Eager message limit, bytes.")
       .def_readwrite("unexpected_limit", &nexar::Config::unexpected_limit,
@@ -115,6 +117,8 @@ void register_cluster(py::module_& m) {
   def_ms<&nexar::Config::failure_timeout>(cfg, "failure_timeout",
                                           "Silence after which a peer is declared failed.");
   def_ms<&nexar::Config::rpc_timeout>(cfg, "rpc_timeout", "Default RPC deadline.");
+  def_ms<&nexar::Config::stall_warn>(cfg, "stall_warn",
+                                     "Wait after which a collective is reported as stalled; 0: off.");
   // The text NEXAR_TOPOLOGY takes: parse() errors name the setting and the text.
   cfg.def_property(
       "topology", [](const nexar::Config& c) { return c.topology.to_string(); },

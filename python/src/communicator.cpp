@@ -323,6 +323,40 @@ void register_communicator(py::module_& m, CommClass& cls) {
            "Ranks (ascending) this rank holds a working connection to now; under "
            "Config.lazy_connect only those it has exchanged messages with so far.")
 
+      // diagnosis
+      .def("recorder",
+           [](const PyComm& s) {
+             // Times as time.monotonic() reads them (both are CLOCK_MONOTONIC), None when
+             // not reached yet.
+             auto seconds = [](std::chrono::steady_clock::time_point t) -> py::object {
+               if (t == std::chrono::steady_clock::time_point{}) return py::none();
+               return py::float_(std::chrono::duration<double>(t.time_since_epoch()).count());
+             };
+             py::list out;
+             for (const nexar::OpRecord& r : s.c.recorder()) {
+               py::dict d;
+               d["number"] = r.number;
+               d["op"] = r.op;
+               d["dtype"] = nexar::to_string(r.dtype);
+               d["reduce_op"] = nexar::to_string(r.reduce_op);
+               d["count"] = r.count;
+               d["bytes"] = r.bytes;
+               d["root"] = r.root;
+               d["algorithm"] = r.algorithm;
+               d["state"] = nexar::to_string(r.state);
+               d["posted"] = seconds(r.posted);
+               d["started"] = seconds(r.started);
+               d["ended"] = seconds(r.ended);
+               out.append(std::move(d));
+             }
+             return out;
+           },
+           "This rank's flight recorder of the communicator: its last Config.recorder_ops "
+           "collectives, oldest first, each a dict (number, op, dtype, reduce_op, count, bytes, "
+           "root, algorithm, state, and posted/started/ended in time.monotonic() seconds or None).")
+      .def("dump", [](const PyComm& s) { return s.c.dump(); },
+           "The recorder and this rank's progress as one JSON object (a str).")
+
       // failures
       .def("world_ranks", [](const PyComm& s) { return s.c.world_ranks(); },
            "World rank of each member.")

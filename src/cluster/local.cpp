@@ -125,7 +125,7 @@ Communicator start_joiner(detail::NodeOptions o, const Config& config, const Nod
   const int rank = static_cast<int>(at - w.members.begin());
   log::info("join: world rank {} admitted as rank {} of {} (communicator {:#x})", world_rank, rank,
             w.members.size(), w.comm);
-  auto group = detail::Group::make(node, services.rpc, services.agreement, w.comm, std::move(w.members), rank);
+  auto group = detail::Group::make(node, services, w.comm, std::move(w.members), rank);
   group->set_joined_by_grow();
   return detail::Access::make_communicator(std::move(group));
 }

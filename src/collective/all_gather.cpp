@@ -33,7 +33,7 @@ Request call_all_gather(CollectivePort& p, bool blocking, const void* send, void
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
   if (auto r = small_all_gather(p, blocking, send, recv, count, t, o)) return *r;
-  return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) { all_gather(c, send, recv, count); });
+  return p.start(name, o, t, ReduceOp::sum, {count, -1}, [=](const Coll& c) { all_gather(c, send, recv, count); });
 }
 }  // namespace
 
@@ -54,7 +54,7 @@ Request iall_gather_v(CollectivePort& p, const void* send, std::size_t send_coun
   check_own(p, name, "send_count", send_count, counts, p.rank());
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
   auto cs = copy_of(counts), ds = copy_of(displs);
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {send_count, -1},
                  [=](const Coll& c) { all_gather_v(c, send, send_count, recv, *cs, *ds); });
 }
 

@@ -270,7 +270,7 @@ Request call_all_reduce(CollectivePort& p, bool blocking, const void* send, void
   check_buffer(p, name, "recv", recv, count);
   check_all_reduce_algorithm(p, name, o.algorithm);
   if (auto r = small_all_reduce(p, blocking, send, recv, count, t, op, o)) return *r;
-  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce(c, send, recv, count); });
+  return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { all_reduce(c, send, recv, count); });
 }
 }  // namespace
 
@@ -294,7 +294,7 @@ Request iall_reduce_bucketed(CollectivePort& p, std::span<const MutableBuffer> b
     check_buffer(p, name, "bucket", b.data, b.count);
     total += b.count;
   }
-  return p.start(name, o, t, op, [bufs, total](const Coll& c) {
+  return p.start(name, o, t, op, {total, -1}, [bufs, total](const Coll& c) {
     // One operation over the concatenation: pack, reduce, unpack.
     std::byte* flat = c.scratch(1, c.bytes(total));
     std::size_t off = 0;
@@ -318,7 +318,7 @@ Request iall_reduce_sharded(CollectivePort& p, const void* send, void* recv, voi
   check_buffer(p, name, "send", send, count);
   if (!recv && !shard) bad(p, name, "recv and shard are both null: nothing to produce");
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
-  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce_sharded(c, send, recv, shard, count); });
+  return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { all_reduce_sharded(c, send, recv, shard, count); });
 }
 
 }  // namespace nexar::detail::coll

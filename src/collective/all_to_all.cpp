@@ -2,6 +2,7 @@
 // so every step is a perfect matching and no rank is flooded.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <vector>
 
 #include "collective/algorithms.hpp"
@@ -46,7 +47,7 @@ Request iall_to_all(CollectivePort& p, const void* send, void* recv, std::size_t
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::pairwise});
   auto [counts, displs] = uniform_layout(p.size(), count);
-  return p.start(name, o, t, ReduceOp::sum, [=, counts = counts, displs = displs](const Coll& c) {
+  return p.start(name, o, t, ReduceOp::sum, {count, -1}, [=, counts = counts, displs = displs](const Coll& c) {
     all_to_all_v(c, send, *counts, *displs, recv, *counts, *displs);
   });
 }
@@ -62,7 +63,7 @@ Request iall_to_all_v(CollectivePort& p, const void* send, Counts send_counts, C
   check_algorithm(p, name, o.algorithm, {Algorithm::pairwise});
   auto sc = copy_of(send_counts), sd = copy_of(send_displs), rc = copy_of(recv_counts),
        rd = copy_of(recv_displs);
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {std::accumulate(send_counts.begin(), send_counts.end(), std::uint64_t{0}), -1},
                  [=](const Coll& c) { all_to_all_v(c, send, *sc, *sd, recv, *rc, *rd); });
 }
 

@@ -21,7 +21,7 @@ namespace {
 Request call_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
   check_algorithm(p, "barrier", o.algorithm, {Algorithm::dissemination});
   if (auto r = small_barrier(p, blocking, o)) return *r;
-  return p.start("barrier", o, DataType::u8, ReduceOp::sum, [](const Coll& c) { barrier(c); });
+  return p.start("barrier", o, DataType::u8, ReduceOp::sum, {}, [](const Coll& c) { barrier(c); });
 }
 }  // namespace
 

@@ -72,7 +72,7 @@ Request call_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t 
   check_buffer(p, name, "", buf, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::tree, Algorithm::ring});
   if (auto r = small_broadcast(p, blocking, buf, count, t, root, o)) return *r;
-  return p.start(name, o, t, ReduceOp::sum, [=](const Coll& c) { broadcast(c, buf, count, root); });
+  return p.start(name, o, t, ReduceOp::sum, {count, root}, [=](const Coll& c) { broadcast(c, buf, count, root); });
 }
 }  // namespace
 

@@ -123,7 +123,7 @@ Request iall_reduce_compressed(CollectivePort& p, void* data, std::size_t count,
   check_buffer(p, name, "data", data, count);
   check_all_reduce_algorithm(p, name, o.algorithm);
   ErrorFeedback* st = &state;
-  return p.start(name, o, t, op, [=](const Coll& c) { all_reduce_compressed(c, data, count, *st); });
+  return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { all_reduce_compressed(c, data, count, *st); });
 }
 
 }  // namespace coll

@@ -35,7 +35,7 @@ Request igather(CollectivePort& p, const void* send, void* recv, std::size_t cou
   if (p.rank() == root) check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(p.size(), count);
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {count, root},
                  [=, counts = counts, displs = displs](const Coll& c) { gather_v(c, send, count, recv, *counts, *displs, root); });
 }
 
@@ -46,7 +46,7 @@ Request igather_v(CollectivePort& p, const void* send, std::size_t send_count, v
   check_buffer(p, name, "send", send, send_count);
   auto [cs, ds] = root_layout(p, name, root, counts, displs, "send_count", send_count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {send_count, root},
                  [=, cs = cs, ds = ds](const Coll& c) { gather_v(c, send, send_count, recv, *cs, *ds, root); });
 }
 

@@ -56,7 +56,8 @@ Request SubPort::irecv(const char* op, std::int64_t tag, Clock::time_point deadl
   return parent_.irecv(op, tag, deadline, members_[static_cast<std::size_t>(from)], data, bytes);
 }
 
-Request SubPort::start(const char*, const CollectiveOptions&, DataType, ReduceOp, std::function<void(const Coll&)>) {
+Request SubPort::start(const char*, const CollectiveOptions&, DataType, ReduceOp, CallShape,
+                       std::function<void(const Coll&)>) {
   // A view for steps of a running collective, never a communicator of its own.
   throw std::logic_error("SubPort::start");
 }

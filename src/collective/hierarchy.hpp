@@ -39,7 +39,7 @@ class SubPort final : public CollectivePort {
   std::uint64_t host_id() const noexcept override { return parent_.host_id(); }
   const std::vector<std::uint64_t>* hosts() const noexcept override { return nullptr; }
   void set_hosts(std::vector<std::uint64_t>) override {}
-  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                 std::function<void(const Coll&)> body) override;
 
  private:

@@ -21,6 +21,14 @@ namespace nexar::detail {
 
 struct Coll;
 
+/// What the flight recorder notes of a call besides its name, type and operator: the
+/// call's count (a v-form's: the elements this rank sends, or receives for scatter_v) and
+/// its root (-1: none).
+struct CallShape {
+  std::uint64_t count = 0;
+  int root = -1;
+};
+
 class CollectivePort {
  public:
   using Clock = std::chrono::steady_clock;
@@ -56,10 +64,11 @@ class CollectivePort {
 
   /// Starts collective `name` (arguments already validated): it gets the next collective
   /// tag, its deadline from `o` or Config::op_timeout, and `body` runs on the collective
-  /// thread (or on a thread waiting for it) with a Coll describing the call. The Request
+  /// thread (or on a thread waiting for it) with a Coll describing the call; the flight
+  /// recorder notes `shape` beside the name, type and operator. The Request
   /// completes when `body` returns, or fails with the nexar::Error it throws. Throws
   /// Errc::closed when the communicator is closed.
-  virtual Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+  virtual Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                         std::function<void(const Coll&)> body) = 0;
 
   // ---- mailboxes: collectives inside one host (collective/small.cpp) ----
@@ -75,8 +84,16 @@ class CollectivePort {
     /// must go there too (start() and wait), keeping one reader per mailbox key and rank.
     bool queued = false;
     /// The call's fingerprint (core/call_check.hpp), which its messages carry and takes
-    /// compare: mailbox_path sets it.
+    /// compare.
     std::uint16_t check = 0;
+    /// What the flight recorder notes of the call.
+    CallShape shape{};
+    /// Blocking and not queued: the collective's number in the communicator (the port
+    /// records it), and the last time a wait of it read the clock (idle()), which the
+    /// recorder takes for its end: an 8-byte collective through the mailboxes is over
+    /// before a clock read would be, and a clock read would cost a tenth of it.
+    std::uint64_t number = 0;
+    mutable Clock::time_point seen{};
   };
   /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank) is about
   /// to start: a Ticket if its messages go through the mailboxes this rank shares with
@@ -85,14 +102,17 @@ class CollectivePort {
   /// answers alike for the same sequence of calls, blocking or not (the communicator
   /// agrees on it with its members, through collectives it starts here and waits for at
   /// the next such call), so the ranks never disagree on the path.
-  /// `blocking`: the caller runs it itself, without start(). Throws what start() throws.
-  /// By default there are none (a port inside a running collective, coll::SubPort).
+  /// `blocking`: the caller runs it itself, without start(). The Ticket carries `check`
+  /// and `shape`. Throws what start() throws. By default there are none (a port inside a
+  /// running collective, coll::SubPort).
   virtual std::optional<Ticket> mailboxes(const char* /*op*/, std::size_t /*bytes*/, const CollectiveOptions&,
-                                          bool /*blocking*/) {
+                                          bool /*blocking*/, std::uint16_t /*check*/, CallShape /*shape*/) {
     return std::nullopt;
   }
   /// A non-blocking `t` ended (on the collective thread), successfully or not.
   virtual void finished(const Ticket& /*t*/) noexcept {}
+  /// A blocking `t` that its caller ran ended, successfully (`ok`) or with an exception.
+  virtual void ran(const Ticket& /*t*/, bool /*ok*/) noexcept {}
 
   /// A message's number within its collective, below 2^20: `phase` 0 or 1 and the
   /// `chunk`'s index in that phase (below 2^19). A collective sends each rank its messages

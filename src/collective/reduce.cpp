@@ -36,7 +36,7 @@ Request ireduce(CollectivePort& p, const void* send, void* recv, std::size_t cou
   check_buffer(p, name, "send", send, count);
   if (p.rank() == root) check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::tree});
-  return p.start(name, o, t, op, [=](const Coll& c) { reduce(c, send, recv, count, root); });
+  return p.start(name, o, t, op, {count, root}, [=](const Coll& c) { reduce(c, send, recv, count, root); });
 }
 
 }  // namespace nexar::detail::coll

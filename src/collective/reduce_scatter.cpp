@@ -31,7 +31,7 @@ Request call_reduce_scatter(CollectivePort& p, bool blocking, const void* send, 
   check_buffer(p, name, "recv", recv, block_of(count, p.size(), p.rank()).second);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
   if (auto r = small_reduce_scatter(p, blocking, send, recv, count, t, op, o)) return *r;
-  return p.start(name, o, t, op, [=](const Coll& c) { reduce_scatter(c, send, recv, count); });
+  return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { reduce_scatter(c, send, recv, count); });
 }
 }  // namespace
 

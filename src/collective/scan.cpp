@@ -40,7 +40,7 @@ Request iscan(CollectivePort& p, const void* send, void* recv, std::size_t count
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
-  return p.start(name, o, t, op, [=](const Coll& c) { scan(c, send, recv, count, exclusive); });
+  return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { scan(c, send, recv, count, exclusive); });
 }
 
 }  // namespace nexar::detail::coll

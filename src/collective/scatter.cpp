@@ -35,7 +35,7 @@ Request iscatter(CollectivePort& p, const void* send, void* recv, std::size_t co
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
   auto [counts, displs] = uniform_layout(p.size(), count);
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {count, root},
                  [=, counts = counts, displs = displs](const Coll& c) { scatter_v(c, send, *counts, *displs, recv, count, root); });
 }
 
@@ -46,7 +46,7 @@ Request iscatter_v(CollectivePort& p, const void* send, Counts counts, Counts di
   check_buffer(p, name, "recv", recv, recv_count);
   auto [cs, ds] = root_layout(p, name, root, counts, displs, "recv_count", recv_count);
   check_algorithm(p, name, o.algorithm, {Algorithm::linear});
-  return p.start(name, o, t, ReduceOp::sum,
+  return p.start(name, o, t, ReduceOp::sum, {recv_count, root},
                  [=, cs = cs, ds = ds](const Coll& c) { scatter_v(c, send, *cs, *ds, recv, recv_count, root); });
 }
 

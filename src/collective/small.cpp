@@ -66,10 +66,16 @@ template <class Body>
 Request run(CollectivePort& p, const Ticket& tk, bool blocking, const CollectiveOptions& o, DataType t, ReduceOp op,
             Body body) {
   if (blocking && !tk.queued) {
+    struct Ran {
+      CollectivePort& p;
+      const Ticket& tk;
+      int unwinding = std::uncaught_exceptions();
+      ~Ran() { p.ran(tk, std::uncaught_exceptions() == unwinding); }
+    } ran{p, tk};
     body();
     return {};
   }
-  return p.start(tk.op, o, t, op, [&p, tk, blocking, body](const Coll&) {
+  return p.start(tk.op, o, t, op, tk.shape, [&p, tk, blocking, body](const Coll&) {
     struct Finished {
       CollectivePort& p;
       const Ticket& tk;
@@ -369,11 +375,10 @@ void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std
 
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
                                                    const CollectiveOptions& o, bool blocking, bool fits,
-                                                   std::uint16_t check) {
+                                                   std::uint16_t check, int root) {
   if (o.algorithm != Algorithm::automatic || p.size() < 2 || !fits) return std::nullopt;
-  auto tk = p.mailboxes(op, bytes, o, blocking);
-  if (tk) tk->check = check;
-  return tk;
+  const std::size_t elem = size_of(check_type(check));
+  return p.mailboxes(op, bytes, o, blocking, check, CallShape{bytes / elem, root});
 }
 
 namespace {
@@ -444,7 +449,7 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
   const bool one = bytes <= CollectivePort::kMailboxBytes &&
                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
   const bool chunked = chunks_fit(p, bytes) && bytes <= kBroadcastMostBytes;
-  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum));
+  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum), root);
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root, one] {
     const int n = p.size();

@@ -29,6 +29,11 @@ void Communicator::close() {
   if (group_) group_->close();
 }
 
+// ---- diagnosis ------------------------------------------------------------------------
+
+std::vector<OpRecord> Communicator::recorder() const { return self().recorder().snapshot(); }
+std::string Communicator::dump() const { return self().dump(); }
+
 // ---- failures ---------------------------------------------------------------------------
 
 std::vector<int> Communicator::world_ranks() const { return self().members(); }

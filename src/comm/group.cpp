@@ -13,36 +13,46 @@
 namespace nexar::detail {
 
 Group::Services Group::attach(Node& node) {
-  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node)};
+  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node), nullptr};
+  s.watchdog = std::make_shared<Watchdog>(node.config().stall_warn, s.rpc);
   node.attach_rpc(s.rpc);
   node.attach_membership(s.agreement);
   return s;
 }
 
 std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
-  auto [rpc, agreement] = attach(*node);
+  Services s = attach(*node);
   std::vector<int> members(static_cast<std::size_t>(node->size()));
   for (int r = 0; r < node->size(); ++r) members[static_cast<std::size_t>(r)] = r;
   const int rank = node->rank();
-  return make(std::move(node), std::move(rpc), std::move(agreement), 0, std::move(members), rank);
+  return make(std::move(node), std::move(s), 0, std::move(members), rank);
 }
 
-std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc,
-                                   std::shared_ptr<Agreement> agreement, std::uint64_t id,
+std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
                                    std::vector<int> members, int rank) {
-  auto g = std::make_shared<Group>(std::move(node), std::move(rpc), std::move(agreement), id, std::move(members), rank);
+  auto g = std::make_shared<Group>(std::move(node), std::move(s), id, std::move(members), rank);
   g->node_->watch_comm(g->id_, g->members_, rank,
                        [weak = std::weak_ptr<Group>(g)](int failed_world, Errc code, const std::string& why) {
                          if (auto self = weak.lock()) self->on_event(failed_world, code, why);
                        });
+  // The members' stall queries about this communicator, and the watchdog's look at it.
+  g->rpc_->service().add(g->id_, g->local_of_, kStallQuery,
+                         [rec = g->recorder_, weak = std::weak_ptr<Watchdog>(g->watchdog_)](
+                             int, std::span<const std::byte>) {
+                           auto w = weak.lock();
+                           return w ? w->answer(*rec) : std::vector<std::byte>{};
+                         });
+  g->watchdog_->add(
+      std::make_shared<const Watchdog::Comm>(Watchdog::Comm{g->id_, rank, g->members_, g->recorder_, g->p2p_}));
   return g;
 }
 
-Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_ptr<Agreement> agreement,
-             std::uint64_t id, std::vector<int> members, int rank)
+Group::Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank)
     : node_(std::move(node)),
-      rpc_(std::move(rpc)),
-      agreement_(std::move(agreement)),
+      rpc_(std::move(s.rpc)),
+      agreement_(std::move(s.agreement)),
+      watchdog_(std::move(s.watchdog)),
+      recorder_(std::make_shared<Recorder>(node_->config().recorder_ops)),
       id_(id),
       members_(std::move(members)),
       rank_(rank) {
@@ -56,6 +66,8 @@ Group::Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_p
 
 Group::~Group() {
   node_->unwatch_comm(id_);
+  watchdog_->remove(id_);
+  rpc_->service().remove(id_, kStallQuery);
   // Collectives still queued fail with Errc::closed; the thread is joined.
   if (runner_) runner_->stop();
 }
@@ -140,7 +152,9 @@ Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<cons
                      "peer " + std::to_string(dest) + " is this rank; point-to-point needs another rank");
   }
   Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
-  return watch_for_failure(node_->isend(a, world_of(dest), parts));
+  std::uint64_t bytes = 0;
+  for (const ConstBuffer& p : parts) bytes += p.bytes;
+  return watch_for_stall(watch_for_failure(node_->isend(a, world_of(dest), parts)), true, dest, tag, bytes);
 }
 
 Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
@@ -153,7 +167,15 @@ Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, 
                      "peer " + std::to_string(source) + " is this rank; point-to-point needs another rank");
   }
   Node::P2p a{d, op, id_, tag, node_->config().op_timeout, local_of_};
-  return watch_for_failure(node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap));
+  return watch_for_stall(
+      watch_for_failure(node_->irecv(a, source == any_source ? any_source : world_of(source), data, cap)), false,
+      source, tag, cap);
+}
+
+Request Group::watch_for_stall(Request r, bool sending, int peer, int tag, std::uint64_t bytes) {
+  // An eager send is done when it returns: only what still waits is worth a place.
+  if (const auto& st = Access::state(r); st && !st->done()) p2p_->add(PendingP2p::Op{st, sending, peer, tag, bytes});
+  return r;
 }
 
 CollectiveRunner& Group::runner() {
@@ -275,12 +297,12 @@ void Group::forget_messages(Tag tag) {
 
 std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
 
-Request Group::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+Request Group::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                      std::function<void(const Coll&)> body) {
-  return start_task(name, o, t, op, std::move(body), t_blocking_calls > 0);
+  return start_task(name, o, t, op, shape, std::move(body), t_blocking_calls > 0);
 }
 
-Request Group::start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+Request Group::start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                           std::function<void(const Coll&)> body, bool caller_waits) {
   check_open(name);
   const Config& cfg = node_->config();
@@ -291,7 +313,10 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   st->yield_when_idle = cfg.yield_when_idle;
   // Collectives start in the same order on every rank, so the n-th one gets the same tag
   // everywhere and its messages never match another collective's.
-  const Tag tag = collective_tag(collectives_.fetch_add(1));
+  const std::uint64_t number = recorder_->posted(Recorder::Call{name, to_string(o.algorithm), call_check(name, t, op),
+                                                                shape.count, shape.count * size_of(t), shape.root},
+                                                 now, false);
+  const Tag tag = collective_tag(number);
   Coll c{*this, name, tag, deadline,
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
          o.algorithm, t, op};
@@ -301,14 +326,16 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   // and never runs: nothing of it has moved, and it would otherwise wait for the earlier
   // one's own, possibly much later, deadline. Once it runs, its messages carry the deadline.
   auto phase = std::make_shared<std::atomic<int>>(kQueued);
-  st->canceller = [weak, phase, name, rank = rank_, deadline,
+  st->canceller = [weak, phase, name, rank = rank_, deadline, rec = recorder_, number,
                    ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout.value_or(cfg.op_timeout))](
                       Errc code) {
     int queued = kQueued;
     if (!phase->compare_exchange_strong(queued, kGivenUp)) return;
+    const auto at = Clock::now();
+    rec->ended(number, at, false);
     auto s = weak.lock();
     if (!s) return;
-    if (Clock::now() >= deadline) code = Errc::timeout;  // given up past its deadline: it timed out
+    if (at >= deadline) code = Errc::timeout;  // given up past its deadline: it timed out
     std::string why = code == Errc::timeout
                           ? "Timed out waiting " + std::to_string(ms.count()) +
                                 " ms: an earlier collective of this communicator still runs (a member has not "
@@ -317,7 +344,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
     s->complete(code, format_error(code, ErrorContext{name, rank, -1, {}, {}}, why));
   };
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, phase, body = std::move(body), node = node_.get(), group = this]() {
+      [c, st, phase, number, body = std::move(body), node = node_.get(), group = this]() {
         // However the operation ends, its message counts are done with. The group outlives
         // its running task (~Group joins the runner first), as `body` relies on too. It is
         // never locked from a weak reference here: that copy could be the last owner, and
@@ -329,19 +356,32 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         } forget{*group, c.tag};
         int queued = kQueued;
         if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
+        Recorder& rec = *group->recorder_;
+        rec.started(number, Clock::now());
         group->note_call(c);
+        bool ok = false;
         try {
           Node::PollScope scope(*node);
           body(c);
-          st->succeed();
+          ok = true;
         } catch (const Error& e) {
-          if (e.failed_ranks().empty()) st->complete(e.code(), e.what());
-          else st->fail_ranks(e.code(), e.what(), e.failed_ranks());
+          rec.ended(number, Clock::now(), false);
+          std::string what = e.what();
+          // A timeout carries what the stall report found, if one was made.
+          if (e.code() == Errc::timeout) what += group->stall_note(number);
+          if (e.failed_ranks().empty()) st->complete(e.code(), what);
+          else st->fail_ranks(e.code(), what, e.failed_ranks());
         } catch (const std::exception& e) {
+          rec.ended(number, Clock::now(), false);
           st->complete(Errc::io, std::string(c.name) + ": " + e.what());
         }
+        if (ok) {
+          rec.ended(number, Clock::now(), true);
+          st->succeed();
+        }
       },
-      [weak, name, rank = rank_] {
+      [weak, name, rank = rank_, rec = recorder_, number] {
+        rec->ended(number, Clock::now(), false);
         if (auto s = weak.lock())
           s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
                                         ": communicator closed before the collective ran");
@@ -351,12 +391,21 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   return watch_for_failure(Access::make_request(st));
 }
 
+std::string Group::stall_note(std::uint64_t number) const {
+  std::string r = recorder_->report(number);
+  return r.empty() ? r : " (" + r + ")";
+}
+
+std::string Group::dump() const {
+  return recorder_->json(id_, rank_, size());
+}
+
 std::shared_ptr<Group> Group::split(int color, int key) {
   // Every member learns every (color, key) through an all_gather on this group.
   std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
   const std::uint64_t seq = splits_.fetch_add(1);
-  start("split", {}, DataType::i64, ReduceOp::sum,
+  start("split", {}, DataType::i64, ReduceOp::sum, {2, -1},
         [&](const Coll& c) { coll::all_gather(c, mine, all.data(), 2); })
       .wait();
   if (color < 0) return nullptr;
@@ -371,7 +420,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     if (r == rank_) my_rank = static_cast<int>(world.size());
     world.push_back(world_of(r));
   }
-  return make(node_, rpc_, agreement_, split_id(id_, seq, color), std::move(world), my_rank);
+  return make(node_, Services{rpc_, agreement_, watchdog_}, split_id(id_, seq, color), std::move(world), my_rank);
 }
 
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept {

@@ -17,6 +17,8 @@
 
 #include "collective/port.hpp"
 #include "comm/notifier.hpp"
+#include "comm/recorder.hpp"
+#include "comm/watchdog.hpp"
 #include "membership/agreement.hpp"
 #include "rpc/rpc.hpp"
 #include "shm/mailbox.hpp"
@@ -31,22 +33,21 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// The world group of `node` (every rank, id 0). It sets up the node's RPC, so call it
   /// before Node::start(): requests may arrive as soon as the mesh is up.
   static std::shared_ptr<Group> world(std::shared_ptr<Node> node);
-  /// What serves a node's communicators: its RPC and its agreement.
+  /// What serves a node's communicators: its RPC, its agreement and its stall watchdog.
   struct Services {
     std::shared_ptr<Rpc> rpc;
     std::shared_ptr<Agreement> agreement;
+    std::shared_ptr<Watchdog> watchdog;
   };
-  /// Sets up the node's RPC and agreement (before Node::start()), for a node whose first
-  /// group is made later (a joiner's, from its welcome).
+  /// Sets up the node's RPC, agreement and watchdog (before Node::start()), for a node
+  /// whose first group is made later (a joiner's, from its welcome).
   static Services attach(Node& node);
-  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `rpc`
-  /// serves and calls for the node, `agreement` agrees for it. The group watches the
-  /// failures of its members from the start.
-  static std::shared_ptr<Group> make(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc,
-                                     std::shared_ptr<Agreement> agreement, std::uint64_t id,
+  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `s`
+  /// serves the node. The group watches the failures of its members from the start, and
+  /// its recorder is the watchdog's to look at and the members' to ask about.
+  static std::shared_ptr<Group> make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
                                      std::vector<int> members, int rank);
-  Group(std::shared_ptr<Node> node, std::shared_ptr<Rpc> rpc, std::shared_ptr<Agreement> agreement,
-        std::uint64_t id, std::vector<int> members, int rank);
+  Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank);
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -88,12 +89,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::uint64_t host_id() const noexcept override { return node_->host_id(); }
   const std::vector<std::uint64_t>* hosts() const noexcept override { return hosts_ ? &*hosts_ : nullptr; }
   void set_hosts(std::vector<std::uint64_t> ids) override { hosts_ = std::move(ids); }
-  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+  Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                 std::function<void(const Coll&)> body) override;
   // The mailboxes (comm/group_mailboxes.cpp).
-  std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o,
-                                  bool blocking) override;
+  std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o, bool blocking,
+                                  std::uint16_t check, CallShape shape) override;
   void finished(const Ticket& t) noexcept override;
+  void ran(const Ticket& t, bool ok) noexcept override;
   bool try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) override;
   bool try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) override;
   const void* try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) override;
@@ -137,6 +139,10 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
 
   /// Runs collectives of this group one after another on its own thread.
   CollectiveRunner& runner();
+  /// This rank's flight recorder of the group's collectives.
+  const Recorder& recorder() const noexcept { return *recorder_; }
+  /// The recorder and the progress counts as JSON (Communicator::dump()).
+  std::string dump() const;
 
   /// Counts the calling thread's blocking collective calls (Communicator::BlockingCall):
   /// a collective started while the count is positive is left to its caller to run.
@@ -163,22 +169,29 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// failed agreement is thrown by the call that waits for it, naming that call.
   std::size_t vote_mailboxes(const char* op, const CollectiveOptions& o);
   /// start(), with the caller running the collective when it waits for it (`caller_waits`).
-  Request start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op,
+  Request start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                      std::function<void(const Coll&)> body, bool caller_waits);
+  /// What a timeout of collective `number` adds to its error: " (<the stall report>)" if
+  /// the watchdog made one, else nothing.
+  std::string stall_note(std::uint64_t number) const;
   /// Under FailurePolicy::automatic: `r`'s failure, when thrown to the application, marks
   /// the failure seen (the next call rebuilds). Returns `r`.
   Request watch_for_failure(Request r);
+  /// An application's send or receive: watched for stalls while it is open. Returns `r`.
+  Request watch_for_stall(Request r, bool sending, int peer, int tag, std::uint64_t bytes);
 
   std::shared_ptr<Node> node_;
   std::shared_ptr<Rpc> rpc_;
   std::shared_ptr<Agreement> agreement_;
+  std::shared_ptr<Watchdog> watchdog_;
+  std::shared_ptr<Recorder> recorder_;
+  std::shared_ptr<PendingP2p> p2p_ = std::make_shared<PendingP2p>();
   std::uint64_t id_;
   std::vector<int> members_;
   std::shared_ptr<const std::vector<int>> local_of_;
   int rank_;
   std::atomic<bool> closed_{false};
   bool joined_by_grow_ = false;
-  std::atomic<std::uint64_t> collectives_{0};
   // The collectives' message counts (collective_message_tag in transport/match_queue.hpp):
   // per (operation tag, group rank of the neighbour), messages sent and receives posted so
   // far; and the fingerprint of each running collective's call (core/call_check.hpp), which

@@ -33,7 +33,8 @@ inline void relax() noexcept {
 }  // namespace
 
 std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size_t bytes,
-                                                        const CollectiveOptions& o, bool blocking) {
+                                                        const CollectiveOptions& o, bool blocking,
+                                                        std::uint16_t check, CallShape shape) {
   check_open(op);
   std::size_t limit = mailbox_limit_.load(std::memory_order_acquire);
   if (limit == 0) limit = vote_mailboxes(op, o);
@@ -43,19 +44,25 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
   // thread, and then joins them there. So a rank's messages of one key are taken by one
   // thread at a time, in order, and one numbered below what it waits for is stale.
   bool queued = true;
+  const auto now = Clock::now();
+  std::uint64_t number = 0;
   if (blocking) {
     queued = mailbox_queued_.load(std::memory_order_acquire) != 0;
     // Inline, it takes the collective tag start() would have given it, so tags stay in
-    // step whichever form each rank called.
-    if (!queued) collectives_.fetch_add(1, std::memory_order_relaxed);
+    // step whichever form each rank called; and it is recorded here (start() records the
+    // others), with the clock read the deadline needs anyway.
+    if (!queued) number = recorder_->posted(Recorder::Call{op, "mailbox", check, shape.count, bytes, shape.root}, now, true);
   } else {
     mailbox_queued_.fetch_add(1, std::memory_order_acq_rel);
   }
-  return Ticket{op, mailbox_seq_.fetch_add(1, std::memory_order_relaxed) + 1,
-                Clock::now() + o.timeout.value_or(config().op_timeout), queued};
+  return Ticket{op,    mailbox_seq_.fetch_add(1, std::memory_order_relaxed) + 1,
+                now + o.timeout.value_or(config().op_timeout),
+                queued, check, shape, number, {}};
 }
 
 void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
+
+void Group::ran(const Ticket& t, bool ok) noexcept { recorder_->ended(t.number, t.seen, ok); }
 
 std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
   const std::uint64_t n = mailbox_candidates_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -98,7 +105,7 @@ std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
   // must not hold the collectives queued behind the vote for longer than their own timeout.
   CollectiveOptions vote;
   vote.timeout = o.timeout;
-  mailbox_pending_ = start_task("mailbox vote", vote, DataType::u64, ReduceOp::min,
+  mailbox_pending_ = start_task("mailbox vote", vote, DataType::u64, ReduceOp::min, {1, -1},
                                 [this](const Coll& c) { coll::all_reduce(c, &mailbox_vote_, &mailbox_agreed_, 1); },
                                 false);
   mailbox_pending_at_ = n;
@@ -165,6 +172,7 @@ void Group::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
   }
   check_open(t.op);  // throws the revocation (a member failed) or the closing
   const auto now = Clock::now();
+  t.seen = now;
   if (auto gone = node().departure(world_of(peer)); gone && gone->first == Errc::peer_closed) {
     // What it posted before it closed still counts (it became visible before the close):
     // the caller attempts once more before the error.
@@ -175,9 +183,12 @@ void Group::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
     throw make_error(gone->first, ErrorContext{t.op, rank_, peer, {}, {}}, gone->second);
   }
   if (now >= t.deadline) {
+    // Run by its caller, the collective is this Ticket's number; a queued one's error gets
+    // the note where start() catches it.
     throw make_error(Errc::timeout, ErrorContext{t.op, rank_, peer, {}, {}},
                      std::string("deadline passed waiting for rank ") + std::to_string(peer) +
-                         (taking ? "'s message" : " to take earlier messages"));
+                         (taking ? "'s message" : " to take earlier messages") +
+                         (t.queued ? std::string() : stall_note(t.number)));
   }
   if (w.spin_end == Clock::time_point{}) w.spin_end = now + cfg.spin;
   if (!w.asleep && now < w.spin_end) return;

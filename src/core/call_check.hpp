@@ -58,6 +58,17 @@ constexpr std::uint16_t call_check(std::string_view name, DataType t, ReduceOp o
   return call_check(call_kind(name), t, op);
 }
 
+/// The element type and the reduction operator a fingerprint holds (u8 and sum for one
+/// this build cannot read).
+constexpr DataType check_type(std::uint16_t check) noexcept {
+  const unsigned t = check >> 6 & 0xfu;
+  return t <= static_cast<unsigned>(DataType::u64) ? static_cast<DataType>(t) : DataType::u8;
+}
+constexpr ReduceOp check_op(std::uint16_t check) noexcept {
+  const unsigned op = check >> 3 & 0x7u;
+  return op <= static_cast<unsigned>(ReduceOp::avg) ? static_cast<ReduceOp>(op) : ReduceOp::sum;
+}
+
 /// The call a fingerprint describes, as a reader would write it: "all_reduce(f32, max)",
 /// "all_gather(u64)" for a collective that reduces nothing.
 std::string describe_call(std::uint16_t check);

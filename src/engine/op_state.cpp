@@ -49,9 +49,19 @@ bool OpState::complete(Errc code, std::string message, Status status) {
   return finish(code, std::move(message), status);
 }
 
+void OpState::annotate(std::string text) {
+  std::lock_guard lk(note_mu_);
+  note_ = std::move(text);
+  noted_.store(true, std::memory_order_release);
+}
+
 bool OpState::finish(Errc code, std::string message, Status status) {
   code_ = code;
   message_ = std::move(message);
+  if (code != Errc::ok && noted_.load(std::memory_order_acquire)) {
+    std::lock_guard lk(note_mu_);
+    message_ += " (" + note_ + ")";
+  }
   status_ = status;
   if (state_.exchange(done_state, std::memory_order_acq_rel) == pending_waiters) {
     futex_wake_all(state_);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,10 @@ class OpState {
   Errc code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
   const Status& status() const noexcept { return status_; }
+  /// Adds `text` to the error this operation may still end with (a stall report): a later
+  /// failure's message ends with " (<text>)". Any thread; a note that comes while the
+  /// operation completes may be left out.
+  void annotate(std::string text);
   /// Set by fail_ranks(); empty otherwise. Valid once done().
   const std::vector<int>& failed_ranks() const noexcept { return failed_; }
   const char* op() const noexcept { return op_; }
@@ -106,6 +111,9 @@ class OpState {
   std::string message_;
   Status status_;
   std::vector<int> failed_;
+  std::atomic<bool> noted_{false};
+  std::mutex note_mu_;
+  std::string note_;
 };
 
 }  // namespace nexar::detail

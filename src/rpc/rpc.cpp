@@ -23,7 +23,7 @@ bool Rpc::take(std::uint64_t call, Pending* out) {
   return true;
 }
 
-RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::byte> args,
+RpcCall Rpc::call(std::uint64_t comm, int dest, std::uint64_t fn, std::span<const std::byte> args,
                   std::chrono::milliseconds timeout) {
   const char* op = "rpc";
   node_.check_open(op, dest);
@@ -54,14 +54,14 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, RpcId id, std::span<const std::b
       rpc->node_.fail(s, code, dest, code == Errc::timeout ? "no reply in time" : "call cancelled");
   };
   if (dest == node_.rank()) {
-    service_.submit(dest, comm, id, call, std::vector<std::byte>(args.begin(), args.end()));
+    service_.submit(dest, comm, fn, call, std::vector<std::byte>(args.begin(), args.end()));
     return RpcCall(Access::make_request(st), reply);
   }
   wire::FrameHeader h;
   h.type = wire::FrameType::rpc_request;
   h.src = static_cast<std::uint32_t>(node_.rank());
   h.comm = comm;
-  h.tag = id;
+  h.tag = fn;
   h.seq = call;
   h.length = args.size();
   if (!node_.send_rpc_frame(dest, wire::Lane::rpc_request, h, args)) {

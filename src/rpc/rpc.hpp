@@ -32,9 +32,10 @@ class Rpc final : public RpcLanes, public std::enable_shared_from_this<Rpc> {
 
   RpcService& service() noexcept { return service_; }
 
-  /// Calls function `id` of communicator `comm` on world rank `dest` (this rank too).
-  /// Throws invalid_argument for arguments over max_frame_bytes, closed after close.
-  RpcCall call(std::uint64_t comm, int dest, RpcId id, std::span<const std::byte> args,
+  /// Calls function `fn` of communicator `comm` on world rank `dest` (this rank too): an
+  /// application's RpcId, or one of the library's own above 2^32 (kStallQuery). Throws
+  /// invalid_argument for arguments over max_frame_bytes, closed after close.
+  RpcCall call(std::uint64_t comm, int dest, std::uint64_t fn, std::span<const std::byte> args,
                std::chrono::milliseconds timeout);
 
   // RpcLanes

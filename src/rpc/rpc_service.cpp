@@ -23,15 +23,15 @@ RpcService::RpcService(int rank, std::uint32_t max_threads, ReplyFn reply)
 
 RpcService::~RpcService() { stop(); }
 
-void RpcService::add(std::uint64_t comm, std::shared_ptr<const std::vector<int>> members, RpcId id,
+void RpcService::add(std::uint64_t comm, std::shared_ptr<const std::vector<int>> members, std::uint64_t fn,
                      RpcHandler h) {
   std::lock_guard lk(mu_);
-  handlers_[{comm, id}] = Entry{std::move(members), std::make_shared<const RpcHandler>(std::move(h))};
+  handlers_[{comm, fn}] = Entry{std::move(members), std::make_shared<const RpcHandler>(std::move(h))};
 }
 
-void RpcService::remove(std::uint64_t comm, RpcId id) {
+void RpcService::remove(std::uint64_t comm, std::uint64_t fn) {
   std::lock_guard lk(mu_);
-  handlers_.erase({comm, id});
+  handlers_.erase({comm, fn});
 }
 
 bool RpcService::stuck() const noexcept {
@@ -141,9 +141,7 @@ void RpcService::serve(Job& job) {
   Entry e;
   {
     std::lock_guard lk(mu_);
-    if (job.fn <= 0xffffffffu) {
-      if (auto it = handlers_.find({job.comm, static_cast<RpcId>(job.fn)}); it != handlers_.end()) e = it->second;
-    }
+    if (auto it = handlers_.find({job.comm, job.fn}); it != handlers_.end()) e = it->second;
   }
   const std::string where = "RPC id " + std::to_string(job.fn) + " on rank " + std::to_string(rank_);
   if (!e.handler) {

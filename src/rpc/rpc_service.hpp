@@ -35,11 +35,12 @@ class RpcService {
   RpcService(const RpcService&) = delete;
   RpcService& operator=(const RpcService&) = delete;
 
-  /// Registers `h` as function `id` of communicator `comm`; `members` maps world ranks to
+  /// Registers `h` as function `fn` of communicator `comm`; `members` maps world ranks to
   /// ranks in `comm` (-1: not a member), so the handler sees its caller's rank there.
-  void add(std::uint64_t comm, std::shared_ptr<const std::vector<int>> members, RpcId id,
+  /// Functions above 2^32 are the library's own (kStallQuery): no RpcId reaches them.
+  void add(std::uint64_t comm, std::shared_ptr<const std::vector<int>> members, std::uint64_t fn,
            RpcHandler h);
-  void remove(std::uint64_t comm, RpcId id);
+  void remove(std::uint64_t comm, std::uint64_t fn);
   /// Queues a request from world rank `caller` (any thread; never blocks on a handler).
   void submit(int caller, std::uint64_t comm, std::uint64_t fn, std::uint64_t call,
               std::vector<std::byte> args);
@@ -88,7 +89,7 @@ class RpcService {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
-  std::map<std::pair<std::uint64_t, RpcId>, Entry> handlers_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, Entry> handlers_;
   std::vector<std::thread> threads_;
   std::size_t idle_ = 0;    // threads waiting for a job
   std::size_t nested_ = 0;  // threads waiting for a nested call of their handler

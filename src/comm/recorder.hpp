@@ -1,0 +1,100 @@
+// A communicator's flight recorder on this rank: the last Config::recorder_ops collectives
+// it called, each with its number, call and times, and how far the rank has got (the
+// numbers called and completed), which the stall reports compare across ranks.
+//
+// Always on, so recording must cost next to nothing beside an 8-byte all_reduce through
+// the mailboxes (about 0.2 us): no lock, no allocation and no clock read of its own. The
+// thread that calls a collective writes its entry; the thread that runs it writes its
+// start and end. Readers (Communicator::recorder(), the watchdog, a peer's stall query)
+// copy an entry without stopping the writers: each entry is a sequence lock over atomics,
+// and a copy that overlapped a write is taken again.
+#pragma once
+
+#include <nexar/recorder.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nexar::detail {
+
+class Recorder {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  /// Keeps the last `capacity` collectives (0: none; the progress counts are kept anyway).
+  explicit Recorder(std::size_t capacity);
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  /// What is known of a call when it is made.
+  struct Call {
+    const char* name;       // static text: the collective's name
+    const char* algorithm;  // static text: to_string(Algorithm) or "mailbox"
+    std::uint16_t check;    // its fingerprint (core/call_check.hpp): type and operator
+    std::uint64_t count;
+    std::uint64_t bytes;
+    int root;
+  };
+
+  /// A collective was called at `at`: returns its number in the communicator (0, 1, 2, ...
+  /// in the order of calls, so the same on every rank). `running`: it starts at once (a
+  /// blocking call through the mailboxes), otherwise it is queued until started().
+  std::uint64_t posted(const Call& c, Clock::time_point at, bool running) noexcept;
+  void started(std::uint64_t number, Clock::time_point at) noexcept;
+  void ended(std::uint64_t number, Clock::time_point at, bool ok) noexcept;
+
+  /// Collectives called so far (the next number), and completed (the highest number that
+  /// ended + 1; collectives of a communicator end in order, but for one given up while
+  /// queued).
+  std::uint64_t called() const noexcept { return called_.load(std::memory_order_acquire); }
+  std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
+
+  /// The entries still held, oldest first.
+  std::vector<OpRecord> snapshot() const;
+  /// The oldest entry that has not ended, if the recorder still holds it.
+  std::optional<OpRecord> oldest_open() const;
+
+  /// The recorder as one JSON object (Communicator::dump(), docs/CONFIG.md "Diagnosis"):
+  /// the communicator, this rank, the progress counts and the entries, oldest first, with
+  /// their times in microseconds since the Unix epoch (null when not reached yet).
+  std::string json(std::uint64_t comm, int rank, int size) const;
+
+  /// The stall report about collective `number` (the watchdog's), kept so that its timeout
+  /// can carry it; empty if none.
+  void set_report(std::uint64_t number, std::string text);
+  std::string report(std::uint64_t number) const;
+  /// Marks collective `number` reported: true the first time for each number.
+  bool first_report(std::uint64_t number) noexcept;
+
+ private:
+  struct Slot {
+    std::atomic<std::uint64_t> version{0};  // odd while an entry is being written
+    std::atomic<std::uint64_t> number{~std::uint64_t{0}};
+    std::atomic<const char*> name{nullptr};
+    std::atomic<const char*> algorithm{nullptr};
+    std::atomic<std::uint16_t> check{0};
+    std::atomic<std::uint8_t> state{0};
+    std::atomic<int> root{-1};
+    std::atomic<std::uint64_t> count{0}, bytes{0};
+    std::atomic<Clock::rep> posted{0}, started{0}, ended{0};
+  };
+  Slot* slot_of(std::uint64_t number) noexcept;
+  /// A consistent copy of `s`, or nothing if it is empty or kept changing.
+  std::optional<OpRecord> read(const Slot& s) const;
+
+  std::unique_ptr<Slot[]> slots_;
+  std::size_t capacity_;
+  std::atomic<std::uint64_t> called_{0}, completed_{0};
+  std::atomic<std::uint64_t> reported_{0};  // numbers below this were reported
+  mutable std::mutex report_mu_;
+  std::uint64_t report_number_ = 0;
+  std::string report_;
+};
+
+}  // namespace nexar::detail

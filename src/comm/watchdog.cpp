@@ -1,0 +1,225 @@
+#include "comm/watchdog.hpp"
+
+#include <nexar/error.hpp>
+
+#include <algorithm>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "core/call_check.hpp"
+#include "core/log.hpp"
+#include "rpc/rpc.hpp"
+#include "wire/bytes.hpp"
+
+namespace nexar::detail {
+
+namespace {
+
+// How long the watchdog waits for the members' answers before it reports without them.
+constexpr std::chrono::seconds kAnswerWait{1};
+
+double seconds(Watchdog::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string last_completed(std::uint64_t completed) {
+  return completed == 0 ? std::string("none completed") : fmt::format("last completed #{}", completed - 1);
+}
+
+}  // namespace
+
+std::string describe(const OpRecord& r) {
+  std::string s = fmt::format("{} #{}", r.op, r.number);
+  if (r.op == "barrier") return s;
+  s += fmt::format(" ({}, {} element{}", to_string(r.dtype), r.count, r.count == 1 ? "" : "s");
+  if (kCallNames[call_kind(r.op)].reduces) s += fmt::format(", {}", to_string(r.reduce_op));
+  if (r.root >= 0) s += fmt::format(", root {}", r.root);
+  return s + ")";
+}
+
+Watchdog::Watchdog(std::chrono::milliseconds stall_warn, std::weak_ptr<Rpc> rpc)
+    : stall_warn_(stall_warn), rpc_(std::move(rpc)) {
+  if (stall_warn_.count() > 0) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::add(std::shared_ptr<const Comm> c) {
+  std::lock_guard lk(mu_);
+  comms_[c->id] = std::move(c);
+}
+
+void Watchdog::remove(std::uint64_t id) {
+  std::lock_guard lk(mu_);
+  comms_.erase(id);
+}
+
+std::string Watchdog::doing(Clock::time_point now) const {
+  std::vector<std::shared_ptr<const Comm>> comms;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, c] : comms_) comms.push_back(c);
+  }
+  // The oldest operation in flight on any communicator of the node.
+  std::string what;
+  Clock::time_point since = Clock::time_point::max();
+  for (auto& c : comms) {
+    if (auto r = c->recorder->oldest_open(); r && r->posted < since) {
+      since = r->posted;
+      what = fmt::format("{} of communicator {:#x}", describe(*r), c->id);
+    }
+    if (auto p = c->p2p->oldest(); p && p->state->start() < since) {
+      since = p->state->start();
+      what = fmt::format("{} on communicator {:#x}", describe(*p), c->id);
+    }
+  }
+  if (what.empty()) return "in no operation";
+  return fmt::format("in {} for {:.1f} s", what, seconds(now - since));
+}
+
+std::vector<std::byte> Watchdog::answer(const Recorder& r) const {
+  const std::string text = doing(Clock::now());
+  std::vector<std::byte> out(16 + text.size());
+  wire::put_u64(out.data(), r.called());
+  wire::put_u64(out.data() + 8, r.completed());
+  std::copy_n(reinterpret_cast<const std::byte*>(text.data()), text.size(), out.data() + 16);
+  return out;
+}
+
+Watchdog::Answer Watchdog::decode(std::span<const std::byte> reply) {
+  Answer a;
+  if (reply.size() < 16) {
+    a.doing = fmt::format("an answer of {} bytes, fewer than 16", reply.size());
+    return a;
+  }
+  a.ok = true;
+  a.called = wire::get_u64(reply.data());
+  a.completed = wire::get_u64(reply.data() + 8);
+  a.doing.assign(reinterpret_cast<const char*>(reply.data()) + 16, reply.size() - 16);
+  return a;
+}
+
+std::string Watchdog::report(const Comm& c, const OpRecord& op, Clock::time_point now,
+                             const std::vector<Answer>& answers) {
+  std::string s = fmt::format("stall: {} of communicator {:#x} has waited {:.1f} s on rank {} of {}", describe(op),
+                              c.id, seconds(now - op.posted), c.rank, c.members.size());
+  std::string missing, silent, inside;
+  int in_it = 0;
+  for (std::size_t r = 0; r < answers.size(); ++r) {
+    const Answer& a = answers[r];
+    if (static_cast<int>(r) == c.rank || (a.ok && a.called > op.number && a.completed <= op.number)) {
+      inside += fmt::format("{}{}", in_it++ ? ", " : "", r);
+    } else if (!a.ok) {
+      silent += fmt::format("{}rank {} ({})", silent.empty() ? "" : ", ", r, a.doing);
+    } else if (a.called <= op.number) {
+      missing += fmt::format("{}rank {} ({}; {})", missing.empty() ? "" : ", ", r, last_completed(a.completed), a.doing);
+    }
+  }
+  if (!missing.empty()) s += "; not called by " + missing;
+  if (!silent.empty()) s += "; no answer from " + silent;
+  if (missing.empty() && silent.empty()) s += "; every member has called it";
+  return s + "; still in it: rank" + (in_it > 1 ? "s " : " ") + inside;
+}
+
+std::string Watchdog::report(const Comm& c, const PendingP2p::Op& op, Clock::time_point now,
+                             const std::vector<std::optional<Answer>>& answers) {
+  std::string s = fmt::format("stall: {} on communicator {:#x} has waited {:.1f} s on rank {} of {}", describe(op),
+                              c.id, seconds(now - op.state->start()), c.rank, c.members.size());
+  for (std::size_t r = 0; r < answers.size(); ++r) {
+    if (!answers[r]) continue;
+    const Answer& a = *answers[r];
+    if (a.ok) s += fmt::format("; rank {}: {}, {}", r, last_completed(a.completed), a.doing);
+    else s += fmt::format("; no answer from rank {} ({})", r, a.doing);
+  }
+  return s;
+}
+
+void Watchdog::run() {
+  const auto period = std::clamp<std::chrono::milliseconds>(stall_warn_ / 4, std::chrono::milliseconds(10),
+                                                            std::chrono::seconds(1));
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    wake_.wait_for(lk, period, [this] { return stop_; });
+    if (stop_) break;
+    lk.unlock();
+    look(Clock::now());
+    lk.lock();
+  }
+}
+
+void Watchdog::look(Clock::time_point now) {
+  auto rpc = rpc_.lock();
+  if (!rpc) return;
+  std::vector<std::shared_ptr<const Comm>> comms;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [id, c] : comms_) comms.push_back(c);
+  }
+  // A stalled operation, the members asked about it, and their answers.
+  struct Stall {
+    std::shared_ptr<const Comm> comm;
+    std::optional<OpRecord> collective;
+    std::optional<PendingP2p::Op> p2p;
+    std::vector<std::optional<RpcCall>> calls;
+    std::vector<std::optional<Answer>> answers;
+  };
+  std::vector<Stall> stalls;
+  // Every rank to ask is asked at once; the answers are awaited together below.
+  auto ask = [&](Stall& st, std::size_t r) {
+    st.answers[r] = Answer{};
+    try {
+      st.calls[r] = rpc->call(st.comm->id, st.comm->members[r], kStallQuery, {}, kAnswerWait);
+    } catch (const Error& e) {
+      st.answers[r]->doing = e.what();
+    }
+  };
+  for (auto& c : comms) {
+    const std::size_t n = c->members.size();
+    const auto me = static_cast<std::size_t>(c->rank);
+    if (auto op = c->recorder->oldest_open();
+        op && now - op->posted >= stall_warn_ && c->recorder->first_report(op->number)) {
+      Stall& st = stalls.emplace_back(Stall{c, std::move(op), std::nullopt, std::vector<std::optional<RpcCall>>(n),
+                                            std::vector<std::optional<Answer>>(n)});
+      for (std::size_t r = 0; r < n; ++r)
+        if (r != me) ask(st, r);
+    }
+    for (auto& op : c->p2p->stalled(now, stall_warn_)) {
+      Stall& st = stalls.emplace_back(
+          Stall{c, std::nullopt, op, std::vector<std::optional<RpcCall>>(n), std::vector<std::optional<Answer>>(n)});
+      for (std::size_t r = 0; r < n; ++r)
+        if (r != me && (op.peer < 0 || static_cast<int>(r) == op.peer)) ask(st, r);
+    }
+  }
+  for (auto& st : stalls) {
+    for (std::size_t r = 0; r < st.calls.size(); ++r) {
+      if (!st.calls[r]) continue;
+      try {
+        st.answers[r] = decode(st.calls[r]->wait());
+      } catch (const Error& e) {
+        // A member that has not made the communicator yet has no handler for it.
+        st.answers[r]->doing = e.code() == Errc::unknown_rpc ? "it has not joined this communicator" : e.what();
+      }
+    }
+    const Comm& c = *st.comm;
+    if (st.collective) {
+      std::vector<Answer> answers(st.answers.size());
+      for (std::size_t r = 0; r < answers.size(); ++r)
+        if (st.answers[r]) answers[r] = *st.answers[r];
+      std::string text = report(c, *st.collective, Clock::now(), answers);
+      log::warn("{}", text);
+      c.recorder->set_report(st.collective->number, std::move(text));
+    } else {
+      std::string text = report(c, *st.p2p, Clock::now(), st.answers);
+      log::warn("{}", text);
+      st.p2p->state->annotate(std::move(text));
+    }
+  }
+}
+
+}  // namespace nexar::detail
