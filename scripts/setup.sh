@@ -11,7 +11,7 @@ packages=(
   clang lld libclang-rt-14-dev
   libngtcp2-dev libngtcp2-crypto-gnutls-dev
   libgnutls28-dev nettle-dev
-  libasio-dev libhwy-dev libspdlog-dev libfmt-dev libcli11-dev
+  libasio-dev libhwy-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2 iptables
   openmpi-bin libopenmpi-dev libgloo-dev

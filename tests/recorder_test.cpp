@@ -77,26 +77,47 @@ TEST(Recorder, AFailureAndACallGivenUpWhileQueuedAreKept) {
 }
 
 TEST(Recorder, TheRingKeepsTheLastEntriesOldestFirst) {
-  Recorder rec(4);
+  Recorder rec(4);  // raised to 16
   const auto t0 = Clock::now();
-  for (std::uint64_t n = 0; n < 10; ++n) {
+  for (std::uint64_t n = 0; n < 40; ++n) {
     rec.posted(all_reduce_call(n), t0, true);
-    if (n != 8) rec.ended(n, t0, true);
+    if (n != 28) rec.ended(n, t0, true);
   }
   const auto all = rec.snapshot();
-  ASSERT_EQ(all.size(), 4u);
-  for (std::size_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(all[i].number, 6 + i);
-    EXPECT_EQ(all[i].count, 6 + i);
+  ASSERT_EQ(all.size(), 16u);
+  for (std::size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(all[i].number, 24 + i);
+    EXPECT_EQ(all[i].count, 24 + i);
   }
-  // #8 never ended: it is the oldest open one, though #9 ended after it.
+  // #28 never ended: it is the oldest open one, though the later ones ended after it.
   auto open = rec.oldest_open();
   ASSERT_TRUE(open);
-  EXPECT_EQ(open->number, 8u);
+  EXPECT_EQ(open->number, 28u);
   // A late write for a number the ring no longer holds changes nothing.
   rec.ended(2, t0 + 1s, false);
-  EXPECT_EQ(rec.snapshot()[0].number, 6u);
+  EXPECT_EQ(rec.snapshot()[0].number, 24u);
   EXPECT_EQ(rec.snapshot()[0].state, OpRecord::State::done);
+}
+
+// More calls in flight than the recorder holds: the open entry stays, and the call that
+// would have replaced it is counted but not recorded (no two threads write one entry).
+TEST(Recorder, AnOpenEntryIsNeverReplaced) {
+  Recorder rec(16);
+  const auto t0 = Clock::now();
+  for (std::uint64_t n = 0; n < 17; ++n) {
+    rec.posted(all_reduce_call(n), t0, false);
+    if (n != 0 && n != 16) rec.ended(n, t0, true);
+  }
+  EXPECT_EQ(rec.called(), 17u);
+  auto open = rec.oldest_open();
+  ASSERT_TRUE(open);
+  EXPECT_EQ(open->number, 0u);
+  const auto all = rec.snapshot();
+  ASSERT_EQ(all.size(), 16u);
+  EXPECT_EQ(all.front().number, 0u);
+  EXPECT_EQ(all.back().number, 15u);
+  rec.ended(16, t0, true);  // its entry is #0's: nothing changes
+  EXPECT_EQ(rec.oldest_open()->number, 0u);
 }
 
 TEST(Recorder, OffItKeepsNoEntryButCountsProgress) {
@@ -136,7 +157,7 @@ TEST(Recorder, JsonHasEveryFieldAndNullForTimesNotReached) {
 // number; readers copy them meanwhile. A copy is whole or not taken: never the fields of two
 // calls.
 TEST(Recorder, ReadersNeverSeeHalfAnEntry) {
-  Recorder rec(16);
+  Recorder rec(64);
   std::atomic<bool> stop{false};
   std::thread writer([&] {
     const auto t0 = Clock::now();
@@ -146,6 +167,8 @@ TEST(Recorder, ReadersNeverSeeHalfAnEntry) {
                  t0 + std::chrono::nanoseconds(n), false);
       rec.started(n, t0 + std::chrono::nanoseconds(n + 1));
       rec.ended(n, t0 + std::chrono::nanoseconds(n + 2), n % 2 == 0);
+      // Now and then the readers get a turn on a machine with cores to spare too.
+      if (n % 32 == 0) std::this_thread::yield();
     }
   });
   std::uint64_t seen = 0;

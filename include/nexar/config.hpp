@@ -137,8 +137,9 @@ struct Config {
   /// own deadline, and the timeout's error carries the same report. README, "Diagnosing a
   /// job".
   std::chrono::milliseconds stall_warn{std::chrono::seconds(10)};
-  /// Collectives each communicator's flight recorder keeps (NEXAR_RECORDER_OPS), 0 .. 2^20;
-  /// 0 keeps none: Communicator::recorder() is empty and stall reports lose the call.
+  /// Collectives each communicator's flight recorder keeps (NEXAR_RECORDER_OPS), 0 .. 2^20
+  /// (1 .. 15 keep 16); 0 keeps none: Communicator::recorder() is empty, and only sends and
+  /// receives are reported as stalled.
   std::uint32_t recorder_ops = 1024;
 
   /// Largest payload one frame may claim; larger claims are a protocol error

@@ -19,10 +19,10 @@ namespace nexar::detail::coll {
 // it goes through the port's mailboxes (blocking: already done, the Request is empty),
 // nothing if it takes the ordinary algorithms. Each call asks the port once, if `fits` (its
 // messages fit the mailboxes) and the algorithm is automatic. The Ticket carries `check`,
-// the call's fingerprint (core/call_check.hpp), and `root` for the recorder.
+// the call's fingerprint (core/call_check.hpp), and its shape for the recorder.
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
                                                    const CollectiveOptions& o, bool blocking, bool fits,
-                                                   std::uint16_t check, int root = -1);
+                                                   std::uint16_t check, CallShape shape);
 std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv,
                                         std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
 std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv,

@@ -22,11 +22,12 @@ namespace nexar::detail {
 struct Coll;
 
 /// What the flight recorder notes of a call besides its name, type and operator: the
-/// call's count (a v-form's: the elements this rank sends, or receives for scatter_v) and
-/// its root (-1: none).
+/// call's count (a v-form's: the elements this rank sends, or receives for scatter_v), its
+/// root (-1: none), and the path when the options do not say it ("mailbox").
 struct CallShape {
   std::uint64_t count = 0;
   int root = -1;
+  const char* algorithm = nullptr;
 };
 
 class CollectivePort {
@@ -89,11 +90,8 @@ class CollectivePort {
     /// What the flight recorder notes of the call.
     CallShape shape{};
     /// Blocking and not queued: the collective's number in the communicator (the port
-    /// records it), and the last time a wait of it read the clock (idle()), which the
-    /// recorder takes for its end: an 8-byte collective through the mailboxes is over
-    /// before a clock read would be, and a clock read would cost a tenth of it.
+    /// records it).
     std::uint64_t number = 0;
-    mutable Clock::time_point seen{};
   };
   /// Collective `op` (arguments validated, algorithm automatic, `bytes` per rank) is about
   /// to start: a Ticket if its messages go through the mailboxes this rank shares with

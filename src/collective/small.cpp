@@ -375,10 +375,10 @@ void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std
 
 std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
                                                    const CollectiveOptions& o, bool blocking, bool fits,
-                                                   std::uint16_t check, int root) {
+                                                   std::uint16_t check, CallShape shape) {
   if (o.algorithm != Algorithm::automatic || p.size() < 2 || !fits) return std::nullopt;
-  const std::size_t elem = size_of(check_type(check));
-  return p.mailboxes(op, bytes, o, blocking, check, CallShape{bytes / elem, root});
+  shape.algorithm = "mailbox";
+  return p.mailboxes(op, bytes, o, blocking, check, shape);
 }
 
 namespace {
@@ -401,7 +401,8 @@ std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const 
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = count * size_of(t);
   const bool one = bytes <= kOneRoundBytes && bytes * (n - 1) <= kFanOutBytes;
   const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes;
-  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, chunks_fit(p, bytes), call_check(kAllReduce, t, op));
+  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, chunks_fit(p, bytes), call_check(kAllReduce, t, op),
+                         {count, -1});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op, one, two] {
     if (one) return all_reduce_one_round(p, tk, send, recv, count, t, op);
@@ -417,7 +418,8 @@ std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, co
                                             std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t bytes = count * size_of(t);
   auto tk =
-      mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes), call_check(kReduceScatter, t, op));
+      mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes), call_check(kReduceScatter, t, op),
+                   {count, -1});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op] {
     exchange_in_chunks(p, tk,
@@ -430,7 +432,7 @@ std::optional<Request> small_all_gather(CollectivePort& p, bool blocking, const 
                                         std::size_t count, DataType t, const CollectiveOptions& o) {
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = n * count * size_of(t);
   auto tk = mailbox_path(p, "all_gather", bytes, o, blocking, chunks_fit(p, bytes) && bytes <= kAllGatherMostBytes,
-                         call_check(kAllGather, t, ReduceOp::sum));
+                         call_check(kAllGather, t, ReduceOp::sum), {count, -1});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, send, recv, count, n, t] {
     const std::size_t block = count * size_of(t);
@@ -449,7 +451,8 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
   const bool one = bytes <= CollectivePort::kMailboxBytes &&
                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
   const bool chunked = chunks_fit(p, bytes) && bytes <= kBroadcastMostBytes;
-  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum), root);
+  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum),
+                         {count, root});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root, one] {
     const int n = p.size();
@@ -463,7 +466,7 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
 }
 
 std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
-  auto tk = mailbox_path(p, "barrier", 0, o, blocking, true, call_check(kBarrier, DataType::u8, ReduceOp::sum));
+  auto tk = mailbox_path(p, "barrier", 0, o, blocking, true, call_check(kBarrier, DataType::u8, ReduceOp::sum), {});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, DataType::u8, ReduceOp::sum, [&p, tk = *tk] {
     const int n = p.size(), me = p.rank();

@@ -313,9 +313,10 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   st->yield_when_idle = cfg.yield_when_idle;
   // Collectives start in the same order on every rank, so the n-th one gets the same tag
   // everywhere and its messages never match another collective's.
-  const std::uint64_t number = recorder_->posted(Recorder::Call{name, to_string(o.algorithm), call_check(name, t, op),
-                                                                shape.count, shape.count * size_of(t), shape.root},
-                                                 now, false);
+  const std::uint64_t number = recorder_->posted(
+      Recorder::Call{name, shape.algorithm ? shape.algorithm : to_string(o.algorithm), call_check(name, t, op),
+                     shape.count, shape.count * size_of(t), shape.root},
+      now, false);
   const Tag tag = collective_tag(number);
   Coll c{*this, name, tag, deadline,
          o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
@@ -380,7 +381,10 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
           st->succeed();
         }
       },
-      [weak, name, rank = rank_, rec = recorder_, number] {
+      [weak, phase, name, rank = rank_, rec = recorder_, number] {
+        // Abandoned unrun (the communicator closed): unless its deadline gave it up first.
+        int queued = kQueued;
+        if (!phase->compare_exchange_strong(queued, kGivenUp)) return;
         rec->ended(number, Clock::now(), false);
         if (auto s = weak.lock())
           s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
@@ -420,7 +424,7 @@ std::shared_ptr<Group> Group::split(int color, int key) {
     if (r == rank_) my_rank = static_cast<int>(world.size());
     world.push_back(world_of(r));
   }
-  return make(node_, Services{rpc_, agreement_, watchdog_}, split_id(id_, seq, color), std::move(world), my_rank);
+  return make(node_, services(), split_id(id_, seq, color), std::move(world), my_rank);
 }
 
 std::uint64_t split_id(std::uint64_t parent, std::uint64_t seq, int color) noexcept {

@@ -42,6 +42,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// Sets up the node's RPC, agreement and watchdog (before Node::start()), for a node
   /// whose first group is made later (a joiner's, from its welcome).
   static Services attach(Node& node);
+  /// The services this group was made with, for the groups made from it.
+  Services services() const { return Services{rpc_, agreement_, watchdog_}; }
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `s`
   /// serves the node. The group watches the failures of its members from the start, and
   /// its recorder is the watchdog's to look at and the members' to ask about.
@@ -240,6 +242,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   // after, so they need no lock. The vote's state is touched only by the calling thread.
   std::atomic<std::uint64_t> mailbox_candidates_{0};  // calls that could have used it
   std::atomic<std::uint64_t> mailbox_seq_{0};         // calls that did
+  // The last clock reading of a mailbox wait (idle()), the end time of a blocking mailbox
+  // collective (ran()): they run one at a time per rank.
+  std::atomic<Clock::rep> mail_clock_{0};
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank

@@ -79,7 +79,7 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving, bo
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::protocol, ctx, "the agreed membership does not contain this rank");
   }
-  return make(node_, Services{rpc_, agreement_, watchdog_}, id, std::move(members), my_rank);
+  return make(node_, services(), id, std::move(members), my_rank);
 }
 
 std::shared_ptr<Group> Group::grow() { return change_membership("grow", false, true); }

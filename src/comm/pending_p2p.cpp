@@ -39,6 +39,12 @@ std::optional<PendingP2p::Op> PendingP2p::oldest() {
   return std::nullopt;
 }
 
+std::vector<PendingP2p::Op> PendingP2p::open() {
+  std::lock_guard lk(mu_);
+  drop_finished();
+  return {ops_.begin(), ops_.end()};
+}
+
 std::string describe(const PendingP2p::Op& op) {
   const std::string peer = op.peer < 0 ? std::string("any rank") : fmt::format("rank {}", op.peer);
   const std::string tag = op.tag < 0 ? std::string("any tag") : fmt::format("tag {}", op.tag);

@@ -36,6 +36,8 @@ class PendingP2p {
   std::vector<Op> stalled(Clock::time_point now, Clock::duration age);
   /// The oldest open operation, if any.
   std::optional<Op> oldest();
+  /// Every open operation, oldest first.
+  std::vector<Op> open();
 
  private:
   void drop_finished();  // mu_ held

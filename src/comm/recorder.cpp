@@ -1,5 +1,7 @@
 #include "comm/recorder.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/call_check.hpp"
@@ -30,6 +32,7 @@ struct Writing {
     std::atomic_thread_fence(std::memory_order_release);
   }
   ~Writing() { version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+  // One writer per entry at a time (recorder.hpp), so a load and a store advance it.
   Writing(const Writing&) = delete;
   Writing& operator=(const Writing&) = delete;
   std::atomic<std::uint64_t>& version;
@@ -43,8 +46,10 @@ void raise_to(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
 
 }  // namespace
 
+// Below 16, two calls taking numbers at once on two threads could meet in one entry.
 Recorder::Recorder(std::size_t capacity)
-    : slots_(capacity ? std::make_unique<Slot[]>(capacity) : nullptr), capacity_(capacity) {}
+    : slots_(capacity ? std::make_unique<Slot[]>(std::max<std::size_t>(capacity, 16)) : nullptr),
+      capacity_(capacity ? std::max<std::size_t>(capacity, 16) : 0) {}
 
 Recorder::Slot* Recorder::slot_of(std::uint64_t number) noexcept {
   return capacity_ ? &slots_[number % capacity_] : nullptr;
@@ -54,6 +59,15 @@ std::uint64_t Recorder::posted(const Call& c, Clock::time_point at, bool running
   const std::uint64_t number = called_.fetch_add(1, std::memory_order_acq_rel);
   Slot* s = slot_of(number);
   if (!s) return number;
+  // The entry a whole recorder older, still open or being written: it stays (see the
+  // header). One seen done or failed, and not written meanwhile, has no writer left.
+  const std::uint64_t v1 = s->version.load(std::memory_order_acquire);
+  const auto state = static_cast<OpRecord::State>(s->state.load(std::memory_order_relaxed));
+  const bool used = s->name.load(std::memory_order_relaxed) != nullptr;
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if ((v1 & 1) != 0 || s->version.load(std::memory_order_relaxed) != v1 ||
+      (used && (state == OpRecord::State::queued || state == OpRecord::State::running)))
+    return number;
   const Clock::rep t = at.time_since_epoch().count();
   Writing w(s->version);
   s->number.store(number, std::memory_order_relaxed);
@@ -127,28 +141,38 @@ std::optional<OpRecord> Recorder::read(const Slot& s) const {
 }
 
 std::vector<OpRecord> Recorder::snapshot() const {
+  // By slot, not by the last numbers: an entry still open stays when a newer call skips it.
   std::vector<OpRecord> out;
-  const std::uint64_t end = called();
-  const std::uint64_t n = std::min<std::uint64_t>(end, capacity_);
-  out.reserve(n);
-  for (std::uint64_t k = end - n; k < end; ++k) {
-    auto r = read(slots_[k % capacity_]);
-    if (r && r->number == k) out.push_back(std::move(*r));
-  }
+  out.reserve(capacity_);
+  for (std::size_t i = 0; i < capacity_; ++i)
+    if (auto r = read(slots_[i])) out.push_back(std::move(*r));
+  std::sort(out.begin(), out.end(), [](const OpRecord& a, const OpRecord& b) { return a.number < b.number; });
   return out;
 }
 
 std::optional<OpRecord> Recorder::oldest_open() const {
-  const std::uint64_t end = called();
-  const std::uint64_t n = std::min<std::uint64_t>(end, capacity_);
-  for (std::uint64_t k = end - n; k < end; ++k) {
-    auto r = read(slots_[k % capacity_]);
-    if (r && r->number == k && (r->state == OpRecord::State::queued || r->state == OpRecord::State::running)) return r;
+  std::optional<OpRecord> oldest;
+  for (std::size_t i = 0; i < capacity_; ++i) {
+    auto r = read(slots_[i]);
+    if (r && (r->state == OpRecord::State::queued || r->state == OpRecord::State::running) &&
+        (!oldest || r->number < oldest->number))
+      oldest = std::move(r);
   }
-  return std::nullopt;
+  return oldest;
 }
 
-std::string Recorder::json(std::uint64_t comm, int rank, int size) const {
+std::string json_quote(std::string_view text) {
+  std::string out = "\"";
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') out += {'\\', ch};
+    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+    else out += ch;
+  }
+  return out + "\"";
+}
+
+std::string Recorder::json(std::uint64_t comm, int rank, int size, std::string_view more) const {
   // Steady times become wall-clock ones by their distance from now, so the dumps of ranks
   // on different hosts line up (as well as their clocks do).
   const auto steady_now = Clock::now();
@@ -163,13 +187,13 @@ std::string Recorder::json(std::uint64_t comm, int rank, int size) const {
   bool first = true;
   for (const OpRecord& r : snapshot()) {
     out += fmt::format(
-        R"({}{{"number":{},"op":"{}","dtype":"{}","reduce_op":"{}","count":{},"bytes":{},"root":{},)"
-        R"("algorithm":"{}","state":"{}","posted_us":{},"started_us":{},"ended_us":{}}})",
-        first ? "" : ",", r.number, r.op, to_string(r.dtype), to_string(r.reduce_op), r.count, r.bytes, r.root,
-        r.algorithm, to_string(r.state), wall_us(r.posted), wall_us(r.started), wall_us(r.ended));
+        R"({}{{"number":{},"op":{},"dtype":"{}","reduce_op":"{}","count":{},"bytes":{},"root":{},)"
+        R"("algorithm":{},"state":"{}","posted_us":{},"started_us":{},"ended_us":{}}})",
+        first ? "" : ",", r.number, json_quote(r.op), to_string(r.dtype), to_string(r.reduce_op), r.count, r.bytes,
+        r.root, json_quote(r.algorithm), to_string(r.state), wall_us(r.posted), wall_us(r.started), wall_us(r.ended));
     first = false;
   }
-  return out + "]}";
+  return out + "]" + std::string(more) + "}";
 }
 
 void Recorder::set_report(std::uint64_t number, std::string text) {

@@ -3,11 +3,17 @@
 // numbers called and completed), which the stall reports compare across ranks.
 //
 // Always on, so recording must cost next to nothing beside an 8-byte all_reduce through
-// the mailboxes (about 0.2 us): no lock, no allocation and no clock read of its own. The
-// thread that calls a collective writes its entry; the thread that runs it writes its
-// start and end. Readers (Communicator::recorder(), the watchdog, a peer's stall query)
-// copy an entry without stopping the writers: each entry is a sequence lock over atomics,
-// and a copy that overlapped a write is taken again.
+// the mailboxes (about 0.5 us here): no lock and no allocation, and on the mailbox path no
+// clock read of its own (the runner's path reads the clock when a collective starts and
+// ends). Readers (Communicator::recorder(), the watchdog, a peer's stall query) copy an
+// entry without stopping the writers: each entry is a sequence lock over atomics, and a
+// copy that overlapped a write is taken again.
+//
+// One writer per entry at a time: the thread that calls a collective writes its entry, then
+// the one thread that starts and ends it (the runner, the caller, or whoever gives it up
+// while queued; never two of them). A call whose entry would replace one still open (more
+// than the recorder's size in flight at once) is counted but not recorded, so the open one,
+// the likelier stall, stays, and no two threads ever write one entry.
 #pragma once
 
 #include <nexar/recorder.hpp>
@@ -19,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace nexar::detail {
@@ -27,7 +34,8 @@ class Recorder {
  public:
   using Clock = std::chrono::steady_clock;
 
-  /// Keeps the last `capacity` collectives (0: none; the progress counts are kept anyway).
+  /// Keeps the last `capacity` collectives, at least 16 unless 0 (0: none; the progress
+  /// counts are kept anyway).
   explicit Recorder(std::size_t capacity);
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -63,7 +71,8 @@ class Recorder {
   /// The recorder as one JSON object (Communicator::dump(), docs/CONFIG.md "Diagnosis"):
   /// the communicator, this rank, the progress counts and the entries, oldest first, with
   /// their times in microseconds since the Unix epoch (null when not reached yet).
-  std::string json(std::uint64_t comm, int rank, int size) const;
+  /// `more`: further members of the object, already JSON, each after a comma.
+  std::string json(std::uint64_t comm, int rank, int size, std::string_view more = {}) const;
 
   /// The stall report about collective `number` (the watchdog's), kept so that its timeout
   /// can carry it; empty if none.
@@ -96,5 +105,8 @@ class Recorder {
   std::uint64_t report_number_ = 0;
   std::string report_;
 };
+
+/// `text` as a JSON string, quotes included.
+std::string json_quote(std::string_view text);
 
 }  // namespace nexar::detail

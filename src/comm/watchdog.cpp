@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "comm/dump_signal.hpp"
 #include "core/call_check.hpp"
 #include "core/log.hpp"
 #include "rpc/rpc.hpp"
@@ -21,8 +22,11 @@ constexpr std::chrono::seconds kAnswerWait{1};
 
 double seconds(Watchdog::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-std::string last_completed(std::uint64_t completed) {
-  return completed == 0 ? std::string("none completed") : fmt::format("last completed #{}", completed - 1);
+// "rank 3 (last completed #7; in no operation)": how far a member has got, as it answered.
+std::string progress(std::size_t rank, const Watchdog::Answer& a) {
+  return fmt::format("rank {} ({}; {})", rank,
+                     a.completed == 0 ? std::string("none completed") : fmt::format("last completed #{}", a.completed - 1),
+                     a.doing);
 }
 
 }  // namespace
@@ -39,9 +43,11 @@ std::string describe(const OpRecord& r) {
 Watchdog::Watchdog(std::chrono::milliseconds stall_warn, std::weak_ptr<Rpc> rpc)
     : stall_warn_(stall_warn), rpc_(std::move(rpc)) {
   if (stall_warn_.count() > 0) thread_ = std::thread([this] { run(); });
+  add_to_dumps(this);
 }
 
 Watchdog::~Watchdog() {
+  remove_from_dumps(this);  // first: a dump in progress holds it until done
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -60,12 +66,15 @@ void Watchdog::remove(std::uint64_t id) {
   comms_.erase(id);
 }
 
+std::vector<std::shared_ptr<const Watchdog::Comm>> Watchdog::registered() const {
+  std::lock_guard lk(mu_);
+  std::vector<std::shared_ptr<const Comm>> out;
+  for (auto& [id, c] : comms_) out.push_back(c);
+  return out;
+}
+
 std::string Watchdog::doing(Clock::time_point now) const {
-  std::vector<std::shared_ptr<const Comm>> comms;
-  {
-    std::lock_guard lk(mu_);
-    for (auto& [id, c] : comms_) comms.push_back(c);
-  }
+  const auto comms = registered();
   // The oldest operation in flight on any communicator of the node.
   std::string what;
   Clock::time_point since = Clock::time_point::max();
@@ -81,6 +90,27 @@ std::string Watchdog::doing(Clock::time_point now) const {
   }
   if (what.empty()) return "in no operation";
   return fmt::format("in {} for {:.1f} s", what, seconds(now - since));
+}
+
+std::string Watchdog::dump() const {
+  const auto comms = registered();
+  const auto now = Clock::now();
+  const int world = comms.empty() ? -1 : comms.front()->members[static_cast<std::size_t>(comms.front()->rank)];
+  std::string out = fmt::format(R"({{"world_rank":{},"doing":{},"comms":[)", world, json_quote(doing(now)));
+  bool first = true;
+  for (auto& c : comms) {
+    std::string pending = R"(,"pending":[)";
+    bool first_op = true;
+    for (const auto& op : c->p2p->open()) {
+      if (!first_op) pending += ',';
+      pending += json_quote(fmt::format("{} for {:.1f} s", describe(op), seconds(now - op.state->start())));
+      first_op = false;
+    }
+    if (!first) out += ',';
+    out += c->recorder->json(c->id, c->rank, static_cast<int>(c->members.size()), pending + "]");
+    first = false;
+  }
+  return out + "]}";
 }
 
 std::vector<std::byte> Watchdog::answer(const Recorder& r) const {
@@ -109,8 +139,8 @@ std::string Watchdog::report(const Comm& c, const OpRecord& op, Clock::time_poin
                              const std::vector<Answer>& answers) {
   std::string s = fmt::format("stall: {} of communicator {:#x} has waited {:.1f} s on rank {} of {}", describe(op),
                               c.id, seconds(now - op.posted), c.rank, c.members.size());
-  std::string missing, silent, inside;
-  int in_it = 0;
+  std::string missing, silent, inside, past;
+  int in_it = 0, done = 0;
   for (std::size_t r = 0; r < answers.size(); ++r) {
     const Answer& a = answers[r];
     if (static_cast<int>(r) == c.rank || (a.ok && a.called > op.number && a.completed <= op.number)) {
@@ -118,13 +148,17 @@ std::string Watchdog::report(const Comm& c, const OpRecord& op, Clock::time_poin
     } else if (!a.ok) {
       silent += fmt::format("{}rank {} ({})", silent.empty() ? "" : ", ", r, a.doing);
     } else if (a.called <= op.number) {
-      missing += fmt::format("{}rank {} ({}; {})", missing.empty() ? "" : ", ", r, last_completed(a.completed), a.doing);
+      missing += fmt::format("{}{}", missing.empty() ? "" : ", ", progress(r, a));
+    } else {
+      past += fmt::format("{}{}", done++ ? ", " : "", r);  // its part is over (a root, a sender)
     }
   }
   if (!missing.empty()) s += "; not called by " + missing;
   if (!silent.empty()) s += "; no answer from " + silent;
   if (missing.empty() && silent.empty()) s += "; every member has called it";
-  return s + "; still in it: rank" + (in_it > 1 ? "s " : " ") + inside;
+  s += "; still in it: rank" + std::string(in_it > 1 ? "s " : " ") + inside;
+  if (done) s += "; past it: rank" + std::string(done > 1 ? "s " : " ") + past;
+  return s;
 }
 
 std::string Watchdog::report(const Comm& c, const PendingP2p::Op& op, Clock::time_point now,
@@ -134,7 +168,7 @@ std::string Watchdog::report(const Comm& c, const PendingP2p::Op& op, Clock::tim
   for (std::size_t r = 0; r < answers.size(); ++r) {
     if (!answers[r]) continue;
     const Answer& a = *answers[r];
-    if (a.ok) s += fmt::format("; rank {}: {}, {}", r, last_completed(a.completed), a.doing);
+    if (a.ok) s += "; " + progress(r, a);
     else s += fmt::format("; no answer from rank {} ({})", r, a.doing);
   }
   return s;
@@ -156,11 +190,7 @@ void Watchdog::run() {
 void Watchdog::look(Clock::time_point now) {
   auto rpc = rpc_.lock();
   if (!rpc) return;
-  std::vector<std::shared_ptr<const Comm>> comms;
-  {
-    std::lock_guard lk(mu_);
-    for (auto& [id, c] : comms_) comms.push_back(c);
-  }
+  const auto comms = registered();
   // A stalled operation, the members asked about it, and their answers.
   struct Stall {
     std::shared_ptr<const Comm> comm;
@@ -203,7 +233,8 @@ void Watchdog::look(Clock::time_point now) {
         st.answers[r] = decode(st.calls[r]->wait());
       } catch (const Error& e) {
         // A member that has not made the communicator yet has no handler for it.
-        st.answers[r]->doing = e.code() == Errc::unknown_rpc ? "it has not joined this communicator" : e.what();
+        st.answers[r]->doing =
+            e.code() == Errc::unknown_rpc ? "it has no such communicator: not made yet, or closed" : e.what();
       }
     }
     const Comm& c = *st.comm;

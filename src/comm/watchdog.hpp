@@ -1,15 +1,16 @@
 // The stall watchdog of one node: the communicators of the node register their flight
 // recorders and their pending sends and receives here. A thread looks at them every quarter
-// of Config::stall_warn (at most once a second, at least every 10 ms). A collective that
-// has waited longer than stall_warn is reported once: the watchdog asks every other member
-// of its communicator, over RPC, how far it has got (kStallQuery), waits at most a second
-// for the answers, and logs one line at warn level naming the members that have not called
-// the collective, with their last completed number and what each is doing. The recorder
-// keeps the line, so the collective's timeout error carries it too. A send or receive that
-// has waited as long is reported the same way, asking its peer (every member, for a receive
-// from any rank), and its error carries the line. The same object answers the members'
-// questions about this node (answer()). With stall_warn 0 no thread runs, and the node
-// still answers.
+// of Config::stall_warn, clamped to between 10 ms and 1 s (so every second at the default
+// 10 s). A collective that has waited longer than stall_warn is reported once: the watchdog
+// asks every other member of its communicator, over RPC, how far it has got (kStallQuery),
+// waits at most a second for the answers, and logs one line at warn level naming the
+// members that have not called the collective, with their last completed number and what
+// each is doing. The recorder keeps the line, so the collective's timeout error carries it
+// too. A send or receive that has waited as long is reported the same way, asking its peer
+// (every member, for a receive from any rank), and its timeout error carries the line.
+// Collectives are found through the recorder: with Config::recorder_ops 0 only sends and
+// receives are reported. The same object answers the members' questions about this node
+// (answer()). With stall_warn 0 no thread runs, and the node still answers.
 #pragma once
 
 #include <chrono>
@@ -60,6 +61,9 @@ class Watchdog {
   /// The reply to a stall query about `r`'s communicator: how far this rank has got there
   /// and what this node is doing (docs/PROTOCOL.md, "Stall queries").
   std::vector<std::byte> answer(const Recorder& r) const;
+  /// This node's part of a dump (comm/dump_signal.hpp): its world rank, what it is doing,
+  /// and each communicator's recorder (Recorder::json) with its pending sends and receives.
+  std::string dump() const;
   /// What this node is doing: its oldest collective, send or receive in flight ("in
   /// all_reduce #5 (f32, 8 elements, sum) of communicator 0x0 for 3.1 s"), or "in no
   /// operation".
@@ -82,6 +86,8 @@ class Watchdog {
                             const std::vector<std::optional<Answer>>& answers);
 
  private:
+  /// The communicators registered now.
+  std::vector<std::shared_ptr<const Comm>> registered() const;
   void run();
   /// Reports the collectives that waited longer than stall_warn_ (the watchdog's thread).
   void look(Clock::time_point now);

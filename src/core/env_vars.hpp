@@ -19,6 +19,7 @@ enum class EnvReader {
   config,     ///< Config::from_env() (src/core/config.cpp; NEXAR_DEBUG also the logger)
   launcher,   ///< join_from_env() (src/cluster/launch_env.cpp), nexar-run and nexar.torch
   nexar_run,  ///< the nexar-run tool only (tools/run/main.cpp)
+  dump,       ///< where a rank writes its dump on SIGUSR1 (src/comm/dump_signal.cpp)
   scripts,    ///< the project's own test and benchmark scripts; set around the ranks they
               ///< start, so known here to keep those ranks quiet
 };
@@ -85,6 +86,8 @@ inline constexpr EnvVar kEnvVars[] = {
     {"NEXAR_SOCKET_IFNAME", EnvReader::launcher},
     {"NEXAR_JOIN_TIMEOUT_MS", EnvReader::launcher},
     {"NEXAR_FORMATION_TIMEOUT_MS", EnvReader::launcher},
+    // The dump on SIGUSR1 (docs/CONFIG.md, "Diagnosis"); nexar-run --dump sets it.
+    {"NEXAR_DUMP_DIR", EnvReader::dump},
     // nexar-run (docs/CONFIG.md, "nexar-run").
     {"NEXAR_RUN_ON_FAILURE", EnvReader::nexar_run},
     {"NEXAR_RUN_GRACE_MS", EnvReader::nexar_run},

@@ -58,7 +58,7 @@ void OpState::annotate(std::string text) {
 bool OpState::finish(Errc code, std::string message, Status status) {
   code_ = code;
   message_ = std::move(message);
-  if (code != Errc::ok && noted_.load(std::memory_order_acquire)) {
+  if (code == Errc::timeout && noted_.load(std::memory_order_acquire)) {
     std::lock_guard lk(note_mu_);
     message_ += " (" + note_ + ")";
   }

@@ -72,9 +72,9 @@ class OpState {
   Errc code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
   const Status& status() const noexcept { return status_; }
-  /// Adds `text` to the error this operation may still end with (a stall report): a later
-  /// failure's message ends with " (<text>)". Any thread; a note that comes while the
-  /// operation completes may be left out.
+  /// Adds `text` to the timeout this operation may still end with (a stall report): its
+  /// message then ends with " (<text>)". Any thread; a note that comes while the operation
+  /// completes may be left out.
   void annotate(std::string text);
   /// Set by fail_ranks(); empty otherwise. Valid once done().
   const std::vector<int>& failed_ranks() const noexcept { return failed_; }

@@ -23,15 +23,22 @@ RpcService::RpcService(int rank, std::uint32_t max_threads, ReplyFn reply)
 
 RpcService::~RpcService() { stop(); }
 
+// A replaced or removed handler is destroyed after the lock is released: it may own the
+// last reference to a communicator, whose destruction removes its own handlers here.
 void RpcService::add(std::uint64_t comm, std::shared_ptr<const std::vector<int>> members, std::uint64_t fn,
                      RpcHandler h) {
+  Entry entry{std::move(members), std::make_shared<const RpcHandler>(std::move(h))};
   std::lock_guard lk(mu_);
-  handlers_[{comm, fn}] = Entry{std::move(members), std::make_shared<const RpcHandler>(std::move(h))};
+  std::swap(handlers_[{comm, fn}], entry);
 }
 
 void RpcService::remove(std::uint64_t comm, std::uint64_t fn) {
+  Entry old;
   std::lock_guard lk(mu_);
-  handlers_.erase({comm, fn});
+  if (auto it = handlers_.find({comm, fn}); it != handlers_.end()) {
+    old = std::move(it->second);
+    handlers_.erase(it);
+  }
 }
 
 bool RpcService::stuck() const noexcept {

@@ -45,6 +45,7 @@ sigset_t launcher_signals() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGUSR1);
   if (!hup_ignored) sigaddset(&set, SIGHUP);
   sigaddset(&set, SIGCHLD);
   return set;
@@ -129,6 +130,7 @@ Launcher::Launcher(LauncherOptions options, const sigset_t& child_mask)
     ::close(event_fd_);
     throw_errno("/dev/null");
   }
+  if (!options_.dump_file.empty()) dump_ = std::make_unique<DumpCollector>(options_.dump_file);
 }
 
 Launcher::~Launcher() {
@@ -536,6 +538,10 @@ void Launcher::handle_signals() {
   while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) continue;  // reap() runs every round
+    if (sig == SIGUSR1) {
+      dump();
+      continue;
+    }
     if (interrupted_by_ == 0) interrupted_by_ = sig;
     const int n = running_count();
     if (sig == SIGINT && ++sigint_count_ >= 2) {
@@ -548,6 +554,19 @@ void Launcher::handle_signals() {
           (sig == SIGINT ? " (interrupt again to kill them)" : ""));
     signal_all(sig);
   }
+}
+
+void Launcher::dump() {
+  const int n = running_count();
+  if (dump_) dump_->clear();
+  // The rank itself, not its process group: a rank's own children would die of it.
+  for (const auto& c : children_)
+    if (c.running) ::kill(c.pid, SIGUSR1);
+  if (!dump_) {
+    say("forwarded SIGUSR1 to " + std::to_string(n) + " rank(s): each writes its dump to NEXAR_DUMP_DIR");
+    return;
+  }
+  for (const std::string& line : dump_->collect(static_cast<std::size_t>(n), std::chrono::seconds(3))) say(line);
 }
 
 void Launcher::handle_reports() {

@@ -10,10 +10,13 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dump.hpp"
 
 namespace nexar_run {
 
@@ -38,12 +41,19 @@ struct LauncherOptions {
   /// is started again with the same command, as a joiner of the running job (the seed must be
   /// elastic), up to this many times over the run, all ranks together. Negative: never.
   int max_restarts = -1;
+  /// --dump: where SIGUSR1 to nexar-run puts the ranks' merged dump (dump.hpp). Empty:
+  /// SIGUSR1 is forwarded to the ranks, which write their dumps where NEXAR_DUMP_DIR says.
+  std::string dump_file;
 };
 
 class Launcher {
  public:
-  /// Blocks SIGINT, SIGTERM, SIGHUP (unless it is ignored, as under nohup) and SIGCHLD in
-  /// the calling thread (call it from main before any thread starts, so every thread
+  /// The directory the ranks write their dumps to (their NEXAR_DUMP_DIR) under --dump;
+  /// empty otherwise.
+  std::string dump_dir() const { return dump_ ? dump_->dir() : std::string(); }
+
+  /// Blocks SIGINT, SIGTERM, SIGHUP (unless it is ignored, as under nohup), SIGUSR1
+  /// and SIGCHLD in the calling thread (call it from main before any thread starts, so every thread
   /// inherits the mask and only the launcher's signalfd sees them) and ignores SIGPIPE.
   /// Returns the previous mask, for the children.
   static sigset_t block_signals();
@@ -143,6 +153,8 @@ class Launcher {
   bool keep_going() const;
   void fail(int status);
   void handle_signals();
+  /// SIGUSR1: every running rank dumps; under --dump the dumps are merged (dump.hpp).
+  void dump();
   void handle_reports();
   bool read_stream(const Child& child, Stream& s);  // false at EOF or error
   void emit(const Child& child, Stream& s, bool flush_partial);
@@ -155,6 +167,7 @@ class Launcher {
   LauncherOptions options_;
   sigset_t child_mask_;
   int signal_fd_ = -1;
+  std::unique_ptr<DumpCollector> dump_;
   int event_fd_ = -1;
   int null_fd_ = -1;
   std::vector<Child> children_;  // every incarnation of every rank, in start order

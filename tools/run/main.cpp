@@ -96,6 +96,7 @@ struct Options {
   std::string on_failure = "fail-fast";
   bool elastic = false;
   int max_restarts = -1;  // negative: no restarts
+  std::string dump;       // --dump FILE
 };
 
 
@@ -145,6 +146,11 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                  "restart a rank that fails after the cluster formed, as a joiner of the running "
                  "job, up to N times over the run; implies --elastic and --on-failure continue")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--dump", o.dump,
+                 "on SIGUSR1 to nexar-run, every rank writes what its communicators' flight "
+                 "recorders hold and what it is doing; nexar-run merges them into FILE (JSON) and "
+                 "prints which ranks are behind. Without it, SIGUSR1 is forwarded to the ranks, "
+                 "which write their dumps to NEXAR_DUMP_DIR (or the temporary directory)");
   app.add_option("--timeout-ms", o.timeout_ms,
                  "formation timeout of the embedded seed: how long the ranks get to join")
       ->capture_default_str();
@@ -349,7 +355,12 @@ int launch(const Options& o) {
   lo.on_failure = o.on_failure == "continue" ? nexar_run::OnFailure::keep_going
                                              : nexar_run::OnFailure::fail_fast;
   lo.max_restarts = o.max_restarts;
+  lo.dump_file = o.dump;
   nexar_run::Launcher launcher(lo, child_mask);
+  if (!o.dump.empty()) {
+    drop.push_back("NEXAR_DUMP_DIR");
+    common.push_back("NEXAR_DUMP_DIR=" + launcher.dump_dir());
+  }
   std::optional<SeedWatch> watch;
   if (seed) watch.emplace(*seed, launcher);
 

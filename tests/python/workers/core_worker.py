@@ -8,6 +8,8 @@ checks its own results against NumPy.
     core_worker.py freeze VICTIM  rank VICTIM stops (SIGSTOP) instead: its port stays open,
                                   so only the silence (NEXAR_FAILURE_TIMEOUT_MS) tells; the
                                   others raise, then kill it so that the job can end
+    core_worker.py stall VICTIM   rank VICTIM is late to an all_reduce by 4 s: the others
+                                  print "STALLED <rank>" and wait in it; then all complete
 """
 
 import os
@@ -119,11 +121,26 @@ def kill(comm, victim, sig):
     sys.exit(1)
 
 
+def stall(comm, victim):
+    x = np.ones(10, np.float32)
+    for _ in range(3):
+        comm.all_reduce(x)
+    comm.barrier()
+    if comm.rank == victim:
+        time.sleep(4)
+    else:
+        print(f"STALLED {comm.rank}", flush=True)
+    comm.all_reduce(x)
+    print(f"DONE {comm.rank}", flush=True)
+
+
 def main():
     mode = sys.argv[1]
     with nexar.init() as comm:
         if mode == "check":
             check(comm)
+        elif mode == "stall":
+            stall(comm, int(sys.argv[2]))
         else:
             sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
             kill(comm, int(sys.argv[2]), sig)
