@@ -3,6 +3,7 @@ collectives each rank called, in order, with their calls and states; and with
 Config.stall_warn set, a rank that skips a collective is named in the timeout of every rank
 that waited for it."""
 
+import contextlib
 import json
 import time
 
@@ -11,6 +12,16 @@ import pytest
 
 import nexar
 from conftest import run_ranks, short_config
+
+
+@contextlib.contextmanager
+def local_world(n, cfg):
+    comms = nexar.bootstrap_local(n, cfg)
+    try:
+        yield comms
+    finally:
+        for c in comms:
+            c.close()
 
 
 def own_calls(records):
@@ -23,7 +34,6 @@ def own_calls(records):
 def test_the_recorder_lists_each_call(shm):
     cfg = short_config()
     cfg.shm = shm
-    comms = nexar.bootstrap_local(3, cfg)
     before = time.monotonic()
 
     def body(c):
@@ -33,7 +43,9 @@ def test_the_recorder_lists_each_call(shm):
         c.barrier()
         return c.recorder(), json.loads(c.dump())
 
-    for rank, (records, dump) in enumerate(run_ranks(comms, body)):
+    with local_world(3, cfg) as comms:
+        results = run_ranks(comms, body)
+    for rank, (records, dump) in enumerate(results):
         calls = own_calls(records)
         assert [r["op"] for r in calls] == ["all_reduce"] * 4 + ["broadcast", "barrier"]
         numbers = [r["number"] for r in records]
@@ -47,27 +59,21 @@ def test_the_recorder_lists_each_call(shm):
         assert dump["rank"] == rank and dump["size"] == 3 and dump["comm"] == "0x0"
         assert dump["called"] == dump["completed"] == numbers[-1] + 1
         assert [o["op"] for o in dump["ops"]] == [r["op"] for r in records]
-    for c in comms:
-        c.close()
 
 
 def test_an_empty_recorder_still_counts():
     cfg = short_config()
     cfg.recorder_ops = 0
-    comms = nexar.bootstrap_local(2, cfg)
-    dumps = run_ranks(comms, lambda c: (c.barrier(), c.recorder(), json.loads(c.dump()))[1:])
+    with local_world(2, cfg) as comms:
+        dumps = run_ranks(comms, lambda c: (c.barrier(), c.recorder(), json.loads(c.dump()))[1:])
     for records, dump in dumps:
         assert records == [] and dump["ops"] == []
         assert dump["called"] == dump["completed"] >= 1
-    for c in comms:
-        c.close()
 
 
 def test_a_skipped_collective_is_named_in_the_timeout():
     cfg = short_config()
     cfg.stall_warn = 0.3
-    comms = nexar.bootstrap_local(3, cfg)
-    run_ranks(comms, lambda c: c.barrier())
 
     def body(c):
         if c.rank == 2:
@@ -77,9 +83,10 @@ def test_a_skipped_collective_is_named_in_the_timeout():
             c.all_reduce(np.ones(3, dtype=np.float64), timeout=2)
         return str(e.value)
 
-    for rank, text in enumerate(run_ranks(comms, body)[:2]):
+    with local_world(3, cfg) as comms:
+        run_ranks(comms, lambda c: c.barrier())
+        texts = run_ranks(comms, body)[:2]
+    for rank, text in enumerate(texts):
         assert "stall: all_reduce #" in text and "(f64, 3 elements, sum)" in text, text
         assert f"on rank {rank} of 3" in text, text
         assert "not called by rank 2 (last completed #" in text and "in no operation)" in text, text
-    for c in comms:
-        c.close()
