@@ -46,11 +46,11 @@ OpRecord stalled_all_reduce(Watchdog::Clock::time_point posted) {
 TEST(Watchdog, TheReportNamesWhoHasNotCalledWhoDidNotAnswerAndWhoIsInIt) {
   const Watchdog::Comm comm{0x5, 0, {0, 1, 2, 3, 4}, nullptr, nullptr};
   const auto now = Watchdog::Clock::now();
-  std::vector<Watchdog::Answer> answers(5);
-  answers[1] = {true, 8, 7, "in all_reduce #7 (f32, 1000 elements, sum) of communicator 0x5 for 2.0 s"};
-  answers[2] = {true, 7, 7, "in no operation"};
-  answers[3] = {false, 0, 0, "rpc on rank 0: timed out"};
-  answers[4] = {true, 9, 9, "in no operation"};  // already past it
+  std::vector<std::optional<Watchdog::Answer>> answers(5);
+  answers[1] = Watchdog::Answer{true, 8, 7, "in all_reduce #7 (f32, 1000 elements, sum) of communicator 0x5 for 2.0 s"};
+  answers[2] = Watchdog::Answer{true, 7, 7, "in no operation"};
+  answers[3] = Watchdog::Answer{false, 0, 0, "rpc on rank 0: timed out"};
+  answers[4] = Watchdog::Answer{true, 9, 9, "in no operation"};  // already past it
   const std::string s = Watchdog::report(comm, stalled_all_reduce(now - 2500ms), now, answers);
   EXPECT_TRUE(contains(s, "stall: all_reduce #7 (f32, 1000 elements, sum) of communicator 0x5 has waited 2.5 s on "
                           "rank 0 of 5")) << s;
@@ -63,8 +63,8 @@ TEST(Watchdog, TheReportNamesWhoHasNotCalledWhoDidNotAnswerAndWhoIsInIt) {
 TEST(Watchdog, WhenEveryMemberHasCalledItTheReportSaysSo) {
   const Watchdog::Comm comm{0x0, 1, {0, 1}, nullptr, nullptr};
   const auto now = Watchdog::Clock::now();
-  std::vector<Watchdog::Answer> answers(2);
-  answers[0] = {true, 8, 7, "in all_reduce #7"};
+  std::vector<std::optional<Watchdog::Answer>> answers(2);
+  answers[0] = Watchdog::Answer{true, 8, 7, "in all_reduce #7"};
   const std::string s = Watchdog::report(comm, stalled_all_reduce(now), now, answers);
   EXPECT_TRUE(contains(s, "every member has called it; still in it: ranks 0, 1")) << s;
 }

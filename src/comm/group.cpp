@@ -283,9 +283,9 @@ Group::Message Group::message(Tag tag, int peer, bool sending) {
   return {collective_message_tag(tag, sending ? sent++ : received++), check};
 }
 
-void Group::note_call(const Coll& c) {
+void Group::note_call(Tag tag, std::uint16_t check) {
   std::lock_guard lk(messages_mu_);
-  calls_[c.tag] = call_check(c.name, c.dtype, c.op);
+  calls_[tag] = check;
 }
 
 void Group::forget_messages(Tag tag) {
@@ -313,9 +313,11 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   st->yield_when_idle = cfg.yield_when_idle;
   // Collectives start in the same order on every rank, so the n-th one gets the same tag
   // everywhere and its messages never match another collective's.
+  // The call's fingerprint, which the recorder keeps and its messages carry (note_call).
+  const std::uint16_t check = call_check(name, t, op);
   const std::uint64_t number = recorder_->posted(
-      Recorder::Call{name, shape.algorithm ? shape.algorithm : to_string(o.algorithm), call_check(name, t, op),
-                     shape.count, shape.count * size_of(t), shape.root},
+      Recorder::Call{name, shape.algorithm ? shape.algorithm : to_string(o.algorithm), check, shape.count,
+                     shape.count * size_of(t), shape.root},
       now, false);
   const Tag tag = collective_tag(number);
   Coll c{*this, name, tag, deadline,
@@ -345,7 +347,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
     s->complete(code, format_error(code, ErrorContext{name, rank, -1, {}, {}}, why));
   };
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, phase, number, body = std::move(body), node = node_.get(), group = this]() {
+      [c, st, phase, number, check, body = std::move(body), node = node_.get(), group = this]() {
         // However the operation ends, its message counts are done with. The group outlives
         // its running task (~Group joins the runner first), as `body` relies on too. It is
         // never locked from a weak reference here: that copy could be the last owner, and
@@ -359,27 +361,28 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
         Recorder& rec = *group->recorder_;
         rec.started(number, Clock::now());
-        group->note_call(c);
-        bool ok = false;
+        group->note_call(c.tag, check);
+        Errc code = Errc::ok;
+        std::string what;
+        std::vector<int> failed;
         try {
           Node::PollScope scope(*node);
           body(c);
-          ok = true;
         } catch (const Error& e) {
-          rec.ended(number, Clock::now(), false);
-          std::string what = e.what();
+          code = e.code();
+          what = e.what();
+          failed = e.failed_ranks();
           // A timeout carries what the stall report found, if one was made.
-          if (e.code() == Errc::timeout) what += group->stall_note(number);
-          if (e.failed_ranks().empty()) st->complete(e.code(), what);
-          else st->fail_ranks(e.code(), what, e.failed_ranks());
+          if (code == Errc::timeout) what += group->stall_note(number);
         } catch (const std::exception& e) {
-          rec.ended(number, Clock::now(), false);
-          st->complete(Errc::io, std::string(c.name) + ": " + e.what());
+          code = Errc::io;
+          what = std::string(c.name) + ": " + e.what();
         }
-        if (ok) {
-          rec.ended(number, Clock::now(), true);
-          st->succeed();
-        }
+        // Recorded first, so whoever the operation wakes finds it ended in the recorder.
+        rec.ended(number, Clock::now(), code == Errc::ok);
+        if (code == Errc::ok) st->succeed();
+        else if (failed.empty()) st->complete(code, std::move(what));
+        else st->fail_ranks(code, std::move(what), std::move(failed));
       },
       [weak, phase, name, rank = rank_, rec = recorder_, number] {
         // Abandoned unrun (the communicator closed): unless its deadline gave it up first.

@@ -206,7 +206,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
     std::uint16_t check; // its call's fingerprint, 0 if the operation has none
   };
   Message message(Tag tag, int peer, bool sending);
-  void note_call(const Coll& c);
+  void note_call(Tag tag, std::uint16_t check);
   void forget_messages(Tag tag);
   std::atomic<std::uint64_t> splits_{0};
   std::optional<std::vector<std::uint64_t>> hosts_;  // collective thread only

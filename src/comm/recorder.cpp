@@ -48,8 +48,8 @@ void raise_to(std::atomic<std::uint64_t>& a, std::uint64_t v) noexcept {
 
 // Below 16, two calls taking numbers at once on two threads could meet in one entry.
 Recorder::Recorder(std::size_t capacity)
-    : slots_(capacity ? std::make_unique<Slot[]>(std::max<std::size_t>(capacity, 16)) : nullptr),
-      capacity_(capacity ? std::max<std::size_t>(capacity, 16) : 0) {}
+    : capacity_(capacity ? std::max<std::size_t>(capacity, 16) : 0),
+      slots_(capacity_ ? std::make_unique<Slot[]>(capacity_) : nullptr) {}
 
 Recorder::Slot* Recorder::slot_of(std::uint64_t number) noexcept {
   return capacity_ ? &slots_[number % capacity_] : nullptr;

@@ -97,8 +97,8 @@ class Recorder {
   /// A consistent copy of `s`, or nothing if it is empty or kept changing.
   std::optional<OpRecord> read(const Slot& s) const;
 
+  std::size_t capacity_;  // before slots_, which it sizes
   std::unique_ptr<Slot[]> slots_;
-  std::size_t capacity_;
   std::atomic<std::uint64_t> called_{0}, completed_{0};
   std::atomic<std::uint64_t> reported_{0};  // numbers below this were reported
   mutable std::mutex report_mu_;

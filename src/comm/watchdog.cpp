@@ -136,13 +136,14 @@ Watchdog::Answer Watchdog::decode(std::span<const std::byte> reply) {
 }
 
 std::string Watchdog::report(const Comm& c, const OpRecord& op, Clock::time_point now,
-                             const std::vector<Answer>& answers) {
+                             const std::vector<std::optional<Answer>>& answers) {
   std::string s = fmt::format("stall: {} of communicator {:#x} has waited {:.1f} s on rank {} of {}", describe(op),
                               c.id, seconds(now - op.posted), c.rank, c.members.size());
   std::string missing, silent, inside, past;
   int in_it = 0, done = 0;
+  static const Answer none;  // ours, never asked
   for (std::size_t r = 0; r < answers.size(); ++r) {
-    const Answer& a = answers[r];
+    const Answer& a = answers[r] ? *answers[r] : none;
     if (static_cast<int>(r) == c.rank || (a.ok && a.called > op.number && a.completed <= op.number)) {
       inside += fmt::format("{}{}", in_it++ ? ", " : "", r);
     } else if (!a.ok) {
@@ -239,10 +240,7 @@ void Watchdog::look(Clock::time_point now) {
     }
     const Comm& c = *st.comm;
     if (st.collective) {
-      std::vector<Answer> answers(st.answers.size());
-      for (std::size_t r = 0; r < answers.size(); ++r)
-        if (st.answers[r]) answers[r] = *st.answers[r];
-      std::string text = report(c, *st.collective, Clock::now(), answers);
+      std::string text = report(c, *st.collective, Clock::now(), st.answers);
       log::warn("{}", text);
       c.recorder->set_report(st.collective->number, std::move(text));
     } else {

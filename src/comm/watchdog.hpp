@@ -79,7 +79,7 @@ class Watchdog {
   /// The report line about collective `op` (ours, open) of `c`, from the members' answers
   /// (by communicator rank; ours is ignored).
   static std::string report(const Comm& c, const OpRecord& op, Clock::time_point now,
-                            const std::vector<Answer>& answers);
+                            const std::vector<std::optional<Answer>>& answers);
   /// The report line about send or receive `op` of `c`, from the answers of the ranks
   /// asked (the peer, or every member for a receive from any rank; the others' are empty).
   static std::string report(const Comm& c, const PendingP2p::Op& op, Clock::time_point now,
