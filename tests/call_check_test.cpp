@@ -34,6 +34,11 @@ TEST(CallCheck, EveryFieldDecodes) {
   EXPECT_EQ(describe_call(call_check("all_gather_v", DataType::u64, ReduceOp::sum)), "all_gather_v(u64)");
   EXPECT_EQ(describe_call(call_check("barrier", DataType::u8, ReduceOp::sum)), "barrier(u8)");
   EXPECT_EQ(describe_call(call_check("something_new", DataType::i8, ReduceOp::min)), "another collective(i8)");
+  // A root, as the fingerprint holds it: modulo 8, which is the root itself up to 8 ranks.
+  EXPECT_EQ(describe_call(call_check("broadcast", DataType::f32, ReduceOp::sum, 5)), "broadcast(f32, root 5)");
+  EXPECT_EQ(describe_call(call_check("reduce", DataType::i64, ReduceOp::max, 0)), "reduce(i64, max, root 0)");
+  EXPECT_EQ(describe_call(call_check("gather_v", DataType::u8, ReduceOp::sum, 13), 16), "gather_v(u8, root 5 mod 8)");
+  EXPECT_EQ(describe_call(call_check("all_reduce", DataType::f32, ReduceOp::sum, -1)), "all_reduce(f32, sum)");
 }
 
 TEST(CallCheck, CallsThatDifferInOneFieldDiffer) {
@@ -44,6 +49,10 @@ TEST(CallCheck, CallsThatDifferInOneFieldDiffer) {
   EXPECT_NE(base, call_check("reduce_scatter", DataType::f32, ReduceOp::sum));
   EXPECT_NE(base, call_check("all_reduce_bucketed", DataType::f32, ReduceOp::sum));
   EXPECT_EQ(base, call_check("all_reduce", DataType::f32, ReduceOp::sum));
+  const std::uint16_t root1 = call_check("scatter", DataType::f32, ReduceOp::sum, 1);
+  EXPECT_NE(root1, call_check("scatter", DataType::f32, ReduceOp::sum, 2));
+  EXPECT_NE(root1, call_check("scatter", DataType::f32, ReduceOp::sum, 0));
+  EXPECT_EQ(root1, call_check("scatter", DataType::f32, ReduceOp::sum, 9));  // only modulo 8
 }
 
 TEST(CallCheck, AnUnreadableFingerprintSaysSo) {
@@ -77,7 +86,7 @@ std::vector<Case> cases() {
                  std::vector<std::int32_t> x(70001, 3);
                  c.all_reduce(x.data(), x.data(), x.size(), odd ? DataType::i32 : DataType::f32, ReduceOp::sum);
                }});
-  v.push_back({"reduce", "reduce(f32, sum)", "reduce(f32, prod)", [](Communicator& c, bool odd) {
+  v.push_back({"reduce", "reduce(f32, sum, root 0)", "reduce(f32, prod, root 0)", [](Communicator& c, bool odd) {
                  auto x = floats(513), y = floats(513);
                  c.reduce(x.data(), y.data(), x.size(), DataType::f32, odd ? ReduceOp::prod : ReduceOp::sum, 0);
                }});
@@ -89,7 +98,7 @@ std::vector<Case> cases() {
                  std::vector<std::int32_t> x(33, 1), y(33 * static_cast<std::size_t>(c.size()));
                  c.all_gather(x.data(), y.data(), x.size(), odd ? DataType::i32 : DataType::f32);
                }});
-  v.push_back({"broadcast", "broadcast(f64)", "broadcast(i64)", [](Communicator& c, bool odd) {
+  v.push_back({"broadcast", "broadcast(f64, root 0)", "broadcast(i64, root 0)", [](Communicator& c, bool odd) {
                  std::vector<std::int64_t> x(4099, 5);
                  c.broadcast(x.data(), x.size(), odd ? DataType::i64 : DataType::f64, 0);
                }});
@@ -97,11 +106,11 @@ std::vector<Case> cases() {
                  std::vector<std::uint32_t> x(11 * static_cast<std::size_t>(c.size()), 1), y(x.size());
                  c.all_to_all(x.data(), y.data(), 11, odd ? DataType::u32 : DataType::f32);
                }});
-  v.push_back({"gather", "gather(f32)", "gather(i32)", [](Communicator& c, bool odd) {
+  v.push_back({"gather", "gather(f32, root 0)", "gather(i32, root 0)", [](Communicator& c, bool odd) {
                  std::vector<std::int32_t> x(10, 1), y(10 * static_cast<std::size_t>(c.size()));
                  c.gather(x.data(), y.data(), x.size(), odd ? DataType::i32 : DataType::f32, 0);
                }});
-  v.push_back({"scatter", "scatter(f32)", "scatter(i32)", [](Communicator& c, bool odd) {
+  v.push_back({"scatter", "scatter(f32, root 0)", "scatter(i32, root 0)", [](Communicator& c, bool odd) {
                  std::vector<std::int32_t> x(10 * static_cast<std::size_t>(c.size()), 1), y(10);
                  c.scatter(x.data(), y.data(), y.size(), odd ? DataType::i32 : DataType::f32, 0);
                }});

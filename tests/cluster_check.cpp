@@ -1,7 +1,7 @@
 // nexar-cluster-check: a worker program that checks a cluster formed across processes or
 // hosts (tests/multiprocess_test.sh, tests/netns_test.sh).
 //
-//   nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS]
+//   nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS] [--peer-stats]
 //
 // Each process joins the cluster described by its environment (nexar::join_from_env():
 // NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_SEED_FINGERPRINT, NEXAR_RANK, NEXAR_WORLD_SIZE,
@@ -31,6 +31,10 @@
 // and checks all_reduce (f32 sum 65539, i64 max 7, f64 avg 1000) over and over. Any error,
 // a false failure declaration included, fails the run (tests/netns_test.sh runs it under
 // random datagram loss).
+// --peer-stats: instead of the battery, every rank sends 4 MiB (checked) to every other on
+// the bulk lane, then prints its Communicator::stats() of each peer, by world rank, as
+// "rank R: peer-stats: lost L0 L1 ... rtt_us T0 T1 ..." ("-" for itself) (tests/netns_test.sh
+// drops datagrams arriving at one host only, and checks that only its peers count losses).
 //
 // --grow N (an elastic cluster, NEXAR_ELASTIC=1 or nexar-seed --elastic): the members wait
 // until N joiners are ready on each of them and grow() them in; a process that joins the
@@ -206,6 +210,7 @@ struct Options {
   bool allreduce_only = false;
   std::uint64_t big_bytes = 0;  // 0: the big all_reduce has kBigCount elements
   int soak_seconds = 0;         // > 0: run soak() instead of the battery
+  bool peer_stats = false;      // run peer_stats() instead of the battery
   int grow = 0;                 // > 0: members grow by this many joiners first (elastic)
 };
 
@@ -250,6 +255,10 @@ class Battery {
       soak();
       return;
     }
+    if (o_.peer_stats) {
+      peer_stats();
+      return;
+    }
     if (o_.allreduce_only) {
       for (std::size_t count : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{65539}})
         all_reduce(count, count, count);
@@ -290,6 +299,43 @@ class Battery {
   // Bulk payload word i of round `round` from rank `from`.
   static std::uint32_t bulk_word(std::uint32_t round, int from, std::size_t i) {
     return round * 2654435761u ^ static_cast<std::uint32_t>(from) * 40503u ^ static_cast<std::uint32_t>(i);
+  }
+
+  void peer_stats() {
+    constexpr std::size_t kWords = (4u << 20) / 4;
+    // Each rank sends to rank me+k while it receives from rank me-k, k = 1 .. n-1.
+    for (int k = 1; k < n_; ++k) {
+      const int to = (me_ + k) % n_, from = (me_ + n_ - k) % n_;
+      std::vector<std::uint32_t> out(kWords), in(kWords);
+      for (std::size_t i = 0; i < kWords; ++i) out[i] = bulk_word(static_cast<std::uint32_t>(k), me_, i);
+      nexar::Request r = c_.ibulk_send(to, 910, out.data(), out.size() * 4);
+      c_.bulk_recv(from, 910, in);
+      r.wait();
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < kWords; ++i) wrong += in[i] != bulk_word(static_cast<std::uint32_t>(k), from, i);
+      check_.expect(wrong == 0, "peer-stats: " + std::to_string(wrong) + " words from rank " + std::to_string(from) +
+                                    " are wrong");
+    }
+    const nexar::Stats s = c_.stats();
+    std::string lost = " lost", rtt = " rtt_us";
+    std::size_t next_peer = 0;
+    for (int r = 0; r < n_; ++r) {
+      if (r == me_) {
+        lost += " -";
+        rtt += " -";
+        continue;
+      }
+      const nexar::PeerStats& p = s.peers.at(next_peer++);
+      check_.expect(p.rank == r && p.connected, "peer-stats: rank " + std::to_string(r) + " is connected");
+      // Appended piece by piece: GCC 12 warns (-Wrestrict) on " " + std::to_string(...).
+      lost += ' ';
+      lost += std::to_string(p.lost_packets);
+      rtt += ' ';
+      rtt += std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(p.rtt).count());
+    }
+    std::fprintf(stderr, "rank %d: peer-stats:%s%s\n", me_, lost.c_str(), rtt.c_str());
+    c_.barrier();
+    check_.passed();
   }
 
   void soak() {
@@ -757,7 +803,7 @@ class Battery {
 
 void usage(std::FILE* f) {
   std::fprintf(f,
-               "usage: nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS]\n"
+               "usage: nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS] [--peer-stats]\n"
                "  Joins the cluster described by the NEXAR_* environment (nexar::join_from_env)\n"
                "  and checks p2p, RPC and every collective against locally computed references.\n"
                "  --quick           skip the big sizes (3 MiB p2p, 300007 and 1000003 elements)\n"
@@ -766,6 +812,8 @@ void usage(std::FILE* f) {
                "                    1000003 elements)\n"
                "  --soak SECONDS    instead: bulk transfers around the ring and checked\n"
                "                    all_reduces for SECONDS; any error fails\n"
+               "  --peer-stats      instead: 4 MiB to every rank, then each peer's lost\n"
+               "                    packets and RTT from Communicator::stats()\n"
                "  --grow N          (elastic cluster) members wait for N joiners and grow them\n"
                "                    in first; joiners of the running job arrive through it\n"
                "Exit status: 0 all checks passed, 1 a check failed or a nexar::Error, 2 usage.\n");
@@ -793,6 +841,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "nexar-cluster-check: --soak wants a positive number of seconds, not '%s'\n", argv[i]);
         return 2;
       }
+    } else if (a == "--peer-stats") {
+      o.peer_stats = true;
     } else if (a == "--grow" && i + 1 < argc) {
       o.grow = std::atoi(argv[++i]);
       if (o.grow <= 0) {

@@ -13,6 +13,9 @@
 # host dropping NETNS_LOSS (5%) of its incoming UDP datagrams (iptables statistic), the
 # workers run nexar-cluster-check --soak NETNS_SOAK_SECONDS (60): bulk transfers around the
 # ring saturate the links while all_reduces are checked; a false failure fails the test.
+# Last, with host 3 alone dropping NETNS_LOSS of its incoming UDP, each rank sends 4 MiB to
+# every other (nexar-cluster-check --peer-stats): Communicator::stats() must count lost
+# packets on the paths to host 3's rank and not on the others.
 #
 # Exit status: 0 pass, 1 fail, 77 skipped (not root, or no network namespaces here).
 # Everything it creates (namespaces, veths, the bridge, temporary files, processes) is
@@ -175,6 +178,32 @@ if [ "$soak" -gt 0 ]; then
   else
     echo "== loss: skipped (iptables does not work in the namespaces)"
   fi
+fi
+# Stats name the lossy path: only host 3 drops (NETNS_LOSS of) the datagrams that arrive at
+# it. Each rank sends 4 MiB to every other; every rank sending to host 3's rank must count
+# packets lost to that peer (Communicator::stats()), and at most a couple (spurious) to
+# any other.
+if ip netns exec "${NETNS_HOST[0]}" iptables -L INPUT >/dev/null 2>&1; then
+  ip netns exec "${NETNS_HOST[3]}" iptables -A INPUT -p udp -m statistic --mode random --probability "$loss" -j DROP
+  if run_part peer-stats "${NETNS_ADDR4[0]}:$port" 4 "--peer-stats"; then
+    lossy=$(sed -nE 's/^rank ([0-9]+)\/[0-9]+:.*/\1/p' "$tmp/peer-stats.w3.log" | head -n 1)
+    for ((i = 1; i <= workers; i++)); do
+      [ "$i" = 3 ] && continue
+      line=$(grep -E '^rank [0-9]+: peer-stats:' "$tmp/peer-stats.w$i.log")
+      echo "   host $i: ${line#*: }"
+      # Fields after "lost", by world rank: the lossy rank's must be >= 1, the others <= 2.
+      if ! awk -v lossy="$lossy" '{ for (f = 1; f <= NF; f++) if ($f == "lost") break;
+             for (r = 0; $(f + 1 + r) != "rtt_us"; r++) { v = $(f + 1 + r); if (v == "-") continue;
+               if (r == lossy && v < 1) exit 1; if (r != lossy && v > 2) exit 1 } }' <<<"$line"; then
+        echo "peer-stats: FAIL: host $i should count losses to rank $lossy (host 3) only"
+        status=1
+      fi
+    done
+    [ "$status" = 0 ] && echo "peer-stats: losses counted on the path to rank $lossy only"
+  else
+    status=1
+  fi
+  ip netns exec "${NETNS_HOST[3]}" iptables -F INPUT
 fi
 if [ "$status" = 0 ]; then echo "netns test: PASS"; else echo "netns test: FAIL"; fi
 exit $status

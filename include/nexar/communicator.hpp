@@ -23,6 +23,7 @@
 #include <nexar/recorder.hpp>
 #include <nexar/request.hpp>
 #include <nexar/rpc.hpp>
+#include <nexar/stats.hpp>
 
 namespace nexar {
 
@@ -258,6 +259,12 @@ class Communicator {
   /// "completed", "ops": [...]}, each op with the OpRecord fields and its times in
   /// microseconds since the Unix epoch (null until reached). README, "Diagnosing a job".
   std::string dump() const;
+  /// What this communicator's collectives cost on this rank, per kind (count, bytes, time,
+  /// and the part of it spent waiting for members), and how the path to each other member
+  /// behaves (RTT, congestion window, lost packets, bytes per lane, the links that carry
+  /// it); see Stats. Takes the rank's engine lock briefly; any thread. Errors:
+  /// invalid_argument for an empty Communicator.
+  Stats stats() const;
 
   // ---- failures ----------------------------------------------------------------------
   //

@@ -141,6 +141,12 @@ struct Config {
   /// (1 .. 15 keep 16); 0 keeps none: Communicator::recorder() is empty, and only sends and
   /// receives are reported as stalled.
   std::uint32_t recorder_ops = 1024;
+  /// A directory (created if missing) where each rank writes a trace of its collectives,
+  /// their waits and its sends and receives when its last communicator closes:
+  /// `<dir>/nexar-trace-<rank>-<pid>.json`, Chrome trace-event JSON that Perfetto and
+  /// chrome://tracing open; `tools/trace/nexar-trace merge` puts the ranks on one timeline
+  /// and names the straggler (NEXAR_TRACE). Empty (the default): no trace.
+  std::string trace;
 
   /// Largest payload one frame may claim; larger claims are a protocol error
   /// (NEXAR_MAX_FRAME_BYTES). Messages larger than this are refused at send().

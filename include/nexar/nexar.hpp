@@ -10,5 +10,6 @@
 #include <nexar/dtype.hpp>
 #include <nexar/error.hpp>
 #include <nexar/recorder.hpp>
+#include <nexar/stats.hpp>
 #include <nexar/request.hpp>
 #include <nexar/rpc.hpp>

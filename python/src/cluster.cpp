@@ -70,6 +70,8 @@ void register_cluster(py::module_& m) {
       .def_readwrite("rpc_threads", &nexar::Config::rpc_threads, "Most RPC handlers at once.")
       .def_readwrite("recorder_ops", &nexar::Config::recorder_ops,
                      "Collectives each communicator's flight recorder keeps.")
+      .def_readwrite("trace", &nexar::Config::trace,
+                     "Directory for each rank's Chrome trace (tools/trace/nexar-trace merges them); '' none.")
       .def_readwrite("max_frame_bytes", &nexar::Config::max_frame_bytes, "Largest frame.")
       .def_readwrite("eager_limit", &nexar::Config::eager_limit, "Eager message limit, bytes.")
       .def_readwrite("unexpected_limit", &nexar::Config::unexpected_limit,

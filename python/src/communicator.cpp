@@ -356,6 +356,50 @@ void register_communicator(py::module_& m, CommClass& cls) {
            "root, algorithm, state, and posted/started/ended in time.monotonic() seconds or None).")
       .def("dump", [](const PyComm& s) { return s.c.dump(); },
            "The recorder and this rank's progress as one JSON object (a str).")
+      .def("stats",
+           [](const PyComm& s) {
+             const nexar::Stats st = s.c.stats();
+             auto sec = [](std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); };
+             py::dict ops;
+             for (const nexar::OpStats& o : st.ops) {
+               py::dict d;
+               d["calls"] = o.calls;
+               d["failed"] = o.failed;
+               d["bytes"] = o.bytes;
+               d["seconds"] = sec(o.total);
+               d["waiting_seconds"] = sec(o.waiting);
+               ops[py::str(o.op)] = std::move(d);
+             }
+             py::dict peers;
+             for (const nexar::PeerStats& p : st.peers) {
+               py::dict d;
+               d["world_rank"] = p.world_rank;
+               d["connected"] = p.connected;
+               d["links"] = p.links;
+               d["rtt_seconds"] = sec(p.rtt);
+               d["min_rtt_seconds"] = sec(p.min_rtt);
+               d["latest_rtt_seconds"] = sec(p.latest_rtt);
+               d["rtt_var_seconds"] = sec(p.rtt_var);
+               d["cwnd"] = p.cwnd;
+               d["bytes_in_flight"] = p.bytes_in_flight;
+               d["lost_packets"] = p.lost_packets;
+               py::dict lanes;
+               for (const nexar::LaneStats& l : p.lanes) lanes[py::str(l.lane)] = py::make_tuple(l.sent, l.received);
+               d["lanes"] = std::move(lanes);
+               peers[py::int_(p.rank)] = std::move(d);
+             }
+             py::dict out;
+             out["ops"] = std::move(ops);
+             out["peers"] = std::move(peers);
+             out["receive_drops"] = st.receive_drops;
+             out["send_drops"] = st.send_drops;
+             return out;
+           },
+           "Counters of this communicator on this rank (nexar::Stats): {'ops': {name: {calls, failed, "
+           "bytes, seconds, waiting_seconds}}, 'peers': {rank: {world_rank, connected, links, "
+           "rtt_seconds, min_rtt_seconds, latest_rtt_seconds, rtt_var_seconds, cwnd, "
+           "bytes_in_flight, lost_packets, lanes: {lane: (sent, received)}}}, 'receive_drops', "
+           "'send_drops'}.")
 
       // failures
       .def("world_ranks", [](const PyComm& s) { return s.c.world_ranks(); },

@@ -140,6 +140,7 @@ class CollectivePort {
     bool armed = false;        // `seen` was read: one more attempt, then sleep on it
     bool last_chance = false;  // the peer closed: one more attempt, then its error
     std::uint32_t seen = 0;
+    Clock::time_point read{};  // the wait's last clock reading (the port's waiting time)
   };
   /// Nothing could be posted or taken: waits a little for rank `peer` (to post, when
   /// `taking`, or to take) before the caller attempts again. Spins (or yields, when the

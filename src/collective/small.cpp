@@ -451,7 +451,7 @@ std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* b
   const bool one = bytes <= CollectivePort::kMailboxBytes &&
                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;
   const bool chunked = chunks_fit(p, bytes) && bytes <= kBroadcastMostBytes;
-  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum),
+  auto tk = mailbox_path(p, "broadcast", bytes, o, blocking, one || chunked, call_check(kBroadcast, t, ReduceOp::sum, root),
                          {count, root});
   if (!tk) return std::nullopt;
   return run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, buf, bytes, root, one] {

@@ -33,6 +33,7 @@ void Communicator::close() {
 
 std::vector<OpRecord> Communicator::recorder() const { return self().recorder().snapshot(); }
 std::string Communicator::dump() const { return self().dump(); }
+Stats Communicator::stats() const { return self().stats(); }
 
 // ---- failures ---------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@
 
 #include "collective/algorithms.hpp"
 #include "comm/runner.hpp"
+#include "comm/tracer.hpp"
+#include "engine/wait_meter.hpp"
 #include "core/access.hpp"
 #include "core/call_check.hpp"
 #include "core/error_format.hpp"
@@ -13,8 +15,10 @@
 namespace nexar::detail {
 
 Group::Services Group::attach(Node& node) {
-  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node), nullptr};
+  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node), nullptr, nullptr};
   s.watchdog = std::make_shared<Watchdog>(node.config().stall_warn, s.rpc);
+  if (!node.config().trace.empty())
+    s.tracer = std::make_shared<Tracer>(node.config().trace, node.rank(), node.size());
   node.attach_rpc(s.rpc);
   node.attach_membership(s.agreement);
   return s;
@@ -52,6 +56,7 @@ Group::Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vect
       rpc_(std::move(s.rpc)),
       agreement_(std::move(s.agreement)),
       watchdog_(std::move(s.watchdog)),
+      tracer_(std::move(s.tracer)),
       recorder_(std::make_shared<Recorder>(node_->config().recorder_ops)),
       id_(id),
       members_(std::move(members)),
@@ -62,6 +67,7 @@ Group::Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vect
   for (std::size_t i = 0; i < members_.size(); ++i)
     (*local)[static_cast<std::size_t>(members_[i])] = static_cast<int>(i);
   local_of_ = std::move(local);
+  if (tracer_) recorder_->trace_to(tracer_, id_);
 }
 
 Group::~Group() {
@@ -173,8 +179,10 @@ Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, 
 }
 
 Request Group::watch_for_stall(Request r, bool sending, int peer, int tag, std::uint64_t bytes) {
+  const auto& st = Access::state(r);
+  if (tracer_ && st) tracer_->p2p(id_, st, sending, peer, tag, bytes);
   // An eager send is done when it returns: only what still waits is worth a place.
-  if (const auto& st = Access::state(r); st && !st->done()) p2p_->add(PendingP2p::Op{st, sending, peer, tag, bytes});
+  if (st && !st->done()) p2p_->add(PendingP2p::Op{st, sending, peer, tag, bytes});
   return r;
 }
 
@@ -314,7 +322,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   // Collectives start in the same order on every rank, so the n-th one gets the same tag
   // everywhere and its messages never match another collective's.
   // The call's fingerprint, which the recorder keeps and its messages carry (note_call).
-  const std::uint16_t check = call_check(name, t, op);
+  const std::uint16_t check = call_check(name, t, op, shape.root);
   const std::uint64_t number = recorder_->posted(
       Recorder::Call{name, shape.algorithm ? shape.algorithm : to_string(o.algorithm), check, shape.count,
                      shape.count * size_of(t), shape.root},
@@ -365,8 +373,11 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         Errc code = Errc::ok;
         std::string what;
         std::vector<int> failed;
+        WaitMeter meter;
+        meter.keep_spans = rec.tracing();
         try {
           Node::PollScope scope(*node);
+          WaitMeter::Scope metered(&meter);
           body(c);
         } catch (const Error& e) {
           code = e.code();
@@ -379,7 +390,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
           what = std::string(c.name) + ": " + e.what();
         }
         // Recorded first, so whoever the operation wakes finds it ended in the recorder.
-        rec.ended(number, Clock::now(), code == Errc::ok);
+        rec.ended(number, Clock::now(), code == Errc::ok, &meter);
         if (code == Errc::ok) st->succeed();
         else if (failed.empty()) st->complete(code, std::move(what));
         else st->fail_ranks(code, std::move(what), std::move(failed));
@@ -405,6 +416,19 @@ std::string Group::stall_note(std::uint64_t number) const {
 
 std::string Group::dump() const {
   return recorder_->json(id_, rank_, size());
+}
+
+Stats Group::stats() const {
+  Stats s;
+  s.ops = recorder_->totals();
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    PeerStats p = node_->peer_stats(world_of(r));
+    p.rank = r;
+    s.peers.push_back(std::move(p));
+  }
+  std::tie(s.receive_drops, s.send_drops) = node_->socket_drops();
+  return s;
 }
 
 std::shared_ptr<Group> Group::split(int color, int key) {

@@ -19,6 +19,7 @@
 #include "comm/notifier.hpp"
 #include "comm/recorder.hpp"
 #include "comm/watchdog.hpp"
+#include "engine/wait_meter.hpp"
 #include "membership/agreement.hpp"
 #include "rpc/rpc.hpp"
 #include "shm/mailbox.hpp"
@@ -27,6 +28,7 @@
 namespace nexar::detail {
 
 class CollectiveRunner;
+class Tracer;
 
 class Group final : public CollectivePort, public std::enable_shared_from_this<Group> {
  public:
@@ -38,12 +40,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
     std::shared_ptr<Rpc> rpc;
     std::shared_ptr<Agreement> agreement;
     std::shared_ptr<Watchdog> watchdog;
+    std::shared_ptr<Tracer> tracer;  // Config::trace set: the rank's trace; else null
   };
   /// Sets up the node's RPC, agreement and watchdog (before Node::start()), for a node
   /// whose first group is made later (a joiner's, from its welcome).
   static Services attach(Node& node);
   /// The services this group was made with, for the groups made from it.
-  Services services() const { return Services{rpc_, agreement_, watchdog_}; }
+  Services services() const { return Services{rpc_, agreement_, watchdog_, tracer_}; }
   /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `s`
   /// serves the node. The group watches the failures of its members from the start, and
   /// its recorder is the watchdog's to look at and the members' to ask about.
@@ -145,6 +148,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   const Recorder& recorder() const noexcept { return *recorder_; }
   /// The recorder and the progress counts as JSON (Communicator::dump()).
   std::string dump() const;
+  /// Communicator::stats().
+  Stats stats() const;
 
   /// Counts the calling thread's blocking collective calls (Communicator::BlockingCall):
   /// a collective started while the count is positive is left to its caller to run.
@@ -186,6 +191,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::shared_ptr<Rpc> rpc_;
   std::shared_ptr<Agreement> agreement_;
   std::shared_ptr<Watchdog> watchdog_;
+  std::shared_ptr<Tracer> tracer_;
   std::shared_ptr<Recorder> recorder_;
   std::shared_ptr<PendingP2p> p2p_ = std::make_shared<PendingP2p>();
   std::uint64_t id_;
@@ -245,6 +251,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   // The last clock reading of a mailbox wait (idle()), the end time of a blocking mailbox
   // collective (ran()): they run one at a time per rank.
   std::atomic<Clock::rep> mail_clock_{0};
+  WaitMeter mail_meter_;  // the running blocking mailbox collective's waits (caller thread)
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank

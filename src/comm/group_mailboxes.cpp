@@ -10,6 +10,8 @@
 
 #include "collective/algorithms.hpp"
 #include "comm/group.hpp"
+#include "engine/wait_meter.hpp"
+
 #include "core/call_check.hpp"
 #include "core/error_format.hpp"
 #include "core/log.hpp"
@@ -54,6 +56,9 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
     if (!queued) {
       number = recorder_->posted(Recorder::Call{op, "mailbox", check, shape.count, bytes, shape.root}, now, true);
       mail_clock_.store(0, std::memory_order_relaxed);
+      mail_meter_.waited = {};
+      mail_meter_.spans.clear();
+      mail_meter_.keep_spans = recorder_->tracing();
     }
   } else {
     mailbox_queued_.fetch_add(1, std::memory_order_acq_rel);
@@ -69,7 +74,8 @@ void Group::ran(const Ticket& t, bool ok) noexcept {
   // Its end is the last clock reading of its waits (idle()): an 8-byte collective through
   // the mailboxes is over before a reading of its own would be, which would cost a tenth
   // of it; one that never waited long enough to read the clock ends where it started.
-  recorder_->ended(t.number, Clock::time_point(Clock::duration(mail_clock_.load(std::memory_order_relaxed))), ok);
+  recorder_->ended(t.number, Clock::time_point(Clock::duration(mail_clock_.load(std::memory_order_relaxed))), ok,
+                   &mail_meter_);
 }
 
 std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
@@ -181,6 +187,12 @@ void Group::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
   check_open(t.op);  // throws the revocation (a member failed) or the closing
   const auto now = Clock::now();
   mail_clock_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  // The time between this wait's clock readings is time blocked on `peer`: the caller's
+  // own collective's, or the one the collective thread runs (engine/wait_meter.hpp).
+  if (WaitMeter* m = t.queued ? WaitMeter::current() : &mail_meter_) {
+    if (w.read != Clock::time_point{}) m->add(w.read, now);
+    w.read = now;
+  }
   if (auto gone = node().departure(world_of(peer)); gone && gone->first == Errc::peer_closed) {
     // What it posted before it closed still counts (it became visible before the close):
     // the caller attempts once more before the error.

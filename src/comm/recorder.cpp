@@ -4,7 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "comm/tracer.hpp"
 #include "core/call_check.hpp"
+#include "engine/wait_meter.hpp"
 
 namespace nexar {
 
@@ -94,16 +96,61 @@ void Recorder::started(std::uint64_t number, Clock::time_point at) noexcept {
   s->state.store(static_cast<std::uint8_t>(OpRecord::State::running), std::memory_order_relaxed);
 }
 
-void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok) noexcept {
+void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const WaitMeter* meter) noexcept {
   raise_to(completed_, number + 1);
   Slot* s = slot_of(number);
   if (!s || s->number.load(std::memory_order_relaxed) != number) return;
-  Writing w(s->version);
-  const Clock::rep t = at.time_since_epoch().count();
+  const Clock::rep posted = s->posted.load(std::memory_order_relaxed);
   // Given up while queued: it never started, and says so with a start time of 0.
-  s->ended.store(std::max(t, s->posted.load(std::memory_order_relaxed)), std::memory_order_relaxed);
-  s->state.store(static_cast<std::uint8_t>(ok ? OpRecord::State::done : OpRecord::State::failed),
-                 std::memory_order_relaxed);
+  const Clock::rep end = std::max(at.time_since_epoch().count(), posted);
+  {
+    Writing w(s->version);
+    s->ended.store(end, std::memory_order_relaxed);
+    s->state.store(static_cast<std::uint8_t>(ok ? OpRecord::State::done : OpRecord::State::failed),
+                   std::memory_order_relaxed);
+  }
+  // This thread is the entry's one writer (see the header), so its fields hold still.
+  const Clock::rep waited = meter ? meter->waited.count() : 0;
+  Totals& k = totals_[(s->check.load(std::memory_order_relaxed) >> 10) & (kKinds - 1)];
+  k.calls.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) k.failed.fetch_add(1, std::memory_order_relaxed);
+  k.bytes.fetch_add(s->bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  k.total.fetch_add(end - posted, std::memory_order_relaxed);
+  if (waited) k.waiting.fetch_add(waited, std::memory_order_relaxed);
+  if (tracer_) {
+    try {
+      if (auto r = read(*s))
+        tracer_->collective(comm_, *r, Clock::duration(waited),
+                            meter ? std::span(meter->spans)
+                                  : std::span<const std::pair<Clock::time_point, Clock::time_point>>());
+    } catch (...) {  // out of memory: the trace misses it
+    }
+  }
+}
+
+void Recorder::trace_to(std::shared_ptr<Tracer> t, std::uint64_t comm) noexcept {
+  tracer_ = std::move(t);
+  comm_ = comm;
+}
+
+std::vector<OpStats> Recorder::totals() const {
+  std::vector<OpStats> out;
+  for (std::size_t i = 0; i < kKinds; ++i) {
+    const Totals& k = totals_[i];
+    const std::uint64_t calls = k.calls.load(std::memory_order_relaxed);
+    if (calls == 0) continue;
+    OpStats o;
+    // Kind 0: the library's own collectives (the members' vote on the mailboxes).
+    o.op = i && i < std::size(kCallNames) ? std::string(kCallNames[i].name) : std::string("internal");
+    o.calls = calls;
+    o.failed = k.failed.load(std::memory_order_relaxed);
+    o.bytes = k.bytes.load(std::memory_order_relaxed);
+    o.total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(k.total.load(std::memory_order_relaxed)));
+    o.waiting = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(k.waiting.load(std::memory_order_relaxed)));
+    out.push_back(std::move(o));
+  }
+  std::sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) { return a.op < b.op; });
+  return out;
 }
 
 std::optional<OpRecord> Recorder::read(const Slot& s) const {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <nexar/recorder.hpp>
+#include <nexar/stats.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -29,6 +30,9 @@
 #include <vector>
 
 namespace nexar::detail {
+
+class Tracer;
+struct WaitMeter;
 
 class Recorder {
  public:
@@ -55,7 +59,19 @@ class Recorder {
   /// blocking call through the mailboxes), otherwise it is queued until started().
   std::uint64_t posted(const Call& c, Clock::time_point at, bool running) noexcept;
   void started(std::uint64_t number, Clock::time_point at) noexcept;
-  void ended(std::uint64_t number, Clock::time_point at, bool ok) noexcept;
+  /// Collective `number` ended at `at`; `meter`, if any, holds the time it was blocked on
+  /// its peers (engine/wait_meter.hpp). Its entry, if still held, adds to the totals
+  /// (Communicator::stats()) and goes to the tracer.
+  void ended(std::uint64_t number, Clock::time_point at, bool ok, const WaitMeter* meter = nullptr) noexcept;
+
+  /// Draws every collective that ends from now on in `t`'s trace as one of communicator
+  /// `comm`. Before any collective is posted.
+  void trace_to(std::shared_ptr<Tracer> t, std::uint64_t comm) noexcept;
+  /// Whether it traces: a collective's meter then keeps its waits' spans.
+  bool tracing() const noexcept { return tracer_ != nullptr; }
+
+  /// What the collectives that ended cost, per kind, ordered by name (OpStats).
+  std::vector<OpStats> totals() const;
 
   /// Collectives called so far (the next number), and completed (the highest number that
   /// ended + 1; collectives of a communicator end in order, but for one given up while
@@ -96,6 +112,17 @@ class Recorder {
   Slot* slot_of(std::uint64_t number) noexcept;
   /// A consistent copy of `s`, or nothing if it is empty or kept changing.
   std::optional<OpRecord> read(const Slot& s) const;
+
+  // Per collective kind (core/call_check.hpp's numbering): added to by whichever thread
+  // ends a collective, so atomics; relaxed, since each is a counter read on its own.
+  struct Totals {
+    std::atomic<std::uint64_t> calls{0}, failed{0}, bytes{0};
+    std::atomic<Clock::rep> total{0}, waiting{0};
+  };
+  static constexpr std::size_t kKinds = 32;
+  Totals totals_[kKinds];
+  std::shared_ptr<Tracer> tracer_;
+  std::uint64_t comm_ = 0;
 
   std::size_t capacity_;  // before slots_, which it sizes
   std::unique_ptr<Slot[]> slots_;

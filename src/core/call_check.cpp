@@ -12,7 +12,7 @@ constexpr unsigned kOps = 5;     // ReduceOp's values
 
 }  // namespace
 
-std::string describe_call(std::uint16_t check) {
+std::string describe_call(std::uint16_t check, int world) {
   const unsigned kind = check >> 10 & 0x1fu;
   const unsigned type = check >> 6 & 0xfu;
   const unsigned op = check >> 3 & 0x7u;
@@ -29,17 +29,22 @@ std::string describe_call(std::uint16_t check) {
     s += ", ";
     s += to_string(static_cast<ReduceOp>(op));
   }
+  if (call_rooted(kind)) {
+    s += ", root ";
+    s += std::to_string(check & 0x7u);
+    if (world > 8) s += " mod 8";
+  }
   s += ')';
   return s;
 }
 
 std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
-                         std::uint16_t theirs) {
+                         std::uint16_t theirs, int world) {
   char id[24];
   std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(comm));
   return "ranks called different collectives as " + std::string(which) + " of communicator " + id + ": rank " +
-         std::to_string(me) + " called " + describe_call(mine) + " but rank " + std::to_string(them) + " called " +
-         describe_call(theirs);
+         std::to_string(me) + " called " + describe_call(mine, world) + " but rank " + std::to_string(them) +
+         " called " + describe_call(theirs, world);
 }
 
 }  // namespace nexar::detail

@@ -41,21 +41,25 @@ constexpr unsigned call_kind(std::string_view name) noexcept {
 }
 
 /// The fingerprint of collective number `kind` (call_kind) on elements of type `t` reduced
-/// by `op` (collectives that reduce nothing pass ReduceOp::sum). 16 bits:
+/// by `op` (collectives that reduce nothing pass ReduceOp::sum), with root `root` (-1 for
+/// collectives without one). 16 bits:
 ///   bit 15      always 1 (0 means: no fingerprint, compare nothing)
 ///   bits 10..14 the collective (kCallNames)
 ///   bits 6..9   the element type (DataType's value)
 ///   bits 3..5   the reduction operator (ReduceOp's value)
-///   bits 0..2   0
+///   bits 0..2   the root modulo 8 (0 without one): roots that differ by a multiple of 8
+///               look alike here, and are caught only when a message goes unawaited
+///               (transport/call_registry.hpp)
 /// Every field decodes, so the error can say what the other rank called.
-constexpr std::uint16_t call_check(unsigned kind, DataType t, ReduceOp op) noexcept {
+constexpr std::uint16_t call_check(unsigned kind, DataType t, ReduceOp op, int root = -1) noexcept {
   return static_cast<std::uint16_t>(0x8000u | (kind & 0x1fu) << 10 | (static_cast<unsigned>(t) & 0xfu) << 6 |
-                                    (static_cast<unsigned>(op) & 0x7u) << 3);
+                                    (static_cast<unsigned>(op) & 0x7u) << 3 |
+                                    (root > 0 ? static_cast<unsigned>(root) & 0x7u : 0u));
 }
 /// The same by the collective's name (as Coll::name spells it): a scan of the names, which
 /// shows where a call costs 0.2 us (8 B through the mailboxes): there, take call_kind once.
-constexpr std::uint16_t call_check(std::string_view name, DataType t, ReduceOp op) noexcept {
-  return call_check(call_kind(name), t, op);
+constexpr std::uint16_t call_check(std::string_view name, DataType t, ReduceOp op, int root = -1) noexcept {
+  return call_check(call_kind(name), t, op, root);
 }
 
 /// The element type and the reduction operator a fingerprint holds (u8 and sum for one
@@ -69,15 +73,24 @@ constexpr ReduceOp check_op(std::uint16_t check) noexcept {
   return op <= static_cast<unsigned>(ReduceOp::avg) ? static_cast<ReduceOp>(op) : ReduceOp::sum;
 }
 
+/// Whether collective number `kind` has a root (broadcast, reduce, gather, scatter and their
+/// v-forms): its fingerprint then holds the root modulo 8.
+constexpr bool call_rooted(unsigned kind) noexcept {
+  const std::string_view n = kind < std::size(kCallNames) ? kCallNames[kind].name : std::string_view();
+  return n == "broadcast" || n == "reduce" || n == "gather" || n == "gather_v" || n == "scatter" || n == "scatter_v";
+}
+
 /// The call a fingerprint describes, as a reader would write it: "all_reduce(f32, max)",
-/// "all_gather(u64)" for a collective that reduces nothing.
-std::string describe_call(std::uint16_t check);
+/// "all_gather(u64)" for a collective that reduces nothing, "broadcast(f32, root 2)" for
+/// one with a root. `world`: the ranks there are; from 9 on, a root is shown modulo 8
+/// ("root 2 mod 8"), as the fingerprint holds it.
+std::string describe_call(std::uint16_t check, int world = 8);
 
 /// The words every rank's error carries when two members' calls differ: "ranks called
 /// different collectives as <which> of communicator 0x..: rank <me> called <mine> but rank
 /// <them> called <theirs>". `which` names the call ("collective #12"); ranks are the
 /// communicator's.
 std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
-                         std::uint16_t theirs);
+                         std::uint16_t theirs, int world = 8);
 
 }  // namespace nexar::detail

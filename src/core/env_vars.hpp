@@ -40,6 +40,7 @@ inline constexpr EnvVar kEnvVars[] = {
     {"NEXAR_RPC_THREADS", EnvReader::config},
     {"NEXAR_STALL_WARN_MS", EnvReader::config},
     {"NEXAR_RECORDER_OPS", EnvReader::config},
+    {"NEXAR_TRACE", EnvReader::config},
     {"NEXAR_MAX_FRAME_BYTES", EnvReader::config},
     {"NEXAR_EAGER_LIMIT_BYTES", EnvReader::config},
     {"NEXAR_UNEXPECTED_LIMIT_BYTES", EnvReader::config},

@@ -63,6 +63,7 @@ bool OpState::finish(Errc code, std::string message, Status status) {
     message_ += " (" + note_ + ")";
   }
   status_ = status;
+  if (stamp_end) ended_ = Clock::now();
   if (state_.exchange(done_state, std::memory_order_acq_rel) == pending_waiters) {
     futex_wake_all(state_);
   }

@@ -80,6 +80,9 @@ class OpState {
   const std::vector<int>& failed_ranks() const noexcept { return failed_; }
   const char* op() const noexcept { return op_; }
   Clock::time_point start() const noexcept { return start_; }
+  /// When it completed, if `stamp_end` was set before it did (a trace wants it; the
+  /// clock is not read otherwise); the clock's epoch until then. Valid once done().
+  Clock::time_point ended() const noexcept { return ended_; }
   Clock::time_point deadline() const noexcept { return deadline_; }
 
   /// Installed by whoever started the operation: asks the engine to cancel it with `code`
@@ -89,6 +92,8 @@ class OpState {
   /// operation's failure (its communicator learns that the application saw it). Set by
   /// whoever started the operation, before the Request is handed out.
   std::function<void(Errc)> before_throw;
+  /// Set before the operation can complete: it reads the clock when it does (ended()).
+  bool stamp_end = false;
   /// Spin budget for waiters (from the communicator's Config).
   std::chrono::microseconds spin{0};
   /// Waiters give up the core after every poll while they spin (Config::yield_when_idle).
@@ -107,6 +112,7 @@ class OpState {
   const char* op_;
   Clock::time_point start_;
   Clock::time_point deadline_;
+  Clock::time_point ended_{};
   Errc code_ = Errc::ok;
   std::string message_;
   Status status_;

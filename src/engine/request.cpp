@@ -2,6 +2,7 @@
 #include <nexar/request.hpp>
 
 #include "engine/op_state.hpp"
+#include "engine/wait_meter.hpp"
 
 namespace nexar {
 
@@ -20,6 +21,16 @@ static Status finish(const OpState& s) {
 
 Status Request::wait() const {
   if (!state_) return {};
+  // Inside a collective, the time it blocks is the collective's waiting (wait_meter.hpp).
+  detail::WaitMeter* meter = state_->done() ? nullptr : detail::WaitMeter::current();
+  const auto from = meter ? OpState::Clock::now() : OpState::Clock::time_point{};
+  struct Metered {
+    detail::WaitMeter* meter;
+    OpState::Clock::time_point from;
+    ~Metered() {
+      if (meter) meter->add(from, OpState::Clock::now());
+    }
+  } metered{meter, from};
   if (!state_->wait_until(state_->deadline(), state_->spin)) {
     // Deadline passed: ask the engine to give the operation up. It completes at once if
     // nothing moved yet, or soon (transfer finished or peer declared failed) otherwise.

@@ -250,6 +250,15 @@ Connection::CongestionState Connection::congestion_state() const {
   return {info.cwnd, info.ssthresh};
 }
 
+Connection::PathStats Connection::path_stats() const {
+  ngtcp2_conn_info info{};
+  ngtcp2_conn_get_conn_info(conn_, &info);
+  PathStats s{info.smoothed_rtt, info.min_rtt, info.latest_rtt, info.rttvar, info.cwnd, info.bytes_in_flight, 0};
+  // ngtcp2 1.11 counts losses per stream only; the lanes' streams live as long as the pair.
+  for (const auto& st : streams_) s.lost_packets += ngtcp2_conn_get_stream_loss_count(conn_, st->id);
+  return s;
+}
+
 void Connection::acked(std::int64_t id, std::uint64_t offset, std::uint64_t len) {
   SendStream* s = stream(id);
   if (!s) return;

@@ -103,6 +103,14 @@ class Connection {
     std::uint64_t cwnd = 0, ssthresh = 0;
   };
   CongestionState congestion_state() const;
+  /// The path as loss recovery sees it (Communicator::stats()): round-trip times in ns, the
+  /// congestion window, bytes in flight, and the packets carrying stream data that were
+  /// declared lost (spurious losses included), over the streams opened here.
+  struct PathStats {
+    std::uint64_t rtt = 0, min_rtt = 0, latest_rtt = 0, rtt_var = 0;
+    std::uint64_t cwnd = 0, bytes_in_flight = 0, lost_packets = 0;
+  };
+  PathStats path_stats() const;
 
   void set_handler(ConnectionHandler* h) noexcept { handler_ = h; }
   /// Opaque slot for the owner (the transport stores its peer here).

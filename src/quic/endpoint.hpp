@@ -82,6 +82,9 @@ class Endpoint {
     std::uint64_t largest_datagram_out = 0, datagrams_fragmented = 0;
   };
   const Stats& stats() const noexcept { return stats_; }
+  /// The socket's datagrams lost to full queues: on arrival, and on the way out.
+  std::uint64_t receive_drops() const noexcept { return sock_.receive_drops(); }
+  std::uint64_t send_drops() const noexcept { return sock_.queue_drops(); }
   /// Whether shutdown() ran: the endpoint dials and accepts nothing any more.
   bool stopped() const noexcept { return stopped_; }
   /// What the impairment did (ConnectionSettings::impair); nullptr when there is none.

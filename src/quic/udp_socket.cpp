@@ -79,6 +79,8 @@ UdpSocket::UdpSocket(int fd, bool try_gso) : fd_(fd) {
     int on = 1;
     gro_ = ::setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof on) == 0;
   }
+  int on = 1;
+  (void)::setsockopt(fd_, SOL_SOCKET, SO_RXQ_OVFL, &on, sizeof on);  // counts receive drops
   log::debug("udp socket {} bound to {} (gso {}, gro {})", fd_, local_.to_string(), gso_, gro_);
 }
 
@@ -240,7 +242,7 @@ ssize_t UdpSocket::recv(std::uint8_t* buf, std::size_t cap, Address& from, std::
   msg.msg_namelen = from.len;
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(std::uint32_t))] = {};
   msg.msg_control = ctrl;
   msg.msg_controllen = sizeof ctrl;
   ssize_t n;
@@ -255,6 +257,10 @@ ssize_t UdpSocket::recv(std::uint8_t* buf, std::size_t cap, Address& from, std::
       int s = 0;
       std::memcpy(&s, CMSG_DATA(cm), sizeof s);
       if (s > 0) segment = static_cast<std::size_t>(s);
+    } else if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SO_RXQ_OVFL) {
+      std::uint32_t d = 0;
+      std::memcpy(&d, CMSG_DATA(cm), sizeof d);
+      receive_drops_ = d;
     }
   }
   return n;

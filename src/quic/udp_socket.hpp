@@ -45,6 +45,9 @@ class UdpSocket {
   std::uint64_t fragmented() const noexcept { return fragmented_; }
   /// Sends a full queue beyond the socket refused (ENOBUFS): lost there, not resent.
   std::uint64_t queue_drops() const noexcept { return queue_drops_; }
+  /// Datagrams the kernel dropped on arrival because the receive queue was full (as of the
+  /// last datagram received; SO_RXQ_OVFL).
+  std::uint64_t receive_drops() const noexcept { return receive_drops_; }
 
   /// Receives one datagram (with GRO possibly several coalesced packets of `segment` bytes
   /// each). Returns its size, or -EAGAIN when nothing is queued, or another -errno.
@@ -74,6 +77,7 @@ class UdpSocket {
   bool gro_ = false;
   std::uint64_t fragmented_ = 0;
   std::uint64_t queue_drops_ = 0;
+  std::uint64_t receive_drops_ = 0;
   Address local_;
 };
 

@@ -334,6 +334,19 @@ std::vector<int> Node::connected_peers() {
   return out;
 }
 
+PeerStats Node::peer_stats(int r) {
+  std::lock_guard lk(engine_.lock());
+  const Peer* p = r != rank_ ? peer_locked(r) : nullptr;
+  PeerStats s = p ? p->stats() : PeerStats{};
+  s.world_rank = r;
+  return s;
+}
+
+std::pair<std::uint64_t, std::uint64_t> Node::socket_drops() {
+  std::lock_guard lk(engine_.lock());
+  return ep_ ? std::pair{ep_->receive_drops(), ep_->send_drops()} : std::pair<std::uint64_t, std::uint64_t>{};
+}
+
 // ---- shutdown ----------------------------------------------------------------------------
 
 void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
@@ -492,6 +505,7 @@ std::shared_ptr<OpState> Node::new_op(const char* op, std::chrono::milliseconds 
   s->spin = cfg_.spin;
   s->yield_when_idle = cfg_.yield_when_idle;
   s->progress = weak_from_this();
+  s->stamp_end = !cfg_.trace.empty();  // the trace draws its span (comm/tracer.hpp)
   return s;
 }
 

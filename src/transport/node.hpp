@@ -114,6 +114,11 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// Ranks (world) this node holds a working connection of its own to, ascending: every
   /// neighbour once formed, and under Config::lazy_connect those used so far. Any thread.
   std::vector<int> connected_peers();
+  /// The pair with world rank `r` for Communicator::stats() (its world_rank set, its
+  /// communicator rank left to the caller); a default PeerStats if no pair exists. Any thread.
+  PeerStats peer_stats(int r);
+  /// The QUIC socket's datagrams lost to full queues: on arrival, and on the way out.
+  std::pair<std::uint64_t, std::uint64_t> socket_drops();
   /// Config::lazy_connect: dials world rank `r` unless a connection to it exists or is being
   /// set up, or it is gone. Engine lock held.
   void connect_lazily(int r) override;

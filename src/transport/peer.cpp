@@ -95,6 +95,7 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
 
 void Peer::push(Lane lane, quic::Chunk c, Link* via) {
   Link& link = via ? *via : route(lane, 0, 0);
+  lane_out_[static_cast<int>(lane)] += c.len;
   link.push(lane, std::move(c));
   // A chunk that waits for a connection nobody dialled yet (Config::lazy_connect) dials it.
   if (&link == &quic_ && !quic_.connection()) owner_.connect_lazily(rank_);
@@ -417,8 +418,32 @@ std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream
     return std::nullopt;
   }
   owner_.engine().note_activity();
+  lane_in_[static_cast<int>(s.reader.lane())] += len;
   // Everything not parked as over-budget unexpected data is credited back at once.
   return len - s.deferred_now;
+}
+
+PeerStats Peer::stats() const {
+  PeerStats s;
+  s.connected = up() && !relayed();
+  if (quic::Connection* c = quic_.connection(); c && !c->closed()) {
+    s.links.emplace_back("quic");
+    const auto p = c->path_stats();
+    s.rtt = std::chrono::nanoseconds(p.rtt);
+    s.min_rtt = std::chrono::nanoseconds(p.min_rtt);
+    s.latest_rtt = std::chrono::nanoseconds(p.latest_rtt);
+    s.rtt_var = std::chrono::nanoseconds(p.rtt_var);
+    s.cwnd = p.cwnd;
+    s.bytes_in_flight = p.bytes_in_flight;
+    s.lost_packets = p.lost_packets;
+  }
+  if (const int n = stripes_.active(); n > 0) s.links.push_back("quic-stripes x" + std::to_string(n));
+  if (shm_) s.links.emplace_back("shm");
+  if (tcp_) s.links.emplace_back("tcp");
+  if (relay_) s.links.emplace_back("relay");
+  for (int l = 0; l < wire::lane_count; ++l)
+    s.lanes.push_back(LaneStats{wire::to_string(static_cast<wire::Lane>(l)), lane_out_[l], lane_in_[l]});
+  return s;
 }
 
 LinkOwner& Peer::use_link(Link& link) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <nexar/communicator.hpp>
+#include <nexar/stats.hpp>
 
 #include "engine/buffer_pool.hpp"
 #include "engine/op_state.hpp"
@@ -192,6 +193,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   int hosted_connections() const noexcept { return stripes_.hosted(); }
   /// Collective frames sent on the extra connections so far (diagnostics, tests).
   std::uint64_t striped_frames() const noexcept { return striped_; }
+  /// The pair's path and lanes for Communicator::stats() (rank fields left to the caller).
+  /// Engine lock held.
+  PeerStats stats() const;
 
   // ---- the TCP link (transport/tcp_hub.hpp), engine thread ----
   /// A TCP connection for `a.lane` attached: our frames of that lane go on it from now on
@@ -324,6 +328,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   bool stripes_dialled_ = false;
   std::vector<std::uint16_t> shard_ports_;
   std::uint64_t striped_ = 0;
+  // Bytes queued out and read in per lane, over every link (frame headers included).
+  std::uint64_t lane_out_[wire::lane_count] = {};
+  std::uint64_t lane_in_[wire::lane_count] = {};
 
 };
 

@@ -214,9 +214,9 @@ def test_config_has_every_cpp_field():
     in NOT_IN_PYTHON with a reason), and a bound one must still exist in C++."""
     cpp = cpp_config_fields()
     assert "op_timeout" in cpp and "log_level" in cpp and len(cpp) == len(set(cpp)), cpp
-    # The parse agrees with what C++ itself lists: describe() names every field (impair only
-    # when set).
-    lines = nexar.Config(impair="seed=1").describe().splitlines()
+    # The parse agrees with what C++ itself lists: describe() names every field (the text
+    # ones, impair and trace, only when set).
+    lines = nexar.Config(impair="seed=1", trace="/tmp/t").describe().splitlines()
     described = [line.split(" = ")[0] for line in lines]
     assert sorted(described) == sorted(cpp), "describe() and struct Config disagree"
     py = {n for n, v in vars(nexar.Config).items() if isinstance(v, property)}

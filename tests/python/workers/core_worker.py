@@ -10,6 +10,9 @@ checks its own results against NumPy.
                                   others raise, then kill it so that the job can end
     core_worker.py stall VICTIM   rank VICTIM is late to an all_reduce by 4 s: the others
                                   print "STALLED <rank>" and wait in it; then all complete
+    core_worker.py slow VICTIM    rank VICTIM comes 30 ms late to each of 20 all_reduces
+                                  (a straggler for the trace's lateness score); each rank
+                                  prints "STATS <rank> <json of comm.stats()>"
 """
 
 import os
@@ -134,6 +137,20 @@ def stall(comm, victim):
     print(f"DONE {comm.rank}", flush=True)
 
 
+def slow(comm, victim):
+    import json
+    x = np.ones(1000, np.float32)
+    comm.barrier()
+    for _ in range(20):
+        if comm.rank == victim:
+            time.sleep(0.03)
+        comm.all_reduce(x)
+    st = comm.stats()
+    comm.barrier()  # every peer was still there when each rank read its stats
+    print(f"STATS {comm.rank} {json.dumps({'ops': st['ops'], 'peers': {str(k): v for k, v in st['peers'].items()}})}",
+          flush=True)
+
+
 def main():
     mode = sys.argv[1]
     with nexar.init() as comm:
@@ -141,6 +158,8 @@ def main():
             check(comm)
         elif mode == "stall":
             stall(comm, int(sys.argv[2]))
+        elif mode == "slow":
+            slow(comm, int(sys.argv[2]))
         else:
             sig = signal.SIGKILL if mode == "kill" else signal.SIGSTOP
             kill(comm, int(sys.argv[2]), sig)

@@ -1,0 +1,54 @@
+// How long the thread running a collective was blocked on its peers: Request::wait() and
+// the mailbox waits (comm/group_mailboxes.cpp) add to the meter the thread installed, if
+// any; the flight recorder splits a collective's time into waiting and moving with it
+// (Communicator::stats()), and the trace draws the waits inside the collective's span.
+// Only a wait that blocks reads the clock: an operation already done costs a load.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace nexar::detail {
+
+struct WaitMeter {
+  using Clock = std::chrono::steady_clock;
+
+  Clock::duration waited{0};
+  /// When tracing (Config::trace): each wait's start and end, up to kMaxSpans (the last
+  /// one then stretches to the end of the later waits).
+  bool keep_spans = false;
+  std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
+  static constexpr std::size_t kMaxSpans = 256;
+
+  void add(Clock::time_point from, Clock::time_point to) {
+    waited += to - from;
+    if (!keep_spans) return;
+    if (spans.size() < kMaxSpans) spans.emplace_back(from, to);
+    else spans.back().second = to;
+  }
+
+  /// The meter of the calling thread, or null.
+  static WaitMeter* current() noexcept { return slot(); }
+
+  /// Installs `m` on the calling thread for its lifetime, then puts back what was there.
+  class Scope {
+   public:
+    explicit Scope(WaitMeter* m) noexcept : prev_(slot()) { slot() = m; }
+    ~Scope() { slot() = prev_; }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    WaitMeter* prev_;
+  };
+
+ private:
+  static WaitMeter*& slot() noexcept {
+    thread_local WaitMeter* m = nullptr;
+    return m;
+  }
+};
+
+}  // namespace nexar::detail
