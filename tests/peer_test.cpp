@@ -142,6 +142,10 @@ struct Side final : detail::PeerOwner {
     r.op->complete(Errc::invalid_argument, "calls differ");
     return false;
   }
+  bool unawaited(std::uint64_t, int, detail::Tag, std::uint16_t theirs) override {
+    events.push_back("unawaited " + std::to_string(theirs));
+    return true;
+  }
   void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
   void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
   void on_shm_offer(Peer&, std::string_view) override { events.push_back("shm_offer"); }

@@ -44,7 +44,7 @@ OpRecord stalled_all_reduce(Watchdog::Clock::time_point posted) {
 }
 
 TEST(Watchdog, TheReportNamesWhoHasNotCalledWhoDidNotAnswerAndWhoIsInIt) {
-  const Watchdog::Comm comm{0x5, 0, {0, 1, 2, 3, 4}, nullptr, nullptr};
+  const Watchdog::Comm comm{0x5, 0, {0, 1, 2, 3, 4}, nullptr, nullptr, {}};
   const auto now = Watchdog::Clock::now();
   std::vector<std::optional<Watchdog::Answer>> answers(5);
   answers[1] = Watchdog::Answer{true, 8, 7, "in all_reduce #7 (f32, 1000 elements, sum) of communicator 0x5 for 2.0 s"};
@@ -61,7 +61,7 @@ TEST(Watchdog, TheReportNamesWhoHasNotCalledWhoDidNotAnswerAndWhoIsInIt) {
 }
 
 TEST(Watchdog, WhenEveryMemberHasCalledItTheReportSaysSo) {
-  const Watchdog::Comm comm{0x0, 1, {0, 1}, nullptr, nullptr};
+  const Watchdog::Comm comm{0x0, 1, {0, 1}, nullptr, nullptr, {}};
   const auto now = Watchdog::Clock::now();
   std::vector<std::optional<Watchdog::Answer>> answers(2);
   answers[0] = Watchdog::Answer{true, 8, 7, "in all_reduce #7"};
@@ -70,7 +70,7 @@ TEST(Watchdog, WhenEveryMemberHasCalledItTheReportSaysSo) {
 }
 
 TEST(Watchdog, AStalledReceiveNamesWhatItsPeerIsDoing) {
-  const Watchdog::Comm comm{0x0, 0, {0, 1, 2}, nullptr, nullptr};
+  const Watchdog::Comm comm{0x0, 0, {0, 1, 2}, nullptr, nullptr, {}};
   const auto now = Watchdog::Clock::now();
   auto st = std::make_shared<nexar::detail::OpState>("recv", now + 10s, now - 1200ms);
   const nexar::detail::PendingP2p::Op op{st, false, 2, 5, 64};
@@ -86,10 +86,29 @@ TEST(Watchdog, AStalledReceiveNamesWhatItsPeerIsDoing) {
             "no answer from rank 1 (closed); rank 2 (last completed #3; in no operation)");
 }
 
+// A query about collective #n gets the fingerprint of this rank's call of it (root
+// included), which the asker compares with its own; 0 for one the recorder does not hold.
+TEST(Watchdog, AnAnswerCarriesTheCallOfTheCollectiveAskedAbout) {
+  nexar::detail::Recorder rec(16);
+  const auto check = nexar::detail::call_check("reduce", DataType::f32, ReduceOp::sum, 1);
+  rec.posted(nexar::detail::Recorder::Call{"reduce", "automatic", check, 513, 2052, 1}, Watchdog::Clock::now(), true);
+  Watchdog w(std::chrono::milliseconds(0), {});
+  std::byte number[8] = {};  // collective #0
+  const Watchdog::Answer a = Watchdog::decode(w.answer(rec, number));
+  ASSERT_TRUE(a.ok);
+  EXPECT_EQ(a.called, 1u);
+  EXPECT_EQ(a.completed, 0u);
+  EXPECT_EQ(a.check, check);
+  EXPECT_EQ(a.doing, "in no operation") << "the recorder is not registered with the watchdog";
+  number[0] = std::byte{5};  // collective #5: not recorded
+  EXPECT_EQ(Watchdog::decode(w.answer(rec, number)).check, 0);
+  EXPECT_EQ(Watchdog::decode(w.answer(rec, {})).check, 0) << "a query about a send names none";
+}
+
 TEST(Watchdog, AnAnswerTooShortIsNoAnswer) {
-  std::vector<std::byte> reply(15);
+  std::vector<std::byte> reply(17);
   EXPECT_FALSE(Watchdog::decode(reply).ok);
-  EXPECT_EQ(Watchdog::decode(reply).doing, "an answer of 15 bytes, fewer than 16");
+  EXPECT_EQ(Watchdog::decode(reply).doing, "an answer of 17 bytes, fewer than 18");
 }
 
 TEST(Watchdog, ACallDescribesItsShape) {

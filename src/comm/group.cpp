@@ -42,12 +42,15 @@ std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, Services s, std::
   // The members' stall queries about this communicator, and the watchdog's look at it.
   g->rpc_->service().add(g->id_, g->local_of_, kStallQuery,
                          [rec = g->recorder_, weak = std::weak_ptr<Watchdog>(g->watchdog_)](
-                             int, std::span<const std::byte>) {
+                             int, std::span<const std::byte> args) {
                            auto w = weak.lock();
-                           return w ? w->answer(*rec) : std::vector<std::byte>{};
+                           return w ? w->answer(*rec, args) : std::vector<std::byte>{};
                          });
-  g->watchdog_->add(
-      std::make_shared<const Watchdog::Comm>(Watchdog::Comm{g->id_, rank, g->members_, g->recorder_, g->p2p_}));
+  g->watchdog_->add(std::make_shared<const Watchdog::Comm>(Watchdog::Comm{
+      g->id_, rank, g->members_, g->recorder_, g->p2p_,
+      [node = std::weak_ptr<Node>(g->node_), id = g->id_](const std::string& why) {
+        if (auto n = node.lock()) n->revoke_comm(id, why);
+      }}));
   return g;
 }
 
@@ -292,15 +295,21 @@ Group::Message Group::message(Tag tag, int peer, bool sending) {
 }
 
 void Group::note_call(Tag tag, std::uint16_t check) {
-  std::lock_guard lk(messages_mu_);
-  calls_[tag] = check;
+  {
+    std::lock_guard lk(messages_mu_);
+    calls_[tag] = check;
+  }
+  node_->collective_started(id_, tag, check);
 }
 
-void Group::forget_messages(Tag tag) {
-  std::lock_guard lk(messages_mu_);
-  messages_.erase(messages_.lower_bound({tag, std::numeric_limits<int>::min()}),
-                  messages_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
-  calls_.erase(tag);
+void Group::forget_messages(Tag tag, bool ran, bool ok) {
+  {
+    std::lock_guard lk(messages_mu_);
+    messages_.erase(messages_.lower_bound({tag, std::numeric_limits<int>::min()}),
+                    messages_.lower_bound({tag + 1, std::numeric_limits<int>::min()}));
+    calls_.erase(tag);
+  }
+  if (ran) node_->collective_ended(id_, tag, ok);
 }
 
 std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
@@ -363,13 +372,15 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         struct Forget {
           Group& g;
           Tag tag;
-          ~Forget() { g.forget_messages(tag); }
+          bool ran = false, ok = false;
+          ~Forget() { g.forget_messages(tag, ran, ok); }
         } forget{*group, c.tag};
         int queued = kQueued;
         if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
         Recorder& rec = *group->recorder_;
         rec.started(number, Clock::now());
         group->note_call(c.tag, check);
+        forget.ran = true;
         Errc code = Errc::ok;
         std::string what;
         std::vector<int> failed;
@@ -391,6 +402,8 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         }
         // Recorded first, so whoever the operation wakes finds it ended in the recorder.
         rec.ended(number, Clock::now(), code == Errc::ok, &meter);
+        forget.ok = code == Errc::ok;
+        if (!forget.ok) group->any_failed_.store(true, std::memory_order_release);
         if (code == Errc::ok) st->succeed();
         else if (failed.empty()) st->complete(code, std::move(what));
         else st->fail_ranks(code, std::move(what), std::move(failed));

@@ -7,6 +7,7 @@
 
 #include <nexar/communicator.hpp>
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -107,6 +108,11 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// Mail from `from` for `t` was posted by another call, or has another length: revokes
   /// the communicator everywhere with the reason, and throws it (Errc::invalid_argument).
   [[noreturn]] void mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w);
+  /// The take for `t` freed a message `from` posted for an earlier mailbox collective that
+  /// this rank completed without taking it: unless a collective of the group failed here
+  /// (whose messages are left behind legitimately), the ranks disagree on that call; as
+  /// mail_disagrees.
+  void mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w);
   void release(int from, const void* data) override;
   void idle(const Ticket& t, MailWait& w, int peer, bool taking) override;
   /// Collectives this rank ran through the mailboxes so far (tests look).
@@ -213,7 +219,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   };
   Message message(Tag tag, int peer, bool sending);
   void note_call(Tag tag, std::uint16_t check);
-  void forget_messages(Tag tag);
+  // `ran`: it started (note_call); `ok`: and completed.
+  void forget_messages(Tag tag, bool ran, bool ok);
   std::atomic<std::uint64_t> splits_{0};
   std::optional<std::vector<std::uint64_t>> hosts_;  // collective thread only
   std::mutex runner_mu_;
@@ -252,6 +259,10 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   // collective (ran()): they run one at a time per rank.
   std::atomic<Clock::rep> mail_clock_{0};
   WaitMeter mail_meter_;  // the running blocking mailbox collective's waits (caller thread)
+  // The fingerprints of the last mailbox collectives by their seq: (seq << 16) | check at
+  // [seq % size], written as each Ticket is issued (mail_unwanted names the call).
+  std::array<std::atomic<std::uint64_t>, 64> mail_calls_{};
+  std::atomic<bool> any_failed_{false};  // a collective of the group failed on this rank
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank

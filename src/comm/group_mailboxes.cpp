@@ -63,14 +63,26 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
   } else {
     mailbox_queued_.fetch_add(1, std::memory_order_acq_rel);
   }
-  return Ticket{op,    mailbox_seq_.fetch_add(1, std::memory_order_relaxed) + 1,
-                now + o.timeout.value_or(config().op_timeout),
-                queued, check, shape, number};
+  const std::uint64_t seq = mailbox_seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  mail_calls_[seq % mail_calls_.size()].store(seq << 16 | check, std::memory_order_relaxed);
+  return Ticket{op, seq, now + o.timeout.value_or(config().op_timeout), queued, check, shape, number};
 }
 
 void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
 
+void Group::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w) {
+  const std::uint64_t seq = w.stale >> 20;
+  if (seq >= t.seq || any_failed_.load(std::memory_order_acquire)) return;
+  const std::uint64_t entry = mail_calls_[seq % mail_calls_.size()].load(std::memory_order_relaxed);
+  const auto mine = (entry >> 16) == seq ? static_cast<std::uint16_t>(entry) : std::uint16_t{0};
+  std::string why = call_unwanted("mailbox collective #" + std::to_string(seq), id_, rank_, mine, from,
+                                  static_cast<std::uint16_t>(w.stale_check), size());
+  node_->revoke_comm(id_, why);
+  throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}}, why);
+}
+
 void Group::ran(const Ticket& t, bool ok) noexcept {
+  if (!ok) any_failed_.store(true, std::memory_order_release);
   // Its end is the last clock reading of its waits (idle()): an 8-byte collective through
   // the mailboxes is over before a reading of its own would be, which would cost a tenth
   // of it; one that never waited long enough to read the clock ends where it started.
@@ -148,9 +160,8 @@ void Group::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& 
   std::string why =
       w.theirs != w.check
           ? calls_differ("mailbox collective #" + std::to_string(t.seq), id_, rank_, t.check, from,
-                         static_cast<std::uint16_t>(w.theirs))
-          : "rank " + std::to_string(from) + " sent " + std::to_string(w.len) + " bytes, this rank expects " +
-                std::to_string(w.bytes) + " (the ranks disagree on count or type)";
+                         static_cast<std::uint16_t>(w.theirs), size())
+          : sizes_differ("mailbox collective #" + std::to_string(t.seq), id_, rank_, w.bytes, from, w.len);
   node_->revoke_comm(id_, why);
   throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}}, why);
 }
@@ -158,6 +169,7 @@ void Group::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& 
 bool Group::try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
   shm::Mailbox::Want w{id_, label(t, part), t.check, len};
   const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_take(w, out);
+  if (w.stale) mail_unwanted(t, from, w);
   if (found == shm::Mailbox::Take::absent) return false;
   if (found != shm::Mailbox::Take::taken) mail_disagrees(t, from, w);
   return true;
@@ -167,6 +179,7 @@ const void* Group::try_peek(const Ticket& t, std::uint64_t part, int from, std::
   shm::Mailbox::Want w{id_, label(t, part), t.check, len};
   const void* data = nullptr;
   const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_peek(w, data);
+  if (w.stale) mail_unwanted(t, from, w);
   if (found == shm::Mailbox::Take::absent) return nullptr;
   if (found != shm::Mailbox::Take::taken) mail_disagrees(t, from, w);
   return data;

@@ -197,6 +197,12 @@ std::vector<OpRecord> Recorder::snapshot() const {
   return out;
 }
 
+std::optional<OpRecord> Recorder::find(std::uint64_t number) const {
+  if (!capacity_) return std::nullopt;
+  auto r = read(slots_[number % capacity_]);
+  return r && r->number == number ? r : std::nullopt;
+}
+
 std::optional<OpRecord> Recorder::oldest_open() const {
   std::optional<OpRecord> oldest;
   for (std::size_t i = 0; i < capacity_; ++i) {

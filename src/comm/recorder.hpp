@@ -81,6 +81,8 @@ class Recorder {
 
   /// The entries still held, oldest first.
   std::vector<OpRecord> snapshot() const;
+  /// Entry `number`, if the recorder still holds it.
+  std::optional<OpRecord> find(std::uint64_t number) const;
   /// The oldest entry that has not ended, if the recorder still holds it.
   std::optional<OpRecord> oldest_open() const;
 

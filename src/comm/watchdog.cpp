@@ -19,6 +19,8 @@ namespace {
 
 // How long the watchdog waits for the members' answers before it reports without them.
 constexpr std::chrono::seconds kAnswerWait{1};
+// A reply's fixed part: called, completed, the fingerprint (docs/PROTOCOL.md).
+constexpr std::size_t kAnswerHead = 18;
 
 double seconds(Watchdog::Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -113,25 +115,30 @@ std::string Watchdog::dump() const {
   return out + "]}";
 }
 
-std::vector<std::byte> Watchdog::answer(const Recorder& r) const {
+std::vector<std::byte> Watchdog::answer(const Recorder& r, std::span<const std::byte> args) const {
   const std::string text = doing(Clock::now());
-  std::vector<std::byte> out(16 + text.size());
+  std::uint16_t check = 0;
+  if (args.size() >= 8)
+    if (auto op = r.find(wire::get_u64(args.data()))) check = call_check(op->op, op->dtype, op->reduce_op, op->root);
+  std::vector<std::byte> out(kAnswerHead + text.size());
   wire::put_u64(out.data(), r.called());
   wire::put_u64(out.data() + 8, r.completed());
-  std::copy_n(reinterpret_cast<const std::byte*>(text.data()), text.size(), out.data() + 16);
+  wire::put_u16(out.data() + 16, check);
+  std::copy_n(reinterpret_cast<const std::byte*>(text.data()), text.size(), out.data() + kAnswerHead);
   return out;
 }
 
 Watchdog::Answer Watchdog::decode(std::span<const std::byte> reply) {
   Answer a;
-  if (reply.size() < 16) {
-    a.doing = fmt::format("an answer of {} bytes, fewer than 16", reply.size());
+  if (reply.size() < kAnswerHead) {
+    a.doing = fmt::format("an answer of {} bytes, fewer than {}", reply.size(), kAnswerHead);
     return a;
   }
   a.ok = true;
   a.called = wire::get_u64(reply.data());
   a.completed = wire::get_u64(reply.data() + 8);
-  a.doing.assign(reinterpret_cast<const char*>(reply.data()) + 16, reply.size() - 16);
+  a.check = wire::get_u16(reply.data() + 16);
+  a.doing.assign(reinterpret_cast<const char*>(reply.data()) + kAnswerHead, reply.size() - kAnswerHead);
   return a;
 }
 
@@ -204,8 +211,15 @@ void Watchdog::look(Clock::time_point now) {
   // Every rank to ask is asked at once; the answers are awaited together below.
   auto ask = [&](Stall& st, std::size_t r) {
     st.answers[r] = Answer{};
+    // About a collective: its number, so the member says how it called it.
+    std::byte number[8];
+    std::span<const std::byte> args;
+    if (st.collective) {
+      wire::put_u64(number, st.collective->number);
+      args = number;
+    }
     try {
-      st.calls[r] = rpc->call(st.comm->id, st.comm->members[r], kStallQuery, {}, kAnswerWait);
+      st.calls[r] = rpc->call(st.comm->id, st.comm->members[r], kStallQuery, args, kAnswerWait);
     } catch (const Error& e) {
       st.answers[r]->doing = e.what();
     }
@@ -243,6 +257,17 @@ void Watchdog::look(Clock::time_point now) {
       std::string text = report(c, *st.collective, Clock::now(), st.answers);
       log::warn("{}", text);
       c.recorder->set_report(st.collective->number, std::move(text));
+      // Members in it that called it otherwise: nobody sent what the others wait for (in
+      // a reduce where two ranks each take the other for the root), so no message told.
+      const OpRecord& op = *st.collective;
+      const std::uint16_t ours = call_check(op.op, op.dtype, op.reduce_op, op.root);
+      for (std::size_t r = 0; r < st.answers.size(); ++r) {
+        const auto& a = st.answers[r];
+        if (!a || !a->ok || a->check == 0 || a->check == ours || !c.revoke) continue;
+        c.revoke(calls_differ("collective #" + std::to_string(op.number), c.id, c.rank, ours, static_cast<int>(r),
+                              a->check, static_cast<int>(c.members.size())));
+        break;
+      }
     } else {
       std::string text = report(c, *st.p2p, Clock::now(), st.answers);
       log::warn("{}", text);

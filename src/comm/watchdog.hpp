@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <memory>
@@ -47,6 +48,9 @@ class Watchdog {
     std::vector<int> members;   // world ranks, by communicator rank
     std::shared_ptr<Recorder> recorder;
     std::shared_ptr<PendingP2p> p2p;
+    /// Revokes the communicator with `why` on every member (members in the same stalled
+    /// collective called it differently).
+    std::function<void(const std::string& why)> revoke;
   };
 
   /// Watches for `rpc`'s node; no thread when `stall_warn` is 0.
@@ -58,9 +62,11 @@ class Watchdog {
   void add(std::shared_ptr<const Comm> c);
   void remove(std::uint64_t id);
 
-  /// The reply to a stall query about `r`'s communicator: how far this rank has got there
-  /// and what this node is doing (docs/PROTOCOL.md, "Stall queries").
-  std::vector<std::byte> answer(const Recorder& r) const;
+  /// The reply to a stall query about `r`'s communicator with arguments `args`: how far
+  /// this rank has got there, the fingerprint of its call of the collective the asker
+  /// names (8 bytes of `args`), and what this node is doing (docs/PROTOCOL.md, "Stall
+  /// queries").
+  std::vector<std::byte> answer(const Recorder& r, std::span<const std::byte> args) const;
   /// This node's part of a dump (comm/dump_signal.hpp): its world rank, what it is doing,
   /// and each communicator's recorder (Recorder::json) with its pending sends and receives.
   std::string dump() const;
@@ -74,6 +80,7 @@ class Watchdog {
     bool ok = false;
     std::uint64_t called = 0, completed = 0;
     std::string doing;  // or, when !ok, why no answer came
+    std::uint16_t check = 0;  // its call of the collective asked about; 0: none recorded
   };
   static Answer decode(std::span<const std::byte> reply);
   /// The report line about collective `op` (ours, open) of `c`, from the members' answers

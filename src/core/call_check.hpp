@@ -92,5 +92,17 @@ std::string describe_call(std::uint16_t check, int world = 8);
 /// communicator's.
 std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
                          std::uint16_t theirs, int world = 8);
+/// The words every rank's error carries when a member's message of a collective has
+/// another size than the receiver's call expects: "ranks called different collectives as
+/// <which> of communicator 0x..: rank <them> sent rank <me> <sent> bytes where rank <me>
+/// expects <expected> (they disagree on its count or element type)".
+std::string sizes_differ(std::string_view which, std::uint64_t comm, int me, std::uint64_t expected, int them,
+                         std::uint64_t sent);
+/// The words for a message nobody took: rank <them> sent rank <me> a message of its call
+/// `theirs` that <me>'s call `mine` (0: unknown) completed without. calls_differ's words
+/// when the fingerprints differ; otherwise the calls differ in what a fingerprint does not
+/// hold (a root beyond modulo 8, the counts, a forced algorithm), which the words say.
+std::string call_unwanted(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
+                          std::uint16_t theirs, int world = 8);
 
 }  // namespace nexar::detail

@@ -103,6 +103,8 @@ Mailbox::Take Mailbox::find(Want& w, Slot*& at) noexcept {
       at = &s;
       continue;
     }
+    w.stale = label;
+    w.stale_check = s.check.load(std::memory_order_relaxed);
     s.state.store(Slot::empty, std::memory_order_release);
     freed = true;
   }

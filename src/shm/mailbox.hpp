@@ -57,13 +57,19 @@ class Mailbox {
     std::size_t bytes;
     std::size_t len = 0;       // out: the message's length
     std::uint32_t theirs = 0;  // out: the fingerprint it was posted with
+    // out: a message of `key` numbered below `seq` that this look freed (see try_take),
+    // with its fingerprint; 0 and 0 if none.
+    std::uint64_t stale = 0;
+    std::uint32_t stale_check = 0;
   };
   /// If message (`key`, `seq`) is there, posted by the same call and `bytes` long, copies it
   /// into `out` and frees its slot: Take::taken. Take::absent if it is not there yet.
   /// Take::wrong_call if another call posted it (its fingerprint in `theirs`), else
   /// Take::wrong_length if it has another length (in `len`): nothing is copied, the slot is
   /// freed (the ranks disagree on the operation). Also frees messages of `key` numbered
-  /// below `seq`: left by collectives that failed on this side after the writer posted.
+  /// below `seq`: left by collectives that failed on this side after the writer posted, or
+  /// posted by a call this side made differently (it never took them), and names one of
+  /// them in `stale`.
   Take try_take(Want& w, void* out) noexcept;
   /// As try_take, but on Take::taken the message stays in its slot and `data` points at
   /// its bytes, which stay put until release(data): a reader can reduce straight from the

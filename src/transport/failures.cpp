@@ -283,6 +283,7 @@ void Node::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::
 void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
   // A joiner in a communicator made here was admitted, whichever grow admitted it.
   admitted(members);
+  calls_.watch(id, members, rank);
   submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
     int dead = -1;
     {
@@ -303,6 +304,7 @@ void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, Comm
 }
 
 void Node::unwatch_comm(std::uint64_t id) {
+  calls_.forget(id);
   std::lock_guard lk(fail_mu_);
   comms_.erase(id);
 }

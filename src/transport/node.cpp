@@ -728,6 +728,7 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
   Peer* p = peer(u->source);
   // Disagreeing calls revoke the communicator, which drops its unreceived messages.
   if (!calls_agree(*r, u->source, u->tag, u->check)) return;
+  if (u->check != 0) calls_.matched(u->comm, collective_number(u->tag));
   if (u->rendezvous) {
     queue(d).erase(it);
     if (p->gone()) {
@@ -758,10 +759,26 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
   if (p && !u->data.empty()) p->release_unexpected(d, u->data.size());
 }
 
+bool Node::unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) {
+  const std::string why = calls_.unawaited(comm, collective_number(tag), source, theirs);
+  if (why.empty()) return true;
+  revoke_everywhere(comm, why);
+  return false;
+}
+
+void Node::collective_started(std::uint64_t comm, Tag tag, std::uint16_t check) {
+  if (std::string why = calls_.started(comm, collective_number(tag), check); !why.empty())
+    revoke_comm(comm, std::move(why));
+}
+
+void Node::collective_ended(std::uint64_t comm, Tag tag, bool ok) {
+  if (std::string why = calls_.ended(comm, collective_number(tag), ok); !why.empty()) revoke_comm(comm, std::move(why));
+}
+
 bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) {
   if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
   const std::string why = calls_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
-                                      r.local(rank_), r.check, r.local(source), theirs);
+                                      r.local(rank_), r.check, r.local(source), theirs, size());
   fail(r.op, Errc::invalid_argument, source, why);
   // Every member's operations on it fail with the same words, within a round trip: the
   // others may wait for a message from a rank that gave up, and would hear nothing else.
@@ -770,16 +787,18 @@ bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t their
 }
 
 void Node::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
-  if (size > r.cap) {
+  if (r.exact && size != r.cap) {
+    // Collectives know the exact size of every message: a difference means the ranks
+    // called the collective with different counts or types. Every member hears of it, as
+    // of calls that differ (calls_agree): the others may wait for this rank's messages.
+    const std::string why = sizes_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
+                                         r.local(rank_), r.cap, r.local(source), size);
+    fail(r.op, Errc::invalid_argument, source, why);
+    if (r.check != 0) revoke_everywhere(r.comm, why);
+  } else if (size > r.cap) {
     fail(r.op, Errc::truncated, source,
          "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
              ") does not fit the receive buffer of " + std::to_string(r.cap) + " bytes");
-  } else if (r.exact && size != r.cap) {
-    // Collectives know the exact size of every message: a difference means the ranks
-    // called the collective with different counts or types.
-    fail(r.op, Errc::invalid_argument, source,
-         "received " + std::to_string(size) + " bytes where " + std::to_string(r.cap) +
-             " were expected: ranks disagree on the collective's count or type");
   } else {
     r.op->succeed(r.status(source, tag, static_cast<std::size_t>(size)));
   }

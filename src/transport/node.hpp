@@ -32,6 +32,7 @@
 #include "quic/endpoint.hpp"
 #include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
+#include "transport/call_registry.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
@@ -161,6 +162,12 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   void watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event);
   /// Forgets communicator `id` (its Group is gone). Any thread.
   void unwatch_comm(std::uint64_t id);
+  /// Collective `tag` (collective_tag) of communicator `comm` starts here with fingerprint
+  /// `check`, and ends (completed: `ok`): the messages of it that no receive awaited are
+  /// judged (transport/call_registry.hpp); a disagreement revokes the communicator. Any
+  /// thread.
+  void collective_started(std::uint64_t comm, Tag tag, std::uint16_t check);
+  void collective_ended(std::uint64_t comm, Tag tag, bool ok);
   /// The application revokes communicator `id`: here and on every member. Any thread.
   /// With `why`, its operations fail with Errc::invalid_argument and `why` (ranks that
   /// called different collectives, calls_agree) rather than with Errc::revoked.
@@ -299,6 +306,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// Completes a receive whose message of `size` bytes has landed (or was discarded).
   void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) override;
   bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) override;
+  bool unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) override;
   /// A receive whose matched message was withdrawn by its sender: match it again, with
   /// the priority it had.
   void repost(Domain d, std::shared_ptr<RecvOp> r) override;
@@ -561,6 +569,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   mutable std::mutex fail_mu_;
   std::vector<char> failed_;
   std::map<std::uint64_t, Watch> comms_;
+  CallRegistry calls_;  // the collectives running here, for unawaited messages (own lock)
   std::unordered_map<std::uint64_t, Revoked> revoked_;
   std::atomic<bool> expelled_{false};
   bool judging_ = false;  // engine thread: set once the mesh is up

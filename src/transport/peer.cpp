@@ -670,6 +670,11 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         s.sink.truncated = h.length > r->cap;
         s.sink.recv = std::move(r);
       } else {
+        // Nobody awaits it (yet): its collective may show the ranks disagree.
+        if (h.check != 0 && !owner_.unawaited(h.comm, rank_, tag, h.check)) {
+          s.sink.kind = Sink::discard;
+          return true;
+        }
         Unexpected u;
         u.comm = h.comm;
         u.source = rank_;
@@ -693,6 +698,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         // Disagreeing calls revoke the communicator, which withdraws the sender's announcement.
         if (owner_.calls_agree(*r, rank_, tag, h.check)) accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
+        if (h.check != 0 && !owner_.unawaited(h.comm, rank_, tag, h.check)) return true;  // revoked: withdrawn
         Unexpected u;
         u.comm = h.comm;
         u.source = rank_;

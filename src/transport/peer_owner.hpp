@@ -57,6 +57,11 @@ class PeerOwner {
   /// not, `r` fails, and so does every operation on its communicator on every member,
   /// each error naming both calls; the message is to be dropped.
   virtual bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) = 0;
+  /// A collective's message from world rank `source` with fingerprint `theirs` (not 0)
+  /// arrived and no receive awaits it. If its collective shows the ranks disagree
+  /// (transport/call_registry.hpp), the communicator is revoked everywhere and the message
+  /// is to be dropped: returns false.
+  virtual bool unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) = 0;
   /// Receive `r` matched unexpected message `it` (whole, still arriving, or announced).
   virtual void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
                                   std::list<std::shared_ptr<Unexpected>>::iterator it) = 0;
