@@ -87,7 +87,7 @@ void Group::ran(const Ticket& t, bool ok) noexcept {
   // the mailboxes is over before a reading of its own would be, which would cost a tenth
   // of it; one that never waited long enough to read the clock ends where it started.
   recorder_->ended(t.number, Clock::time_point(Clock::duration(mail_clock_.load(std::memory_order_relaxed))), ok,
-                   &mail_meter_);
+                   &mail_meter_, true);
 }
 
 std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {

@@ -96,7 +96,8 @@ void Recorder::started(std::uint64_t number, Clock::time_point at) noexcept {
   s->state.store(static_cast<std::uint8_t>(OpRecord::State::running), std::memory_order_relaxed);
 }
 
-void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const WaitMeter* meter) noexcept {
+void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const WaitMeter* meter,
+                     bool inline_mailbox) noexcept {
   raise_to(completed_, number + 1);
   Slot* s = slot_of(number);
   if (!s || s->number.load(std::memory_order_relaxed) != number) return;
@@ -111,12 +112,16 @@ void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const 
   }
   // This thread is the entry's one writer (see the header), so its fields hold still.
   const Clock::rep waited = meter ? meter->waited.count() : 0;
-  Totals& k = totals_[(s->check.load(std::memory_order_relaxed) >> 10) & (kKinds - 1)];
-  k.calls.fetch_add(1, std::memory_order_relaxed);
-  if (!ok) k.failed.fetch_add(1, std::memory_order_relaxed);
-  k.bytes.fetch_add(s->bytes.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  k.total.fetch_add(end - posted, std::memory_order_relaxed);
-  if (waited) k.waiting.fetch_add(waited, std::memory_order_relaxed);
+  Totals& k = totals_[inline_mailbox ? 1 : 0][(s->check.load(std::memory_order_relaxed) >> 10) & (kKinds - 1)];
+  auto add = [inline_mailbox](auto& counter, auto v) {
+    if (inline_mailbox) counter.store(counter.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+    else counter.fetch_add(v, std::memory_order_relaxed);
+  };
+  add(k.calls, std::uint64_t{1});
+  if (!ok) add(k.failed, std::uint64_t{1});
+  add(k.bytes, s->bytes.load(std::memory_order_relaxed));
+  add(k.total, end - posted);
+  if (waited) add(k.waiting, waited);
   if (tracer_) {
     try {
       if (auto r = read(*s))
@@ -136,17 +141,21 @@ void Recorder::trace_to(std::shared_ptr<Tracer> t, std::uint64_t comm) noexcept 
 std::vector<OpStats> Recorder::totals() const {
   std::vector<OpStats> out;
   for (std::size_t i = 0; i < kKinds; ++i) {
-    const Totals& k = totals_[i];
-    const std::uint64_t calls = k.calls.load(std::memory_order_relaxed);
-    if (calls == 0) continue;
     OpStats o;
+    Clock::rep total = 0, waiting = 0;
+    for (const auto& set : totals_) {
+      const Totals& k = set[i];
+      o.calls += k.calls.load(std::memory_order_relaxed);
+      o.failed += k.failed.load(std::memory_order_relaxed);
+      o.bytes += k.bytes.load(std::memory_order_relaxed);
+      total += k.total.load(std::memory_order_relaxed);
+      waiting += k.waiting.load(std::memory_order_relaxed);
+    }
+    if (o.calls == 0) continue;
     // Kind 0: the library's own collectives (the members' vote on the mailboxes).
     o.op = i && i < std::size(kCallNames) ? std::string(kCallNames[i].name) : std::string("internal");
-    o.calls = calls;
-    o.failed = k.failed.load(std::memory_order_relaxed);
-    o.bytes = k.bytes.load(std::memory_order_relaxed);
-    o.total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(k.total.load(std::memory_order_relaxed)));
-    o.waiting = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(k.waiting.load(std::memory_order_relaxed)));
+    o.total = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(total));
+    o.waiting = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::duration(waiting));
     out.push_back(std::move(o));
   }
   std::sort(out.begin(), out.end(), [](const OpStats& a, const OpStats& b) { return a.op < b.op; });
