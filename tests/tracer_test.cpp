@@ -1,7 +1,7 @@
 // The trace (comm/tracer.*, Config::trace): 4 real ranks write one Chrome trace-event file
 // each when their communicators close; each parses as JSON and holds every collective of
-// every communicator as a span with its number and call, the waits inside it nested in its
-// span, and the sends and receives as spans naming their peers. Without Config::trace no
+// every communicator as a span with its number and call, its algorithm's steps and its
+// waits nested in its span, and the sends and receives as spans naming their peers. Without Config::trace no
 // file appears. The merge and the lateness score over real files are checked in
 // tests/python/test_trace.py.
 #include <nexar/nexar.hpp>
@@ -76,7 +76,8 @@ TEST(Tracer, EachRankWritesItsCollectivesWaitsAndMessages) {
   for (const auto& [rank, j] : traces) {
     std::set<std::string> collectives;
     std::set<std::string> comms;
-    std::vector<nlohmann::json> spans, waits;
+    std::vector<nlohmann::json> spans, waits;  // waits: the waits and the algorithms' steps
+    int steps = 0;
     std::set<std::string> p2p;
     for (const auto& ev : j["traceEvents"]) {
       if (ev["ph"] == "M") continue;
@@ -90,8 +91,9 @@ TEST(Tracer, EachRankWritesItsCollectivesWaitsAndMessages) {
         EXPECT_EQ(ev["name"], ev["args"]["op"].get<std::string>() + " #" + std::to_string(ev["args"]["seq"].get<int>()));
         EXPECT_LE(ev["args"]["waiting_us"].get<double>(), ev["dur"].get<double>() + 0.01);
         spans.push_back(ev);
-      } else if (ev["cat"] == "wait") {
+      } else if (ev["cat"] == "wait" || ev["cat"] == "step") {
         waits.push_back(ev);
+        steps += ev["cat"] == "step";
       } else if (ev["cat"] == "p2p") {
         p2p.insert(ev["name"].get<std::string>());
         EXPECT_EQ(ev["args"]["bytes"], 100000);
@@ -108,7 +110,8 @@ TEST(Tracer, EachRankWritesItsCollectivesWaitsAndMessages) {
     for (const auto& s : spans) all_reduces += s["args"]["op"] == "all_reduce" && s["args"]["count"] == 3000;
     EXPECT_EQ(all_reduces, 3) << "rank " << rank;
     EXPECT_EQ(comms.size(), 2u) << "the world and the half";
-    // Every wait lies inside a collective of its track.
+    EXPECT_GT(steps, 0) << "rank " << rank << ": the all_reduces' algorithm steps";
+    // Every wait and step lies inside a collective of its track.
     for (const auto& w : waits) {
       const double a = w["ts"], b = a + w["dur"].get<double>();
       bool inside = false;
@@ -116,7 +119,7 @@ TEST(Tracer, EachRankWritesItsCollectivesWaitsAndMessages) {
         const double sa = s["ts"], sb = sa + s["dur"].get<double>();
         inside = inside || (s["tid"] == w["tid"] && sa <= a + 0.01 && b <= sb + 0.01);
       }
-      EXPECT_TRUE(inside) << "rank " << rank << ": a wait outside every collective";
+      EXPECT_TRUE(inside) << "rank " << rank << ": a " << w["cat"] << " outside every collective";
     }
     if (rank != 3) {
       EXPECT_FALSE(waits.empty()) << "rank " << rank << " waited for rank 3";

@@ -86,6 +86,7 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
   // Reduce-scatter by recursive halving: keep the half named by our bit, send the other.
   std::vector<std::pair<std::size_t, std::size_t>> ranges;  // [lo, hi) before each halving
   std::size_t lo = 0, hi = count;
+  std::optional<Step> step(std::in_place, c, "reduce-scatter (halving)");
   for (int mask = p / 2; mask >= 1; mask /= 2) {
     const int partner = f.real(vr ^ mask);
     const std::size_t mid = lo + (hi - lo) / 2;
@@ -99,6 +100,7 @@ void halving_doubling(const Coll& c, void* data, std::size_t count) {
     hi = khi;
   }
   // All-gather by recursive doubling, retracing the halvings.
+  step.emplace(c, "all-gather (doubling)");
   for (int mask = 1; mask < p; mask *= 2) {
     const int partner = f.real(vr ^ mask);
     auto [plo, phi] = ranges.back();
@@ -122,6 +124,7 @@ void recursive_doubling(const Coll& c, void* data, std::size_t count) {
   Fold f(c, data, count, tmp);
   if (!f.participant()) return;
   const std::size_t bytes = c.bytes(count);
+  const Step step(c, "exchange (doubling)");
   for (int mask = 1; mask < f.p(); mask *= 2) {
     const int partner = f.real(f.vr() ^ mask);
     c.sendrecv(partner, data, bytes, partner, tmp, bytes);
@@ -153,6 +156,8 @@ void hierarchical(const Coll& c, void* data, std::size_t count, const Hierarchy&
   const std::size_t chunks = (count + chunk - 1) / chunk;
   auto span_of = [&](std::size_t j) { return std::pair{j * chunk, std::min(chunk, count - j * chunk)}; };
 
+  const Step step(c, leader == c.rank() ? "host leader: reduce, ring, hand back (hierarchical)"
+                                        : "to the host's leader and back (hierarchical)");
   if (leader != c.rank()) {
     // Everything goes up at once (it moves as the leader asks for it); results come back
     // chunk by chunk.

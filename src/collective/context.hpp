@@ -71,6 +71,26 @@ struct Coll {
   std::size_t bytes(std::size_t n) const noexcept { return n * elem(); }
 };
 
+/// A step of an algorithm (a phase: "reduce-scatter (ring)") for the trace: its span, from
+/// construction to destruction, when the port traces; nothing (no clock read) otherwise.
+class Step {
+ public:
+  Step(const Coll& c, const char* name) noexcept
+      : port_(c.port.tracing() ? &c.port : nullptr),
+        name_(name),
+        from_(port_ ? CollectivePort::Clock::now() : CollectivePort::Clock::time_point{}) {}
+  ~Step() {
+    if (port_) port_->step(name_, from_, CollectivePort::Clock::now());
+  }
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
+
+ private:
+  CollectivePort* port_;
+  const char* name_;
+  CollectivePort::Clock::time_point from_;
+};
+
 inline std::byte* at(void* base, std::size_t byte_offset) noexcept {
   return static_cast<std::byte*>(base) + byte_offset;
 }

@@ -38,6 +38,10 @@ class SubPort final : public CollectivePort {
   std::byte* scratch(int slot, std::size_t bytes) override { return parent_.scratch(slot, bytes); }
   std::uint64_t host_id() const noexcept override { return parent_.host_id(); }
   const std::vector<std::uint64_t>* hosts() const noexcept override { return nullptr; }
+  bool tracing() const noexcept override { return parent_.tracing(); }
+  void step(const char* name, Clock::time_point from, Clock::time_point to) noexcept override {
+    parent_.step(name, from, to);
+  }
   void set_hosts(std::vector<std::uint64_t>) override {}
   Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                 std::function<void(const Coll&)> body) override;

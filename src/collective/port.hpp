@@ -72,6 +72,13 @@ class CollectivePort {
   virtual Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                         std::function<void(const Coll&)> body) = 0;
 
+  /// Whether the running collective's steps are traced (Config::trace): only then does an
+  /// algorithm read the clock for them (coll::Step).
+  virtual bool tracing() const noexcept { return false; }
+  /// The running collective spent [from, to) in step `name` (static text, "reduce-scatter
+  /// (ring)"): the trace draws it inside the collective's span.
+  virtual void step(const char* /*name*/, Clock::time_point /*from*/, Clock::time_point /*to*/) noexcept {}
+
   // ---- mailboxes: collectives inside one host (collective/small.cpp) ----
   /// Largest message a mailbox holds.
   static constexpr std::size_t kMailboxBytes = 8192;

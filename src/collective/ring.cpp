@@ -29,6 +29,7 @@ struct Segments {
 }  // namespace
 
 void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const void* local) {
+  const Step phase(c, "reduce-scatter (ring)");
   const int n = c.size(), r = c.rank();
   if (!local) local = data;
   if (n == 1) {
@@ -101,6 +102,7 @@ void ring_reduce_scatter(const Coll& c, void* data, const BlockFn& block, const 
 }
 
 void ring_all_gather(const Coll& c, void* data, const BlockFn& block) {
+  const Step phase(c, "all-gather (ring)");
   const int n = c.size(), r = c.rank();
   if (n == 1) return;
   const int next = mod(r + 1, n), prev = mod(r - 1, n);

@@ -431,6 +431,15 @@ std::string Group::dump() const {
   return recorder_->json(id_, rank_, size());
 }
 
+void Group::step(const char* name, Clock::time_point from, Clock::time_point to) noexcept {
+  WaitMeter* m = WaitMeter::current();
+  if (!m || !m->keep_spans || m->steps.size() >= WaitMeter::kMaxSpans) return;
+  try {
+    m->steps.push_back(WaitMeter::Step{name, from, to});
+  } catch (...) {  // out of memory: the trace misses it
+  }
+}
+
 Stats Group::stats() const {
   Stats s;
   s.ops = recorder_->totals();

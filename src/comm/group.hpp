@@ -156,6 +156,9 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::string dump() const;
   /// Communicator::stats().
   Stats stats() const;
+  bool tracing() const noexcept override { return recorder_->tracing(); }
+  /// Adds the step to the calling thread's wait meter, which the recorder hands the tracer.
+  void step(const char* name, Clock::time_point from, Clock::time_point to) noexcept override;
 
   /// Counts the calling thread's blocking collective calls (Communicator::BlockingCall):
   /// a collective started while the count is positive is left to its caller to run.

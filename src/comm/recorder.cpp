@@ -124,10 +124,7 @@ void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const 
   if (waited) add(k.waiting, waited);
   if (tracer_) {
     try {
-      if (auto r = read(*s))
-        tracer_->collective(comm_, *r, Clock::duration(waited),
-                            meter ? std::span(meter->spans)
-                                  : std::span<const std::pair<Clock::time_point, Clock::time_point>>());
+      if (auto r = read(*s)) tracer_->collective(comm_, *r, meter);
     } catch (...) {  // out of memory: the trace misses it
     }
   }

@@ -53,8 +53,8 @@ int Tracer::track(std::uint64_t comm) {
   return it->second;
 }
 
-void Tracer::collective(std::uint64_t comm, const OpRecord& r, Clock::duration waited,
-                        std::span<const std::pair<Clock::time_point, Clock::time_point>> waits) {
+void Tracer::collective(std::uint64_t comm, const OpRecord& r, const WaitMeter* meter) {
+  const Clock::duration waited = meter ? meter->waited : Clock::duration{};
   // From its start: the time queued behind earlier collectives of the communicator (in
   // queued_us) would overlap their spans on the track, which trace viewers cannot nest.
   const bool ran = r.started != Clock::time_point{};
@@ -67,7 +67,11 @@ void Tracer::collective(std::uint64_t comm, const OpRecord& r, Clock::duration w
                   r.op, r.number, rank_, tid, from, to - from, comm, r.number, json_quote(r.op), to_string(r.dtype),
                   r.count, r.bytes, to_string(r.reduce_op), r.root, json_quote(r.algorithm), to_string(r.state),
                   from - us(r.posted), std::chrono::duration<double, std::micro>(waited).count()));
-  for (const auto& [a, b] : waits)
+  if (!meter) return;
+  for (const auto& st : meter->steps)
+    add(fmt::format(R"({{"ph":"X","cat":"step","name":{},"pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
+                    json_quote(st.name), rank_, tid, us(st.from), us(st.to) - us(st.from)));
+  for (const auto& [a, b] : meter->spans)
     add(fmt::format(R"({{"ph":"X","cat":"wait","name":"wait for peers","pid":{},"tid":{},"ts":{:.3f},"dur":{:.3f}}})",
                     rank_, tid, us(a), us(b) - us(a)));
 }

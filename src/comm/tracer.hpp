@@ -23,6 +23,7 @@
 #include <nexar/recorder.hpp>
 
 #include "engine/op_state.hpp"
+#include "engine/wait_meter.hpp"
 
 namespace nexar::detail {
 
@@ -38,10 +39,9 @@ class Tracer {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
-  /// Collective `r` of communicator `comm` ended, after waiting `waited` on its peers in
-  /// the intervals `waits`.
-  void collective(std::uint64_t comm, const OpRecord& r, Clock::duration waited,
-                  std::span<const std::pair<Clock::time_point, Clock::time_point>> waits);
+  /// Collective `r` of communicator `comm` ended; `meter`, if any, holds its waits on its
+  /// peers and its algorithm's steps, drawn inside its span.
+  void collective(std::uint64_t comm, const OpRecord& r, const WaitMeter* meter);
   /// A send (or receive) of communicator `comm` to (from) communicator rank `peer` was
   /// posted: its span is drawn once it completes (its OpState must have stamp_end set).
   void p2p(std::uint64_t comm, std::shared_ptr<OpState> op, bool sending, int peer, int tag, std::uint64_t bytes);

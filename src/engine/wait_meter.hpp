@@ -21,6 +21,12 @@ struct WaitMeter {
   bool keep_spans = false;
   std::vector<std::pair<Clock::time_point, Clock::time_point>> spans;
   static constexpr std::size_t kMaxSpans = 256;
+  /// When tracing: the algorithm's steps (CollectivePort::step), up to kMaxSpans.
+  struct Step {
+    const char* name;
+    Clock::time_point from, to;
+  };
+  std::vector<Step> steps;
 
   void add(Clock::time_point from, Clock::time_point to) {
     waited += to - from;
