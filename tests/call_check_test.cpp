@@ -179,7 +179,7 @@ TEST(CallCheck, RanksThatCallDifferentCollectivesAllFailNamingBothCalls) {
       cfg.op_timeout = 30s;  // far above the bound checked: a hang shows as a failed bound
       // Where nobody sends (two ranks of a reduce each take the other for the root), the
       // stall report finds the calls differ: soon enough here to keep within the bound.
-      cfg.stall_warn = 300ms;
+      cfg.stall_warn = 100ms;
       auto comms = nexar::bootstrap_local(world, cfg);
       if (shm)
         nexar::testing::on_every_rank(comms, [&](int r) {

@@ -73,7 +73,7 @@ DecodeError decode(const FrameHeader& h, Lane lane, std::uint64_t max_payload = 
 TEST(Preamble, GoldenBytes) {
   std::array<std::byte, preamble_size> b{};
   encode_preamble(Lane::rpc_response, b);
-  const std::array<std::uint8_t, preamble_size> want = {'N', 'X', 'A', 'R', 1, 3, 0, 0};
+  const std::array<std::uint8_t, preamble_size> want = {'N', 'X', 'A', 'R', 2, 3, 0, 0};
   for (std::size_t i = 0; i < preamble_size; ++i) {
     EXPECT_EQ(std::to_integer<std::uint8_t>(b[i]), want[i]) << "byte " << i;
   }
@@ -126,7 +126,8 @@ TEST(Preamble, Rejects) {
   };
   EXPECT_TRUE(contains(bad(0, 'n'), "magic")) << bad(0, 'n');
   EXPECT_TRUE(contains(bad(3, 0), "magic"));
-  EXPECT_TRUE(contains(bad(4, 2), "version 2")) << bad(4, 2);
+  EXPECT_TRUE(contains(bad(4, 1), "version 1")) << bad(4, 1);  // the version before 2026-11-29
+  EXPECT_TRUE(contains(bad(4, 3), "version 3")) << bad(4, 3);
   EXPECT_TRUE(contains(bad(4, 0), "version 0"));
   EXPECT_TRUE(contains(bad(5, 6), "lane 6")) << bad(5, 6);
   EXPECT_TRUE(contains(bad(5, 0xff), "lane 255"));

@@ -150,7 +150,6 @@ TEST(Stats, EachPeerShowsItsLinksPathAndBytesPerLane) {
     EXPECT_GT(p.min_rtt.count(), 0);
     EXPECT_LE(p.min_rtt, p.latest_rtt + p.rtt);
     EXPECT_GT(p.cwnd, 0u);
-    EXPECT_EQ(p.lost_packets, 0u) << "loopback loses nothing";
     EXPECT_EQ(p.lanes.size(), 6u);
     EXPECT_GT(lane(p, "collective", true), 0u);
     EXPECT_GT(lane(p, "collective", false), 0u);

@@ -1,9 +1,9 @@
 // The trace (comm/tracer.*, Config::trace): 4 real ranks write one Chrome trace-event file
 // each when their communicators close; each parses as JSON and holds every collective of
 // every communicator as a span with its number and call, its algorithm's steps and its
-// waits nested in its span, and the sends and receives as spans naming their peers. Without Config::trace no
-// file appears. The merge and the lateness score over real files are checked in
-// tests/python/test_trace.py.
+// waits nested in its span, and the sends and receives as spans naming their peers. A rank
+// made again in the same process writes a second file. The merge and the lateness score
+// over real files are checked in tests/python/test_trace.py.
 #include <nexar/nexar.hpp>
 
 #include <gtest/gtest.h>
@@ -134,11 +134,19 @@ TEST(Tracer, EachRankWritesItsCollectivesWaitsAndMessages) {
   fs::remove_all(dir);
 }
 
-TEST(Tracer, NothingIsWrittenWithoutIt) {
-  const fs::path dir = fresh_dir("off");
+TEST(Tracer, ARankMadeAgainInTheSameProcessKeepsTheFirstFile) {
+  const fs::path dir = fresh_dir("twice");
   nexar::Config cfg = nexar::testing::test_config();
+  cfg.trace = dir.string();
   run_job(cfg);
-  EXPECT_FALSE(fs::exists(dir));
+  run_job(cfg);
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.insert(e.path().filename().string());
+  const std::string pid = std::to_string(::getpid());
+  EXPECT_EQ(names.size(), 8u);
+  EXPECT_TRUE(names.count("nexar-trace-2-" + pid + ".json"));
+  EXPECT_TRUE(names.count("nexar-trace-2-" + pid + "-2.json"));
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -21,14 +21,17 @@ struct OpStats {
   std::uint64_t bytes = 0;
   /// Time from each call to its end, summed.
   std::chrono::nanoseconds total{0};
-  /// The part of `total` this rank spent blocked waiting for members' messages or for
-  /// room in their mailboxes: time the last member to arrive costs it. The rest
-  /// (total - waiting) moved and reduced bytes, or waited behind earlier collectives.
+  /// The part of `total` this rank spent blocked: waiting for members' messages (a late
+  /// member costs the others here) or for the network to carry its own, or for room in
+  /// their mailboxes. The rest (total - waiting) it spent working: reducing, copying,
+  /// posting, or queued behind earlier collectives. A bandwidth-bound collective over the
+  /// network is mostly waiting; compare ranks to find the one the others wait for.
   std::chrono::nanoseconds waiting{0};
 };
 
 /// Bytes of one lane between this rank and a peer, over every link that carried them
-/// (frame headers included).
+/// (frame headers included). Bytes relayed through a neighbour (sparse topologies) count on
+/// the pair with that neighbour too.
 struct LaneStats {
   std::string lane;  ///< "control", "data", "rpc_request", "rpc_response", "bulk", "collective"
   std::uint64_t sent = 0;
@@ -64,7 +67,8 @@ struct Stats {
   std::vector<OpStats> ops;
   /// One entry per other member, by rank.
   std::vector<PeerStats> peers;
-  /// Datagrams of this rank's QUIC socket (all its connections together) that the kernel
+  /// Datagrams of this rank's QUIC socket (its connections together; the sockets of extra
+  /// engine threads, Config::engine_threads, are not counted) that the kernel
   /// dropped because the socket's receive queue was full, and datagrams it refused to send
   /// because a queue on the way out was full (both lost, then recovered by QUIC).
   std::uint64_t receive_drops = 0;

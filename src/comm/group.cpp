@@ -346,13 +346,19 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   // and never runs: nothing of it has moved, and it would otherwise wait for the earlier
   // one's own, possibly much later, deadline. Once it runs, its messages carry the deadline.
   auto phase = std::make_shared<std::atomic<int>>(kQueued);
-  st->canceller = [weak, phase, name, rank = rank_, deadline, rec = recorder_, number,
+  // Given up unrun: the recorder and the node's call registry learn that it failed here, so
+  // the members' messages of it are not taken for a disagreement.
+  auto give_up = [rec = recorder_, node = std::weak_ptr<Node>(node_), comm = id_, tag, number](Clock::time_point at) {
+    rec->ended(number, at, false);
+    if (auto n = node.lock()) n->collective_ended(comm, tag, false);
+  };
+  st->canceller = [weak, phase, name, rank = rank_, deadline, give_up,
                    ms = std::chrono::duration_cast<std::chrono::milliseconds>(o.timeout.value_or(cfg.op_timeout))](
                       Errc code) {
     int queued = kQueued;
     if (!phase->compare_exchange_strong(queued, kGivenUp)) return;
     const auto at = Clock::now();
-    rec->ended(number, at, false);
+    give_up(at);
     auto s = weak.lock();
     if (!s) return;
     if (at >= deadline) code = Errc::timeout;  // given up past its deadline: it timed out
@@ -403,16 +409,15 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
         // Recorded first, so whoever the operation wakes finds it ended in the recorder.
         rec.ended(number, Clock::now(), code == Errc::ok, &meter);
         forget.ok = code == Errc::ok;
-        if (!forget.ok) group->any_failed_.store(true, std::memory_order_release);
         if (code == Errc::ok) st->succeed();
         else if (failed.empty()) st->complete(code, std::move(what));
         else st->fail_ranks(code, std::move(what), std::move(failed));
       },
-      [weak, phase, name, rank = rank_, rec = recorder_, number] {
+      [weak, phase, name, rank = rank_, give_up] {
         // Abandoned unrun (the communicator closed): unless its deadline gave it up first.
         int queued = kQueued;
         if (!phase->compare_exchange_strong(queued, kGivenUp)) return;
-        rec->ended(number, Clock::now(), false);
+        give_up(Clock::now());
         if (auto s = weak.lock())
           s->complete(Errc::closed, std::string(name) + ": rank " + std::to_string(rank) +
                                         ": communicator closed before the collective ran");

@@ -265,7 +265,6 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   // The fingerprints of the last mailbox collectives by their seq: (seq << 16) | check at
   // [seq % size], written as each Ticket is issued (mail_unwanted names the call).
   std::array<std::atomic<std::uint64_t>, 64> mail_calls_{};
-  std::atomic<bool> any_failed_{false};  // a collective of the group failed on this rank
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
   std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank

@@ -72,7 +72,7 @@ void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std:
 
 void Group::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w) {
   const std::uint64_t seq = w.stale >> 20;
-  if (seq >= t.seq || any_failed_.load(std::memory_order_acquire)) return;
+  if (seq >= t.seq || recorder_->failed_any()) return;
   const std::uint64_t entry = mail_calls_[seq % mail_calls_.size()].load(std::memory_order_relaxed);
   const auto mine = (entry >> 16) == seq ? static_cast<std::uint16_t>(entry) : std::uint16_t{0};
   std::string why = call_unwanted("mailbox collective #" + std::to_string(seq), id_, rank_, mine, from,
@@ -82,7 +82,6 @@ void Group::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w
 }
 
 void Group::ran(const Ticket& t, bool ok) noexcept {
-  if (!ok) any_failed_.store(true, std::memory_order_release);
   // Its end is the last clock reading of its waits (idle()): an 8-byte collective through
   // the mailboxes is over before a reading of its own would be, which would cost a tenth
   // of it; one that never waited long enough to read the clock ends where it started.

@@ -99,6 +99,7 @@ void Recorder::started(std::uint64_t number, Clock::time_point at) noexcept {
 void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const WaitMeter* meter,
                      bool inline_mailbox) noexcept {
   raise_to(completed_, number + 1);
+  if (!ok) failed_any_.store(true, std::memory_order_release);
   Slot* s = slot_of(number);
   if (!s || s->number.load(std::memory_order_relaxed) != number) return;
   const Clock::rep posted = s->posted.load(std::memory_order_relaxed);
@@ -122,15 +123,17 @@ void Recorder::ended(std::uint64_t number, Clock::time_point at, bool ok, const 
   add(k.bytes, s->bytes.load(std::memory_order_relaxed));
   add(k.total, end - posted);
   if (waited) add(k.waiting, waited);
-  if (tracer_) {
+  if (tracing_) {
     try {
-      if (auto r = read(*s)) tracer_->collective(comm_, *r, meter);
+      auto t = tracer_.lock();
+      if (auto r = t ? read(*s) : std::nullopt) t->collective(comm_, *r, meter);
     } catch (...) {  // out of memory: the trace misses it
     }
   }
 }
 
 void Recorder::trace_to(std::shared_ptr<Tracer> t, std::uint64_t comm) noexcept {
+  tracing_ = t != nullptr;
   tracer_ = std::move(t);
   comm_ = comm;
 }

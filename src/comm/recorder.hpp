@@ -71,7 +71,7 @@ class Recorder {
   /// `comm`. Before any collective is posted.
   void trace_to(std::shared_ptr<Tracer> t, std::uint64_t comm) noexcept;
   /// Whether it traces: a collective's meter then keeps its waits' spans.
-  bool tracing() const noexcept { return tracer_ != nullptr; }
+  bool tracing() const noexcept { return tracing_; }
 
   /// What the collectives that ended cost, per kind, ordered by name (OpStats).
   std::vector<OpStats> totals() const;
@@ -81,6 +81,9 @@ class Recorder {
   /// queued).
   std::uint64_t called() const noexcept { return called_.load(std::memory_order_acquire); }
   std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
+  /// Whether a collective ended with a failure here (given up while queued included): its
+  /// members' messages of it may be left behind legitimately (Group::mail_unwanted).
+  bool failed_any() const noexcept { return failed_any_.load(std::memory_order_acquire); }
 
   /// The entries still held, oldest first.
   std::vector<OpRecord> snapshot() const;
@@ -128,12 +131,16 @@ class Recorder {
   };
   static constexpr std::size_t kKinds = 32;
   Totals totals_[2][kKinds];
-  std::shared_ptr<Tracer> tracer_;
+  // Weak: the groups own the tracer, and the trace is written when the last of them goes,
+  // however long a Request's canceller keeps this recorder.
+  std::weak_ptr<Tracer> tracer_;
+  bool tracing_ = false;
   std::uint64_t comm_ = 0;
 
   std::size_t capacity_;  // before slots_, which it sizes
   std::unique_ptr<Slot[]> slots_;
   std::atomic<std::uint64_t> called_{0}, completed_{0};
+  std::atomic<bool> failed_any_{false};
   std::atomic<std::uint64_t> reported_{0};  // numbers below this were reported
   mutable std::mutex report_mu_;
   std::uint64_t report_number_ = 0;

@@ -84,10 +84,10 @@ void Tracer::p2p(std::uint64_t comm, std::shared_ptr<OpState> op, bool sending, 
 }
 
 void Tracer::drain(bool all) {
-  // In the order posted; one still open holds the later ones back until it ends (or until
-  // the trace is written), so the list stays short in a job that completes what it posts.
-  while (!open_.empty() && (all || open_.front().op->done())) {
-    const Open& o = open_.front();
+  // Those at the front as they complete; every completed one once the list doubled since
+  // the last sweep, so an operation that stays open (a receive posted for the whole job)
+  // holds back no others for long.
+  auto draw = [this](const Open& o) {
     if (o.op->done()) {
       const double from = us(o.op->start()), to = us(o.op->ended());
       const std::string name = o.peer < 0 ? std::string("recv from any rank")
@@ -97,8 +97,19 @@ void Tracer::drain(bool all) {
                       name, rank_, from, to > from ? to - from : 0.0, o.comm, o.peer, o.tag, o.bytes,
                       o.op->code() == Errc::ok ? "done" : "failed"));
     }
+  };
+  while (!open_.empty() && (all || open_.front().op->done())) {
+    draw(open_.front());
     open_.pop_front();
   }
+  if (open_.size() < sweep_at_) return;
+  std::deque<Open> still;
+  for (Open& o : open_) {
+    if (o.op->done()) draw(o);
+    else still.push_back(std::move(o));
+  }
+  open_ = std::move(still);
+  sweep_at_ = std::max<std::size_t>(64, 2 * open_.size());
 }
 
 bool Tracer::write() {
@@ -108,6 +119,10 @@ bool Tracer::write() {
   drain(true);
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
+  // A rank made again in the same process (a second job, a rebuilt world) keeps the first
+  // one's file: a suffix tells them apart.
+  for (int k = 2; std::filesystem::exists(path_, ec); ++k)
+    path_ = fmt::format("{}/nexar-trace-{}-{}-{}.json", dir_, rank_, ::getpid(), k);
   std::ofstream f(path_, std::ios::trunc);
   if (!f) {
     log::warn("rank {}: cannot write the trace {} (NEXAR_TRACE)", rank_, path_);

@@ -46,7 +46,8 @@ class Tracer {
   /// posted: its span is drawn once it completes (its OpState must have stamp_end set).
   void p2p(std::uint64_t comm, std::shared_ptr<OpState> op, bool sending, int peer, int tag, std::uint64_t bytes);
 
-  /// The file this tracer writes.
+  /// The file this tracer writes: `<dir>/nexar-trace-<rank>-<pid>.json`, or with `-2`,
+  /// `-3`, ... before `.json` when that file exists when it is written.
   const std::string& path() const noexcept { return path_; }
   /// Writes the file now (also done by the destructor); returns false after logging why.
   bool write();
@@ -59,7 +60,8 @@ class Tracer {
     int peer, tag;
     std::uint64_t bytes;
   };
-  void drain(bool all);     // mu_ held: draws the p2p operations that completed
+  void drain(bool all);     // mu_ held: draws the p2p operations that completed (all: and
+                            // forgets the others)
   int track(std::uint64_t comm);  // mu_ held: the trace's thread id for `comm`
   void add(std::string event);    // mu_ held
   double us(Clock::time_point t) const noexcept;
@@ -73,6 +75,7 @@ class Tracer {
   std::uint64_t dropped_ = 0;
   std::map<std::uint64_t, int> tracks_;
   std::deque<Open> open_;
+  std::size_t sweep_at_ = 64;  // open_ size at which every completed entry is drawn
   bool written_ = false;
 };
 

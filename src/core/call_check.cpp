@@ -32,7 +32,7 @@ std::string describe_call(std::uint16_t check, int world) {
   if (call_rooted(kind)) {
     s += ", root ";
     s += std::to_string(check & 0x7u);
-    if (world > 8) s += " mod 8";
+    if (world > kRootsExact) s += " mod 8";
   }
   s += ')';
   return s;

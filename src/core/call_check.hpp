@@ -80,18 +80,21 @@ constexpr bool call_rooted(unsigned kind) noexcept {
   return n == "broadcast" || n == "reduce" || n == "gather" || n == "gather_v" || n == "scatter" || n == "scatter_v";
 }
 
+/// Ranks up to which a fingerprint's root (modulo 8) is the root itself.
+inline constexpr int kRootsExact = 8;
+
 /// The call a fingerprint describes, as a reader would write it: "all_reduce(f32, max)",
 /// "all_gather(u64)" for a collective that reduces nothing, "broadcast(f32, root 2)" for
 /// one with a root. `world`: the ranks there are; from 9 on, a root is shown modulo 8
 /// ("root 2 mod 8"), as the fingerprint holds it.
-std::string describe_call(std::uint16_t check, int world = 8);
+std::string describe_call(std::uint16_t check, int world = kRootsExact);
 
 /// The words every rank's error carries when two members' calls differ: "ranks called
 /// different collectives as <which> of communicator 0x..: rank <me> called <mine> but rank
 /// <them> called <theirs>". `which` names the call ("collective #12"); ranks are the
 /// communicator's.
 std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
-                         std::uint16_t theirs, int world = 8);
+                         std::uint16_t theirs, int world = kRootsExact);
 /// The words every rank's error carries when a member's message of a collective has
 /// another size than the receiver's call expects: "ranks called different collectives as
 /// <which> of communicator 0x..: rank <them> sent rank <me> <sent> bytes where rank <me>
@@ -103,6 +106,6 @@ std::string sizes_differ(std::string_view which, std::uint64_t comm, int me, std
 /// when the fingerprints differ; otherwise the calls differ in what a fingerprint does not
 /// hold (a root beyond modulo 8, the counts, a forced algorithm), which the words say.
 std::string call_unwanted(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
-                          std::uint16_t theirs, int world = 8);
+                          std::uint16_t theirs, int world = kRootsExact);
 
 }  // namespace nexar::detail

@@ -25,13 +25,13 @@ int CallRegistry::local(const Comm& c, int world) const {
 
 std::string CallRegistry::differ(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
                                  std::uint16_t theirs) const {
-  const int world = c.members.empty() ? 8 : static_cast<int>(c.members.size());
+  const int world = c.members.empty() ? kRootsExact : static_cast<int>(c.members.size());
   return calls_differ("collective #" + std::to_string(n), comm, c.me, mine, local(c, them), theirs, world);
 }
 
 std::string CallRegistry::unwanted(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
                                    std::uint16_t theirs) const {
-  const int world = c.members.empty() ? 8 : static_cast<int>(c.members.size());
+  const int world = c.members.empty() ? kRootsExact : static_cast<int>(c.members.size());
   return call_unwanted("collective #" + std::to_string(n), comm, c.me, mine, local(c, them), theirs, world);
 }
 
@@ -51,10 +51,12 @@ std::string CallRegistry::ended(std::uint64_t comm, std::uint64_t n, bool ok) {
   if (cit == comms_.end()) return {};
   Comm& c = cit->second;
   auto it = c.calls.find(n);
-  if (it == c.calls.end()) return {};
-  const Call call = it->second;
-  c.calls.erase(it);
-  // A failed one is kept with no fingerprint: its late messages are dropped, not judged.
+  // Given up before it started (never running here): only its late messages are to be
+  // ignored, and those that came early are forgotten.
+  const Call call = it == c.calls.end() ? Call{} : it->second;
+  if (it != c.calls.end()) c.calls.erase(it);
+  // A failed one is kept with no fingerprint: its late messages are not judged (they wait
+  // as unexpected messages, as any message nobody receives).
   c.done[n % c.done.size()] = Done{n, ok ? call.mine : std::uint16_t{0}};
   if (!ok) return {};
   if (call.waiting > 0 && call.mine != 0) return unwanted(comm, c, n, call.mine, call.from, call.theirs);

@@ -728,7 +728,8 @@ void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
   Peer* p = peer(u->source);
   // Disagreeing calls revoke the communicator, which drops its unreceived messages.
   if (!calls_agree(*r, u->source, u->tag, u->check)) return;
-  if (u->check != 0) calls_.matched(u->comm, collective_number(u->tag));
+  // Counted once: a message still arriving comes here again when its last byte does.
+  if (u->check != 0 && u->waiter == nullptr) calls_.matched(u->comm, collective_number(u->tag));
   if (u->rendezvous) {
     queue(d).erase(it);
     if (p->gone()) {
@@ -777,8 +778,12 @@ void Node::collective_ended(std::uint64_t comm, Tag tag, bool ok) {
 
 bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) {
   if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
+  // The communicator's size decides whether roots show exactly (its members' local ranks).
+  const int members = r.local_of ? static_cast<int>(std::count_if(r.local_of->begin(), r.local_of->end(),
+                                                                  [](int l) { return l >= 0; }))
+                                 : size();
   const std::string why = calls_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
-                                      r.local(rank_), r.check, r.local(source), theirs, size());
+                                      r.local(rank_), r.check, r.local(source), theirs, members);
   fail(r.op, Errc::invalid_argument, source, why);
   // Every member's operations on it fail with the same words, within a round trip: the
   // others may wait for a message from a rank that gave up, and would hear nothing else.

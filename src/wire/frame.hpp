@@ -1,4 +1,4 @@
-// Wire format v1: stream preambles and frame headers. Byte layout in docs/PROTOCOL.md.
+// Wire format v2: stream preambles and frame headers. Byte layout in docs/PROTOCOL.md.
 // Every decoder checks every length before trusting it; nothing here allocates.
 #pragma once
 
@@ -10,7 +10,7 @@
 
 namespace nexar::wire {
 
-inline constexpr std::uint8_t protocol_version = 1;
+inline constexpr std::uint8_t protocol_version = 2;
 inline constexpr std::array<std::byte, 4> magic = {std::byte{'N'}, std::byte{'X'},
                                                    std::byte{'A'}, std::byte{'R'}};
 
