@@ -38,21 +38,28 @@ std::string describe_call(std::uint16_t check, int world) {
   return s;
 }
 
-std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
-                         std::uint16_t theirs, int world) {
+namespace {
+
+// "ranks called different collectives as <which> of communicator 0x..: rank <r>", which
+// every disagreement's words begin with.
+std::string disagreement(std::string_view which, std::uint64_t comm, int r) {
   char id[24];
   std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(comm));
   return "ranks called different collectives as " + std::string(which) + " of communicator " + id + ": rank " +
-         std::to_string(me) + " called " + describe_call(mine, world) + " but rank " + std::to_string(them) +
-         " called " + describe_call(theirs, world);
+         std::to_string(r);
+}
+
+}  // namespace
+
+std::string calls_differ(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
+                         std::uint16_t theirs, int world) {
+  return disagreement(which, comm, me) + " called " + describe_call(mine, world) + " but rank " +
+         std::to_string(them) + " called " + describe_call(theirs, world);
 }
 
 std::string sizes_differ(std::string_view which, std::uint64_t comm, int me, std::uint64_t expected, int them,
                          std::uint64_t sent) {
-  char id[24];
-  std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(comm));
-  return "ranks called different collectives as " + std::string(which) + " of communicator " + id + ": rank " +
-         std::to_string(them) + " sent rank " + std::to_string(me) + " " + std::to_string(sent) +
+  return disagreement(which, comm, them) + " sent rank " + std::to_string(me) + " " + std::to_string(sent) +
          " bytes where rank " + std::to_string(me) + " expects " + std::to_string(expected) +
          " (they disagree on its count or element type)";
 }
@@ -60,11 +67,8 @@ std::string sizes_differ(std::string_view which, std::uint64_t comm, int me, std
 std::string call_unwanted(std::string_view which, std::uint64_t comm, int me, std::uint16_t mine, int them,
                           std::uint16_t theirs, int world) {
   if (mine != 0 && mine != theirs) return calls_differ(which, comm, me, mine, them, theirs, world);
-  char id[24];
-  std::snprintf(id, sizeof id, "0x%llx", static_cast<unsigned long long>(comm));
   const std::string my_call = mine != 0 ? "'s " + describe_call(mine, world) : std::string("'s call");
-  return "ranks called different collectives as " + std::string(which) + " of communicator " + id + ": rank " +
-         std::to_string(them) + " sent rank " + std::to_string(me) + " a message of its " +
+  return disagreement(which, comm, them) + " sent rank " + std::to_string(me) + " a message of its " +
          describe_call(theirs, world) + " that rank " + std::to_string(me) + my_call +
          " completed without (they disagree on its root, counts or algorithm)";
 }

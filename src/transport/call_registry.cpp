@@ -23,14 +23,8 @@ int CallRegistry::local(const Comm& c, int world) const {
   return it == c.members.end() ? world : static_cast<int>(it - c.members.begin());
 }
 
-std::string CallRegistry::differ(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
+std::string CallRegistry::reason(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
                                  std::uint16_t theirs) const {
-  const int world = c.members.empty() ? kRootsExact : static_cast<int>(c.members.size());
-  return calls_differ("collective #" + std::to_string(n), comm, c.me, mine, local(c, them), theirs, world);
-}
-
-std::string CallRegistry::unwanted(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
-                                   std::uint16_t theirs) const {
   const int world = c.members.empty() ? kRootsExact : static_cast<int>(c.members.size());
   return call_unwanted("collective #" + std::to_string(n), comm, c.me, mine, local(c, them), theirs, world);
 }
@@ -41,7 +35,7 @@ std::string CallRegistry::started(std::uint64_t comm, std::uint64_t n, std::uint
   Call& call = c.calls[n];
   call.running = true;
   call.mine = check;
-  if (call.waiting > 0 && check != 0 && call.theirs != check) return differ(comm, c, n, check, call.from, call.theirs);
+  if (call.waiting > 0 && check != 0 && call.theirs != check) return reason(comm, c, n, check, call.from, call.theirs);
   return {};
 }
 
@@ -59,7 +53,7 @@ std::string CallRegistry::ended(std::uint64_t comm, std::uint64_t n, bool ok) {
   // as unexpected messages, as any message nobody receives).
   c.done[n % c.done.size()] = Done{n, ok ? call.mine : std::uint16_t{0}};
   if (!ok) return {};
-  if (call.waiting > 0 && call.mine != 0) return unwanted(comm, c, n, call.mine, call.from, call.theirs);
+  if (call.waiting > 0 && call.mine != 0) return reason(comm, c, n, call.mine, call.from, call.theirs);
   return {};
 }
 
@@ -69,11 +63,11 @@ std::string CallRegistry::unawaited(std::uint64_t comm, std::uint64_t n, int sou
   auto it = c.calls.find(n);
   if (it == c.calls.end()) {
     const Done& d = c.done[n % c.done.size()];
-    if (d.n == n) return d.check != 0 ? unwanted(comm, c, n, d.check, source, theirs) : std::string();
+    if (d.n == n) return d.check != 0 ? reason(comm, c, n, d.check, source, theirs) : std::string();
     it = c.calls.emplace(n, Call{}).first;
   }
   Call& call = it->second;
-  if (call.running && call.mine != 0 && call.mine != theirs) return differ(comm, c, n, call.mine, source, theirs);
+  if (call.running && call.mine != 0 && call.mine != theirs) return reason(comm, c, n, call.mine, source, theirs);
   if (call.waiting++ == 0) {
     call.theirs = theirs;
     call.from = source;

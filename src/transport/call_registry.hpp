@@ -66,10 +66,10 @@ class CallRegistry {
     std::array<Done, 64> done{};  // the last collectives completed here, by n % 64
   };
   int local(const Comm& c, int world) const;  // communicator rank, or the world rank
-  std::string differ(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
+  // Why the ranks disagree: calls_differ's words when the fingerprints differ, else
+  // call_unwanted's (core/call_check.hpp).
+  std::string reason(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
                      std::uint16_t theirs) const;
-  std::string unwanted(std::uint64_t comm, const Comm& c, std::uint64_t n, std::uint16_t mine, int them,
-                       std::uint16_t theirs) const;
 
   std::mutex mu_;
   std::unordered_map<std::uint64_t, Comm> comms_;
