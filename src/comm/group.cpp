@@ -437,12 +437,7 @@ std::string Group::dump() const {
 }
 
 void Group::step(const char* name, Clock::time_point from, Clock::time_point to) noexcept {
-  WaitMeter* m = WaitMeter::current();
-  if (!m || !m->keep_spans || m->steps.size() >= WaitMeter::kMaxSpans) return;
-  try {
-    m->steps.push_back(WaitMeter::Step{name, from, to});
-  } catch (...) {  // out of memory: the trace misses it
-  }
+  if (WaitMeter* m = WaitMeter::current()) m->add_step(name, from, to);
 }
 
 Stats Group::stats() const {

@@ -27,12 +27,28 @@ struct WaitMeter {
     Clock::time_point from, to;
   };
   std::vector<Step> steps;
+  /// An algorithm's step over [from, to), kept when tracing, as add() keeps a wait.
+  void add_step(const char* name, Clock::time_point from, Clock::time_point to) noexcept {
+    if (!keep_spans || steps.size() >= kMaxSpans) return;
+    try {
+      steps.push_back(Step{name, from, to});
+    } catch (...) {
+    }
+  }
 
-  void add(Clock::time_point from, Clock::time_point to) {
+  /// A wait that blocked over [from, to). Called from destructors (Request::wait), so it
+  /// never throws: a span that finds no memory is left out of the trace.
+  void add(Clock::time_point from, Clock::time_point to) noexcept {
     waited += to - from;
     if (!keep_spans) return;
-    if (spans.size() < kMaxSpans) spans.emplace_back(from, to);
-    else spans.back().second = to;
+    if (spans.size() >= kMaxSpans) {
+      spans.back().second = to;
+      return;
+    }
+    try {
+      spans.emplace_back(from, to);
+    } catch (...) {
+    }
   }
 
   /// The meter of the calling thread, or null.
