@@ -12,7 +12,8 @@
 #            (NEXAR_PYTHON overrides), which has numpy and torch. Runs under ~1 minute.
 #   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
 #            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
-#   asan     clang, Debug, AddressSanitizer + UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
+#   asan     clang, Debug (assertions on) at -O1 with line tables, AddressSanitizer +
+#            UndefinedBehaviorSanitizer (NEXAR_SANITIZE),
 #            tools and tests (not the micro-benchmarks, which no test runs; the release
 #            stage builds them); the whole ctest suite again. Being clang, this stage is also the
 #            clang -Werror build of the library, tests and tools. Build tree: build-asan/
@@ -92,7 +93,11 @@ for stage in $stages; do
       ;;
     asan)
       clang_tree build-asan
+      # -O1 and line tables only: the sanitizers' own advice for speed. At -O0 every inline
+      # accessor of the standard library is a call under instrumentation, and the suite took
+      # twice the CPU (docs/PERFORMANCE.md, "Test command"); reports keep file and line.
       CC=clang CXX=clang++ cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only" \
         -DNEXAR_SANITIZE=ON -DNEXAR_WERROR=ON -DNEXAR_BUILD_TOOLS=ON -DNEXAR_BUILD_EXAMPLES=OFF \
         -DNEXAR_BUILD_BENCHMARKS=OFF -DNEXAR_BUILD_PYTHON=OFF >/dev/null
       cmake --build build-asan -j"$jobs"

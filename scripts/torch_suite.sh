@@ -5,7 +5,7 @@
 #   --backend   torch.distributed backend under test (default: nexar)
 #   --world     ranks per test (default: 3)
 #   --subset    only the ~35 tests of tests/python/torch_suite/subset.txt (< 3 min at world 3)
-#   extra args  go to run_suite.py: -k PATTERN, test names, --timeout S, --pass-file F,
+#   extra args  go to run_suite.py: -k PATTERN, test names, --timeout S, --start fork|spawn, --pass-file F,
 #               --results-file F, --list, --no-nexar-skips (see run_suite.py --help)
 # The nexar backend is the one the CMake build put in build/python (NEXAR_PYTHON_PATH
 # overrides). The interpreter is Debian's /usr/bin/python3, which has torch (NEXAR_PYTHON

@@ -8,7 +8,9 @@
 
 #include <nexar/collective.hpp>
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -36,19 +38,71 @@ Config port_config(bool mailboxes) {
   return c;
 }
 
+/// One thread per rank, kept for the whole test program: a new thread per rank and call
+/// (tens of thousands of them) spent most of this file's time creating and unmapping
+/// threads, under AddressSanitizer above all. Rank r always runs on thread r.
+class RankThreads {
+ public:
+  explicit RankThreads(int n) {
+    for (int r = 0; r < n; ++r) threads_.emplace_back([this, r] { serve(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    go_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  /// Runs job(r) on threads 0..n-1 and returns once every one of them has.
+  void run(int n, const std::function<void(int)>& job) {
+    std::unique_lock<std::mutex> lk(mu_);
+    job_ = &job;
+    ranks_ = n;
+    left_ = n;
+    ++round_;
+    go_.notify_all();
+    done_.wait(lk, [this] { return left_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void serve(int r) {
+    std::uint64_t seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      go_.wait(lk, [&] { return stop_ || round_ != seen; });
+      if (stop_) return;
+      seen = round_;
+      if (r >= ranks_) continue;
+      const std::function<void(int)>* job = job_;
+      lk.unlock();
+      (*job)(r);
+      lk.lock();
+      if (--left_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable go_, done_;
+  const std::function<void(int)>* job_ = nullptr;
+  int ranks_ = 0, left_ = 0;
+  std::uint64_t round_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 /// Runs fn(port) on one thread per rank; a rank's exception is a test failure naming `ctx`.
 void run(MemoryWorld& w, const std::string& ctx, const std::function<void(MemoryPort&)>& fn) {
-  std::vector<std::thread> ts;
-  for (int r = 0; r < w.size(); ++r) {
-    ts.emplace_back([&, r] {
-      try {
-        fn(w.port(r));
-      } catch (const std::exception& e) {
-        ADD_FAILURE() << ctx << ": rank " << r << " threw: " << e.what();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  static RankThreads threads(kMaxWorld);
+  threads.run(w.size(), [&](int r) {
+    try {
+      fn(w.port(r));
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << ctx << ": rank " << r << " threw: " << e.what();
+    }
+  });
 }
 
 std::uint64_t seed_of(int n, int r, std::size_t count, int salt) {

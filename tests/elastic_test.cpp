@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "process_support.hpp"
+#include "support.hpp"
 
 namespace {
 
@@ -420,17 +421,7 @@ void expect_all(const std::vector<int>& status, const std::vector<int>& want) {
 
 // How much the seed's resident memory may grow in the flood. AddressSanitizer keeps freed
 // memory in quarantine (256 MiB at most by default), so it gets that much more.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr long kSeedGrowthKiB = (32 + 256) * 1024;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr long kSeedGrowthKiB = (32 + 256) * 1024;
-#else
-constexpr long kSeedGrowthKiB = 32 * 1024;
-#endif
-#else
-constexpr long kSeedGrowthKiB = 32 * 1024;
-#endif
+constexpr long kSeedGrowthKiB = (32 + (nexar::testing::kSanitized ? 256 : 0)) * 1024;
 
 // VmRSS of process `pid` in KiB (0 if unreadable).
 long rss_kib(pid_t pid) {

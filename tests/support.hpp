@@ -23,6 +23,21 @@
 
 namespace nexar::testing {
 
+/// Whether this build runs under AddressSanitizer (GCC defines the macro; clang answers
+/// __has_feature). Tests that repeat one thing thousands of times repeat it fewer times
+/// there: the sanitizer checks each pass the same way, at several times the cost.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 /// Runs body(rank) for every rank of `comms` (communicators of one process), each on a
 /// thread of its own, and returns when all have returned.
 template <class Comms, class F>
