@@ -34,23 +34,32 @@ std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node)
   return {};
 }
 
-namespace {
-
-// What a queued chunk calls back: its pooled buffer (if any) goes back to the pool, and
-// `op` (if any) completes with the chunk's fate, once the peer acknowledged its last byte.
-quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
-  return [buf = std::move(buf), op = std::move(op)](Errc code, const std::string& why) mutable {
+quic::Completion Peer::chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
+  return [this, buf = std::move(buf), op = std::move(op)](Errc code, const std::string& why) mutable {
     buf.reset();
     if (!op) return;
     if (code == Errc::ok) {
       op->succeed(op->status());
-    } else {
-      op->complete(code, why);
+      return;
     }
+    // A carrier fails its chunks with its own words ("connection closed") as it ends, before
+    // this peer hears of it and the node declares the rank failed, and maybe on a shard's
+    // thread. So the operation fails on the engine thread once that has happened, as every
+    // other operation with this peer does: with the peer's verdict (rank_failed, say), its
+    // message naming the rank.
+    // Once the engine stopped (the node is closing, and this peer may be being destroyed)
+    // nothing runs posted work: the carrier's words have to do.
+    if (owner_.engine().stopped()) {
+      op->complete(code, why);
+      return;
+    }
+    owner_.engine().post([this, op = std::move(op), code, why] {
+      if (gone()) owner_.fail(op, gone_code_, rank_, gone_why_);
+      else if (tcp_grace_) awaiting_verdict_.push_back(op);  // see on_link_closed
+      else owner_.fail(op, code, rank_, why);
+    });
   };
 }
-
-}  // namespace
 
 void Peer::on_established(quic::Connection& c) {
   attach(c);
@@ -461,12 +470,18 @@ void Peer::on_link_closed(Link& link, Errc code, const std::string& why) {
   // A peer that closes in order, or that declared us failed, ends its TCP connections
   // after it told us so on QUIC; the two travel separately, so give QUIC a moment to say
   // it before the end counts as the peer failing. A killed process also loses its QUIC
-  // port, which the kernel answers at once (the connection then closes by itself).
+  // port, which the kernel answers as soon as a datagram reaches it (the connection then
+  // closes by itself): so one goes now, or with the lanes on TCP QUIC may carry nothing
+  // until the grace ends. Operations failed meanwhile wait for the verdict.
   if (gone() || tcp_grace_) return;
   tcp_grace_ = std::make_unique<asio::steady_timer>(owner_.engine().io(), kTcpGrace);
   tcp_grace_->async_wait(owner_.engine().guard([this, code, why](asio::error_code ec) {
     if (!ec) link_ended(code, "the TCP link with the peer ended: " + why);
   }));
+  FrameHeader h;
+  h.type = FrameType::heartbeat;
+  h.src = static_cast<std::uint32_t>(owner_.rank());
+  send_header(Lane::control, h);
 }
 
 bool Peer::poll_tcp() {
@@ -567,6 +582,8 @@ void Peer::mark_gone(Errc code, const std::string& why) {
     state_.store(State::gone, std::memory_order_release);
   }
   // Everything in flight with this peer fails now, naming it.
+  for (auto& op : awaiting_verdict_) owner_.fail(op, gone_code_, rank_, gone_why_);
+  awaiting_verdict_.clear();
   if (sole_) sole_->fail(gone_code_, gone_why_);
   if (shm_) shm_->fail(gone_code_, gone_why_);
   if (tcp_) tcp_->fail(gone_code_, gone_why_);

@@ -272,6 +272,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   void close_later(std::uint64_t app_code, std::string why);
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
+  /// What a queued chunk calls back: `buf` (if any) goes back to the pool, and `op` (if
+  /// any) completes with the chunk's fate once the peer acknowledged its last byte.
+  quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op);
   /// A link that carried some of the pair's bytes ended by itself.
   void link_ended(Errc code, const std::string& why);
   /// The connection is up both ways: what waited for it goes out.
@@ -321,6 +324,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   // A TCP connection's end waits this long for the QUIC connection to say why (an orderly
   // goodbye, or a declaration that we failed) before it counts as the peer failing.
   std::unique_ptr<asio::steady_timer> tcp_grace_;
+  // Operations whose chunks failed while tcp_grace_ runs: they fail with the verdict
+  // (mark_gone), not with the TCP link's words.
+  std::vector<std::shared_ptr<OpState>> awaiting_verdict_;
   std::unique_ptr<RelayLink> relay_;
   Link* sole_ = nullptr;  // use_link()
   bool shm_in_[shm::Segment::lanes] = {};  // the peer switched that lane to its ring
