@@ -2,6 +2,7 @@
 // hosts (tests/multiprocess_test.sh, tests/netns_test.sh).
 //
 //   nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS] [--peer-stats]
+//                       [--grow N] [--links]
 //
 // Each process joins the cluster described by its environment (nexar::join_from_env():
 // NEXAR_SEED_ADDR, NEXAR_CLUSTER_TOKEN, NEXAR_SEED_FINGERPRINT, NEXAR_RANK, NEXAR_WORLD_SIZE,
@@ -40,6 +41,8 @@
 // until N joiners are ready on each of them and grow() them in; a process that joins the
 // running job instead returns from join_from_env() inside that grow. Then everyone runs the
 // battery on the grown communicator (tests/elastic_grow_test.sh, tests/netns_elastic_test.sh).
+// --links: after the battery, "rank R: links: P=quic+tcp ..." names what carries each
+// peer's lanes (PeerStats::links); tests/netns_elastic_test.sh checks it under NEXAR_LINK=tcp.
 //
 // Output: failures as "rank R: <what>: element I is X expected Y", then one line per rank,
 // "rank R/W: N checks passed" (or "rank R/W: F of N checks FAILED"). Exit status 0 only when
@@ -212,6 +215,7 @@ struct Options {
   int soak_seconds = 0;         // > 0: run soak() instead of the battery
   bool peer_stats = false;      // run peer_stats() instead of the battery
   int grow = 0;                 // > 0: members grow by this many joiners first (elastic)
+  bool links = false;           // after the battery, print what carries each peer's lanes
 };
 
 constexpr std::size_t kBigCount = 1000003;
@@ -293,6 +297,7 @@ class Battery {
     split();
     c_.barrier();  // nobody closes while a peer still waits for its last messages
     check_.passed();
+    if (o_.links) print_links();
   }
 
  private:
@@ -336,6 +341,22 @@ class Battery {
     std::fprintf(stderr, "rank %d: peer-stats:%s%s\n", me_, lost.c_str(), rtt.c_str());
     c_.barrier();
     check_.passed();
+  }
+
+  // "rank R: links: 0=quic+tcp 2=quic+shm ..." (Communicator::stats()), for scripts that
+  // check which carrier a pair ended up on.
+  void print_links() {
+    std::string line;
+    for (const nexar::PeerStats& p : c_.stats().peers) {
+      line += ' ';
+      line += std::to_string(p.rank);
+      line += '=';
+      for (std::size_t i = 0; i < p.links.size(); ++i) {
+        if (i) line += '+';
+        line += p.links[i];
+      }
+    }
+    std::fprintf(stderr, "rank %d: links:%s\n", me_, line.c_str());
   }
 
   void soak() {
@@ -804,6 +825,7 @@ class Battery {
 void usage(std::FILE* f) {
   std::fprintf(f,
                "usage: nexar-cluster-check [--quick] [--allreduce-only] [--bytes N] [--soak SECONDS] [--peer-stats]\n"
+               "                           [--grow N] [--links]\n"
                "  Joins the cluster described by the NEXAR_* environment (nexar::join_from_env)\n"
                "  and checks p2p, RPC and every collective against locally computed references.\n"
                "  --quick           skip the big sizes (3 MiB p2p, 300007 and 1000003 elements)\n"
@@ -816,6 +838,8 @@ void usage(std::FILE* f) {
                "                    packets and RTT from Communicator::stats()\n"
                "  --grow N          (elastic cluster) members wait for N joiners and grow them\n"
                "                    in first; joiners of the running job arrive through it\n"
+               "  --links           after the battery, print 'rank R: links: P=quic+tcp ...':\n"
+               "                    what carries each peer's lanes (Communicator::stats())\n"
                "Exit status: 0 all checks passed, 1 a check failed or a nexar::Error, 2 usage.\n");
 }
 
@@ -843,6 +867,8 @@ int main(int argc, char** argv) {
       }
     } else if (a == "--peer-stats") {
       o.peer_stats = true;
+    } else if (a == "--links") {
+      o.links = true;
     } else if (a == "--grow" && i + 1 < argc) {
       o.grow = std::atoi(argv[++i]);
       if (o.grow <= 0) {

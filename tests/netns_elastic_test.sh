@@ -23,6 +23,10 @@
 #      "rank R/5: N checks passed", ranks 0..4 once each, host 4 holding rank 4, and the
 #      seed admitted host 4 from host 4's address.
 #
+# With NETNS_EXPECT_LINK set (e.g. tcp, beside NEXAR_LINK=tcp), every process also runs
+# --links, and (b) passes only if every rank names that link for each of its peers (all on
+# other hosts), the joiner's pairs included.
+#
 # Exit status: 0 pass, 1 fail, 77 skipped (not root, or no network namespaces here).
 # Everything it creates (namespaces, veths, the bridge, temporary files, processes) is
 # removed on exit, on failure and on Ctrl-C.
@@ -44,6 +48,8 @@ joiner_host=$members
 port=${NETNS_PORT:-29500}
 limit=${NETNS_TIMEOUT:-60}
 read -r -a check_args <<<"${NETNS_CHECK_ARGS:---quick}"
+expect_link=${NETNS_EXPECT_LINK:-}
+[ -n "$expect_link" ] && check_args+=(--links)
 token="netns-elastic-$$-$RANDOM$RANDOM"
 
 if ! why=$(netns_check); then
@@ -163,6 +169,25 @@ part_b() {
         ok=1
       fi
     done
+    # Every pair ends up on the expected link (NETNS_EXPECT_LINK), the joiner's included.
+    if [ -n "$expect_link" ]; then
+      for ((r = 0; r < world; r++)); do
+        line=$(grep -E "^rank $r: links:" "$tmp/host$r.log")
+        local peers=0 on=0 pair
+        # One pair a line: a link's name may hold a space ("quic-stripes x3").
+        while read -r pair; do
+          [ -n "$pair" ] || continue
+          peers=$((peers + 1))
+          [[ "+${pair#*=}+" == *"+$expect_link+"* ]] && on=$((on + 1))
+        done < <(sed -E 's/ ([0-9]+)=/\n\1=/g' <<<"${line#*links:}")
+        if [ "$peers" != $((world - 1)) ] || [ "$on" != "$peers" ]; then
+          echo "   host $r: $on of $peers peers on $expect_link, expected all $((world - 1)): ${line:-no links line}"
+          ok=1
+        else
+          echo "   host $r: every peer on $expect_link (${line#*links: })"
+        fi
+      done
+    fi
     # The seed took the joiner's address from where it came: host 4, dialable by the members.
     if ! grep -qE "seed: admitted .*\(${NETNS_ADDR4[joiner_host]//./\\.}:[0-9]+.* into the running job as world rank $members" \
       "$tmp/host0.log"; then
