@@ -4,7 +4,7 @@
 # Usage: scripts/torch_suite.sh [--backend nexar|gloo] [--world 3] [--subset] [extra args]
 #   --backend   torch.distributed backend under test (default: nexar)
 #   --world     ranks per test (default: 3)
-#   --subset    only the ~35 tests of tests/python/torch_suite/subset.txt (< 3 min at world 3)
+#   --subset    only the 38 tests of tests/python/torch_suite/subset.txt (< 1 min at world 3)
 #   extra args  go to run_suite.py: -k PATTERN, test names, --timeout S, --start fork|spawn, --pass-file F,
 #               --results-file F, --list, --no-nexar-skips (see run_suite.py --help)
 # The nexar backend is the one the CMake build put in build/python (NEXAR_PYTHON_PATH

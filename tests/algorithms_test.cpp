@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,8 +56,12 @@ class RankThreads {
     for (auto& t : threads_) t.join();
   }
 
-  /// Runs job(r) on threads 0..n-1 and returns once every one of them has.
+  /// Runs job(r) on threads 0..n-1 and returns once every one of them has. One caller at a
+  /// time (the test's main thread).
   void run(int n, const std::function<void(int)>& job) {
+    if (n > static_cast<int>(threads_.size()))
+      throw std::logic_error("RankThreads: a world of " + std::to_string(n) + " ranks, threads for " +
+                             std::to_string(threads_.size()));
     std::unique_lock<std::mutex> lk(mu_);
     job_ = &job;
     ranks_ = n;

@@ -41,8 +41,9 @@
 // until N joiners are ready on each of them and grow() them in; a process that joins the
 // running job instead returns from join_from_env() inside that grow. Then everyone runs the
 // battery on the grown communicator (tests/elastic_grow_test.sh, tests/netns_elastic_test.sh).
-// --links: after the battery, "rank R: links: P=quic+tcp ..." names what carries each
-// peer's lanes (PeerStats::links); tests/netns_elastic_test.sh checks it under NEXAR_LINK=tcp.
+// --links: at the end (of the battery, or of what an option runs instead), "rank R: links:
+// P=quic+tcp ..." names what carries each peer's lanes (PeerStats::links);
+// tests/netns_elastic_test.sh checks it under NEXAR_LINK=tcp.
 //
 // Output: failures as "rank R: <what>: element I is X expected Y", then one line per rank,
 // "rank R/W: N checks passed" (or "rank R/W: F of N checks FAILED"). Exit status 0 only when
@@ -255,6 +256,13 @@ class Battery {
   Checker& checker() { return check_; }
 
   void run() {
+    run_mode();
+    if (o_.links) print_links();
+  }
+
+ private:
+  // The battery, or what an option runs instead of it.
+  void run_mode() {
     if (o_.soak_seconds > 0) {
       soak();
       return;
@@ -297,10 +305,8 @@ class Battery {
     split();
     c_.barrier();  // nobody closes while a peer still waits for its last messages
     check_.passed();
-    if (o_.links) print_links();
   }
 
- private:
   // Bulk payload word i of round `round` from rank `from`.
   static std::uint32_t bulk_word(std::uint32_t round, int from, std::size_t i) {
     return round * 2654435761u ^ static_cast<std::uint32_t>(from) * 40503u ^ static_cast<std::uint32_t>(i);
@@ -838,7 +844,7 @@ void usage(std::FILE* f) {
                "                    packets and RTT from Communicator::stats()\n"
                "  --grow N          (elastic cluster) members wait for N joiners and grow them\n"
                "                    in first; joiners of the running job arrive through it\n"
-               "  --links           after the battery, print 'rank R: links: P=quic+tcp ...':\n"
+               "  --links           at the end, print 'rank R: links: P=quic+tcp ...':\n"
                "                    what carries each peer's lanes (Communicator::stats())\n"
                "Exit status: 0 all checks passed, 1 a check failed or a nexar::Error, 2 usage.\n");
 }

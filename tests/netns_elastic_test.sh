@@ -112,7 +112,7 @@ part_a() {
 
 # ---- (b) a fifth host joins the running job ---------------------------------------------------
 part_b() {
-  local r rc line ok=0 wp=() t0
+  local r rc line ok=0 wp=() t0 peers on pair
   echo "== (b) hosts 0..$((members - 1)): torchrun ranks (MASTER_ADDR=$master MASTER_PORT=$port WORLD_SIZE=$members" \
     "NEXAR_ELASTIC=1 NEXAR_CLUSTER_TOKEN=...) of nexar-cluster-check ${check_args[*]} --grow 1;" \
     "host $joiner_host: NEXAR_SEED_ADDR=$master:$port, the same program"
@@ -173,7 +173,7 @@ part_b() {
     if [ -n "$expect_link" ]; then
       for ((r = 0; r < world; r++)); do
         line=$(grep -E "^rank $r: links:" "$tmp/host$r.log")
-        local peers=0 on=0 pair
+        peers=0 on=0
         # One pair a line: a link's name may hold a space ("quic-stripes x3").
         while read -r pair; do
           [ -n "$pair" ] || continue

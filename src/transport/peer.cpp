@@ -34,6 +34,12 @@ std::string Peer::on_peer_identity(quic::Connection& c, const std::string& node)
   return {};
 }
 
+Peer::~Peer() {
+  // The engine stopped with a TCP grace still running: what waited for its verdict fails
+  // now, not at its deadline.
+  for (auto& op : awaiting_verdict_) op->complete(Errc::closed, "communicator closed");
+}
+
 quic::Completion Peer::chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op) {
   return [this, buf = std::move(buf), op = std::move(op)](Errc code, const std::string& why) mutable {
     buf.reset();

@@ -37,6 +37,8 @@ namespace nexar::detail {
 class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
   Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr);
+  /// Fails what still waits for a verdict (the node closed meanwhile).
+  ~Peer();
 
   int rank() const noexcept { return rank_; }
   const std::string& name() const noexcept { return name_; }
@@ -273,7 +275,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// Fails everything in flight with this peer; later operations fail at once.
   void mark_gone(Errc code, const std::string& why);
   /// What a queued chunk calls back: `buf` (if any) goes back to the pool, and `op` (if
-  /// any) completes with the chunk's fate once the peer acknowledged its last byte.
+  /// any) succeeds once the chunk is delivered (the peer acknowledged its last byte; on TCP,
+  /// the kernel holds it). A failed chunk fails `op` later, on the engine thread, with the
+  /// peer's verdict if it is gone by then (see chunk_done in peer.cpp).
   quic::Completion chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op);
   /// A link that carried some of the pair's bytes ended by itself.
   void link_ended(Errc code, const std::string& why);

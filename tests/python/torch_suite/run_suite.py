@@ -13,7 +13,7 @@ failed. Errors count as failures, expected failures as passes.
 How it works. Every test runs in WORLD_SIZE processes. By default they are forked from
 this process, which imported torch once and never makes a process group itself, so each
 test costs its own work and not WORLD_SIZE imports of torch: the 38 tests of the subset
-take about 35 s instead of about 185 s. --start spawn starts them as
+take about 37 s instead of about 185 s. --start spawn starts them as
 test_distributed_spawn.py does: each child imports this file again (as __mp_main__).
 Either way everything the children need is set up at import time from environment
 variables, which the parent fills in from its command line before any child starts:
@@ -199,6 +199,7 @@ if SUITE_BACKEND == "nexar":
     DistTestCases.backend_feature["plugin"].add("nexar")
 
 
+# The name is torch's (test_distributed_spawn.py); --start decides how the processes start.
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
