@@ -53,6 +53,7 @@ quic::Completion Peer::chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op)
     // thread. So the operation fails on the engine thread once that has happened, as every
     // other operation with this peer does: with the peer's verdict (rank_failed, say), its
     // message naming the rank.
+    //
     // Once the engine stopped (the node is closing, and this peer may be being destroyed)
     // nothing runs posted work: the carrier's words have to do.
     if (owner_.engine().stopped()) {
