@@ -367,7 +367,11 @@ void Endpoint::send(Connection& c, const std::uint8_t* data, std::size_t len, st
     errors_queued_ = true;
   }
   if (rc != 0) {
-    if (rc == -EMSGSIZE) errors_queued_ = true;
+    // A send can consume the error an ICMP message left pending on the socket (on
+    // loopback the ICMP for one datagram arrives before the next is sent). The wake-up
+    // then finds nothing to receive, yet the details still wait on the error queue.
+    if (rc == -EMSGSIZE || rc == -ECONNREFUSED || rc == -EHOSTUNREACH || rc == -ENETUNREACH)
+      errors_queued_ = true;
     log::debug("udp send to {}: {}", c.remote().to_string(), std::strerror(-rc));
     return;  // QUIC treats it as loss and retransmits.
   }
