@@ -35,7 +35,7 @@ Config port_config(bool mailboxes) {
   Config c = test_config();
   c.op_timeout = 10s;  // a hang fails the test instead
   c.shm = mailboxes;
-  c.segment_bytes = 1024;  // pipelined rings already at a few thousand elements
+  c.tuning.segment_bytes = 1024;  // pipelined rings already at a few thousand elements
   return c;
 }
 

@@ -231,11 +231,11 @@ TEST_F(EnvTest, CollectiveSettings) {
   setenv("NEXAR_BROADCAST_CHAIN_BYTES", "0", 1);
   setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "256K", 1);
   Config c = Config::from_env();
-  EXPECT_EQ(c.segment_bytes, 64u * 1024);
-  EXPECT_EQ(c.allreduce_ring_bytes, 1024u * 1024);
-  EXPECT_EQ(c.allreduce_doubling_bytes, 2048u);
-  EXPECT_EQ(c.broadcast_chain_bytes, 0u);
-  EXPECT_EQ(c.collective_eager_bytes, 256u * 1024);
+  EXPECT_EQ(c.tuning.segment_bytes, 64u * 1024);
+  EXPECT_EQ(c.tuning.allreduce_ring_bytes, 1024u * 1024);
+  EXPECT_EQ(c.tuning.allreduce_doubling_bytes, 2048u);
+  EXPECT_EQ(c.tuning.broadcast_chain_bytes, 0u);
+  EXPECT_EQ(c.tuning.collective_eager_bytes, 256u * 1024);
   setenv("NEXAR_COLLECTIVE_EAGER_BYTES", "1x", 1);
   try {
     Config::from_env();
@@ -277,11 +277,6 @@ TEST_F(EnvTest, Describe) {
       "eager_limit = 64 KiB\n"
       "unexpected_limit = 64 MiB\n"
       "stream_window = 16 MiB\n"
-      "segment_bytes = 512 KiB\n"
-      "allreduce_ring_bytes = 256 KiB\n"
-      "allreduce_doubling_bytes = 16 KiB\n"
-      "broadcast_chain_bytes = 1 MiB\n"
-      "collective_eager_bytes = 1 MiB\n"
       "udp_payload = auto (the path MTU)\n"
       "udp_gso = on\n"
       "bulk_scavenger = on\n"
@@ -299,6 +294,11 @@ TEST_F(EnvTest, Describe) {
       "relay_window = 4 MiB\n"
       "spin = 100 us\n"
       "yield_when_idle = off\n"
+      "tuning.segment_bytes = 512 KiB\n"
+      "tuning.allreduce_ring_bytes = 256 KiB\n"
+      "tuning.allreduce_doubling_bytes = 16 KiB\n"
+      "tuning.broadcast_chain_bytes = 1 MiB\n"
+      "tuning.collective_eager_bytes = 1 MiB\n"
       "log_level = warn";
   EXPECT_EQ(d, expected);
 

@@ -1,4 +1,4 @@
-// The wire impairment (quic/impairment.*, Config::impair / NEXAR_IMPAIR): its spec, its
+// The wire impairment (quic/impairment.*, Config::tuning.impair / NEXAR_IMPAIR): its spec, its
 // seeded choices and its hold queue on their own, then real QUIC between ranks of one
 // process through it: every result exact under loss and reordering, no failure declared,
 // and reordering that does not set off a storm of retransmissions.
@@ -68,7 +68,7 @@ TEST(Impairment, BadSpecsNameTheEntry) {
     EXPECT_TRUE(contains(what, "impairment '")) << bad << ": " << what;
   }
   nexar::Config c;
-  c.impair = "drop=2";
+  c.tuning.impair = "drop=2";
   const std::string what = expect_error(Errc::invalid_argument, [&] { c.validate(); });
   EXPECT_TRUE(contains(what, "NEXAR_IMPAIR") && contains(what, "drop=2")) << what;
   nexar::testing::ScopedEnv env("NEXAR_IMPAIR", "delay_ms=oops");
@@ -170,7 +170,7 @@ WireCounts counts(Communicator& c) {
 
 nexar::Config impaired_config(const std::string& impair) {
   nexar::Config c = nexar::testing::test_config();
-  c.impair = impair;
+  c.tuning.impair = impair;
   c.udp_payload = 1452;  // Ethernet-sized packets: thousands per message, as off loopback
   c.shm = false;         // the ranks share a host: keep their messages on the impaired wire
   return c;

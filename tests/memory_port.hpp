@@ -139,7 +139,7 @@ class MemoryPort final : public detail::CollectivePort {
     const auto deadline = now + o.timeout.value_or(cfg_.op_timeout);
     auto st = std::make_shared<detail::OpState>(name, deadline, now);
     const detail::Coll c{*this, name, static_cast<std::int64_t>(++collectives_) << 32, deadline,
-                         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg_.segment_bytes),
+                         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg_.tuning.segment_bytes),
                          o.algorithm, t, op};
     try {
       body(c);

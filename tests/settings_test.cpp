@@ -153,7 +153,7 @@ TEST(Settings, DescribeAllOrChanged) {
   std::string line;
 
   for (const auto& s : settings()) {
-    if (s.kind == nexar::detail::SettingKind::text) continue;  // impair, trace: only when set
+    if (s.kind == nexar::detail::SettingKind::text) continue;  // tuning.impair, trace: only when set
     ASSERT_TRUE(std::getline(lines, line)) << s.field;
     EXPECT_EQ(line, std::string(s.field) + " = " + s.show(c));
   }
@@ -161,8 +161,8 @@ TEST(Settings, DescribeAllOrChanged) {
 
   c.rpc_threads = 4;
   c.udp_gso = false;
-  c.impair = "seed=1";
-  EXPECT_EQ(c.describe(false), "rpc_threads = 4\nudp_gso = off\nimpair = seed=1");
+  c.tuning.impair = "seed=1";
+  EXPECT_EQ(c.describe(false), "rpc_threads = 4\nudp_gso = off\ntuning.impair = seed=1");
   EXPECT_NE(c.describe().find("op_timeout = 300000 ms\n"), std::string::npos);
 }
 

@@ -34,7 +34,7 @@ inline nexar::Config config(std::uint32_t connections, std::uint32_t engine_thre
   c.connections_per_peer = connections;
   c.engine_threads = engine_threads;
   c.shm = false;               // the ranks share a host: keep their messages on QUIC
-  c.segment_bytes = 64 << 10;  // many segments, so many turns, per operation
+  c.tuning.segment_bytes = 64 << 10;  // many segments, so many turns, per operation
   return c;
 }
 

@@ -39,7 +39,7 @@ TEST(Stripes, EveryCollectiveExactAcrossFourConnections) {
 TEST(Stripes, ExactUnderFivePercentLoss) {
   constexpr int world = 3;
   nexar::Config cfg = config(4, 2);
-  cfg.impair = "drop=0.05,seed=7";
+  cfg.tuning.impair = "drop=0.05,seed=7";
   cfg.udp_payload = 1452;
   auto comms = nexar::bootstrap_local(world, cfg);
   on_every_rank(comms, [&](int r) {

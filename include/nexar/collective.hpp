@@ -37,7 +37,7 @@ struct CollectiveOptions {
   Algorithm algorithm = Algorithm::automatic;
   /// Deadline of the whole operation (default Config::op_timeout).
   std::optional<std::chrono::milliseconds> timeout;
-  /// Pipelining segment in bytes (default Config::segment_bytes). Smaller segments overlap
+  /// Pipelining segment in bytes (default Config::tuning.segment_bytes). Smaller segments overlap
   /// transfer and reduction sooner but cost more per-message overhead.
   std::size_t segment_bytes = 0;
 };

@@ -69,6 +69,7 @@ from ._core import (  # noqa: F401  (re-exported)
     TimeoutError,
     TlsError,
     TruncatedError,
+    Tuning,
     UnknownRpcError,
     block_of,
     dtype_of,

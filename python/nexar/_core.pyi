@@ -154,6 +154,16 @@ class ErrorFeedback:
     def residual(self) -> bytes: ...
     def reset(self) -> None: ...
 
+class Tuning:
+    """Config.tuning: outside the stable API (include/nexar/tuning.hpp)."""
+    def __init__(self, **fields: Any) -> None: ...
+    segment_bytes: int
+    allreduce_ring_bytes: int
+    allreduce_doubling_bytes: int
+    broadcast_chain_bytes: int
+    collective_eager_bytes: int
+    impair: str
+
 class Config:
     def __init__(self, **fields: Any) -> None: ...
     @staticmethod
@@ -183,7 +193,6 @@ class Config:
     tcp_cipher: TcpCipher
     connections_per_peer: int
     engine_threads: int
-    impair: str
     shm: bool
     shm_ring_bytes: int
     shm_collective_bytes: int
@@ -192,11 +201,7 @@ class Config:
     relay_hop_limit: int
     relay_window: int
     yield_when_idle: bool
-    segment_bytes: int
-    allreduce_ring_bytes: int
-    allreduce_doubling_bytes: int
-    broadcast_chain_bytes: int
-    collective_eager_bytes: int
+    tuning: Tuning
     log_level: LogLevel
 
 class Seed:

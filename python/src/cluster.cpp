@@ -26,6 +26,16 @@ void def_ms(py::class_<nexar::Config>& cls, const char* name, const char* doc) {
       doc);
 }
 
+// T(**kwargs): the defaults, then each keyword set as an attribute, so that every field's
+// own setter (and its checks) applies.
+template <class T>
+T with_fields(const py::kwargs& kw) {
+  T value;
+  py::object self = py::cast(value);
+  for (auto [k, v] : kw) self.attr(k) = v;
+  return self.cast<T>();
+}
+
 // A nexar::Seed owned by Python; stopping it joins its thread, so without the GIL.
 struct PySeed {
   std::unique_ptr<nexar::Seed> seed;
@@ -44,19 +54,37 @@ struct PySeed {
 }  // namespace
 
 void register_cluster(py::module_& m) {
+  py::class_<nexar::Tuning>(
+      m, "Tuning",
+      "Config.tuning: algorithm thresholds and fault injection (include/nexar/tuning.hpp). "
+      "Not part of the stable API: fields may change in any release; NEXAR_* variables set "
+      "them too (docs/CONFIG.md).")
+      .def(py::init(&with_fields<nexar::Tuning>), "Tuning(**fields): the defaults, with the given fields set.")
+      .def_readwrite("segment_bytes", &nexar::Tuning::segment_bytes, "Pipelining segment.")
+      .def_readwrite("allreduce_ring_bytes", &nexar::Tuning::allreduce_ring_bytes,
+                     "all_reduce ring threshold.")
+      .def_readwrite("allreduce_doubling_bytes", &nexar::Tuning::allreduce_doubling_bytes,
+                     "all_reduce recursive-doubling threshold.")
+      .def_readwrite("broadcast_chain_bytes", &nexar::Tuning::broadcast_chain_bytes,
+                     "broadcast chain threshold.")
+      .def_readwrite("collective_eager_bytes", &nexar::Tuning::collective_eager_bytes,
+                     "Collective eager limit.")
+      .def_readwrite("impair", &nexar::Tuning::impair, "Fault injection (tests only).")
+      .def("__repr__", [](const nexar::Tuning& t) {
+        return "<nexar.Tuning segment_bytes=" + std::to_string(t.segment_bytes) +
+               " allreduce_ring_bytes=" + std::to_string(t.allreduce_ring_bytes) +
+               " allreduce_doubling_bytes=" + std::to_string(t.allreduce_doubling_bytes) +
+               " broadcast_chain_bytes=" + std::to_string(t.broadcast_chain_bytes) +
+               " collective_eager_bytes=" + std::to_string(t.collective_eager_bytes) + " impair='" +
+               t.impair + "'>";
+      });
   py::class_<nexar::Config> cfg(
       m, "Config",
       "Every nexar setting (docs/CONFIG.md). Config() has the defaults, Config.from_env() "
       "applies the NEXAR_* environment; keyword arguments set fields. Durations read as "
       "datetime.timedelta and accept seconds or a timedelta; topology is NEXAR_TOPOLOGY's "
       "text.");
-  cfg.def(py::init([](const py::kwargs& kw) {
-            nexar::Config c;
-            py::object self = py::cast(c);
-            for (auto [k, v] : kw) self.attr(k) = v;
-            return self.cast<nexar::Config>();
-          }),
-          "Config(**fields): the defaults, with the given fields set.")
+  cfg.def(py::init(&with_fields<nexar::Config>), "Config(**fields): the defaults, with the given fields set.")
       .def_static("from_env", &nexar::Config::from_env,
                   "The defaults overridden by NEXAR_* variables (errors name a bad one).")
       .def("validate", &nexar::Config::validate, "Raises nexar.InvalidArgumentError if a value "
@@ -88,7 +116,6 @@ void register_cluster(py::module_& m) {
                      "QUIC connections between two ranks of different hosts (collectives take turns).")
       .def_readwrite("engine_threads", &nexar::Config::engine_threads,
                      "Threads that encrypt and move packets (extra connections spread over them).")
-      .def_readwrite("impair", &nexar::Config::impair, "Fault injection (tests only).")
       .def_readwrite("shm", &nexar::Config::shm, "Shared memory between ranks of one host.")
       .def_readwrite("shm_ring_bytes", &nexar::Config::shm_ring_bytes,
                      "Bytes of each shared-memory ring (a power of two).")
@@ -103,15 +130,9 @@ void register_cluster(py::module_& m) {
                      "Bytes in flight to one relayed rank per lane.")
       .def_readwrite("yield_when_idle", &nexar::Config::yield_when_idle,
                      "Yield the core while spinning (oversubscribed hosts).")
-      .def_readwrite("segment_bytes", &nexar::Config::segment_bytes, "Pipelining segment.")
-      .def_readwrite("allreduce_ring_bytes", &nexar::Config::allreduce_ring_bytes,
-                     "all_reduce ring threshold.")
-      .def_readwrite("allreduce_doubling_bytes", &nexar::Config::allreduce_doubling_bytes,
-                     "all_reduce recursive-doubling threshold.")
-      .def_readwrite("broadcast_chain_bytes", &nexar::Config::broadcast_chain_bytes,
-                     "broadcast chain threshold.")
-      .def_readwrite("collective_eager_bytes", &nexar::Config::collective_eager_bytes,
-                     "Collective eager limit.")
+      .def_readwrite("tuning", &nexar::Config::tuning,
+                     "nexar.Tuning: algorithm thresholds and fault injection, outside the stable "
+                     "API; cfg.tuning.segment_bytes = ... changes this Config's.")
       .def_readwrite("log_level", &nexar::Config::log_level, "nexar.LogLevel");
   def_ms<&nexar::Config::op_timeout>(cfg, "op_timeout", "Deadline of blocking calls.");
   def_ms<&nexar::Config::connect_timeout>(cfg, "connect_timeout", "Connection set-up deadline.");

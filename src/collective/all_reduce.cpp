@@ -220,8 +220,8 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
       // On a hypercube the recursive algorithms' partners (rank xor 2^i) are exactly the
       // direct links, where half of the ring's neighbours would be two relayed hops away.
       const bool cube = cfg.topology.kind == Topology::Kind::hypercube;
-      a = b < cfg.allreduce_doubling_bytes          ? Algorithm::recursive_doubling
-          : b < cfg.allreduce_ring_bytes || cube ? Algorithm::halving_doubling
+      a = b < cfg.tuning.allreduce_doubling_bytes          ? Algorithm::recursive_doubling
+          : b < cfg.tuning.allreduce_ring_bytes || cube ? Algorithm::halving_doubling
                                                  : Algorithm::ring;
       // Every rank makes the same choice from the same sizes, so all of them learn the
       // hosts in this collective when none knows them yet.

@@ -56,7 +56,7 @@ void broadcast(const Coll& c, void* buf, std::size_t count, int root) {
   if (c.size() == 1 || count == 0) return;
   Algorithm a = c.algorithm;
   if (a == Algorithm::automatic)
-    a = c.bytes(count) < c.config().broadcast_chain_bytes ? Algorithm::tree : Algorithm::ring;
+    a = c.bytes(count) < c.config().tuning.broadcast_chain_bytes ? Algorithm::tree : Algorithm::ring;
   if (a == Algorithm::tree) {
     tree(c, buf, count, root);
   } else {

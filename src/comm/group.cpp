@@ -273,7 +273,7 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
   Node::P2p a{Domain::collective, op, id_, m.tag, left(deadline), local_of_};
   a.check = m.check;
   const Config& cfg = node_->config();
-  a.eager_in_place = std::min({cfg.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
+  a.eager_in_place = std::min({cfg.tuning.collective_eager_bytes, cfg.max_frame_bytes, cfg.stream_window, cfg.unexpected_limit});
   ConstBuffer b{data, bytes};
   return node_->isend(a, world_of(to), std::span<const ConstBuffer>(&b, 1));
 }
@@ -338,7 +338,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
       now, false);
   const Tag tag = collective_tag(number);
   Coll c{*this, name, tag, deadline,
-         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.segment_bytes),
+         o.segment_bytes ? o.segment_bytes : static_cast<std::size_t>(cfg.tuning.segment_bytes),
          o.algorithm, t, op};
   std::weak_ptr<OpState> weak = st;
   // A collective waits on the collective thread behind the ones started before it. If its

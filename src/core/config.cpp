@@ -255,16 +255,6 @@ constexpr Setting kSettings[] = {
                        "unexpected eager bytes buffered per peer and lane"),
     NEXAR_BYTES(stream_window, "NEXAR_STREAM_WINDOW_BYTES", tuning, kMinWindow, kMaxWindow,
                 "QUIC per-stream receive window"),
-    NEXAR_BYTES(segment_bytes, "NEXAR_SEGMENT_BYTES", tuning, 4 * KiB, 64 * MiB,
-                "pipelining segment of ring and chain collectives"),
-    NEXAR_BYTES_CUSTOM(allreduce_ring_bytes, "NEXAR_ALLREDUCE_RING_BYTES", tuning,
-                       "all_reduce uses the ring at or above this size"),
-    NEXAR_BYTES_CUSTOM(allreduce_doubling_bytes, "NEXAR_ALLREDUCE_DOUBLING_BYTES", tuning,
-                       "all_reduce uses recursive doubling below this size"),
-    NEXAR_BYTES_CUSTOM(broadcast_chain_bytes, "NEXAR_BROADCAST_CHAIN_BYTES", tuning,
-                       "broadcast uses a pipelined chain at or above this size"),
-    NEXAR_BYTES_CUSTOM(collective_eager_bytes, "NEXAR_COLLECTIVE_EAGER_BYTES", tuning,
-                       "collectives send messages up to this size eagerly"),
     Setting{"udp_payload", "NEXAR_UDP_PAYLOAD_BYTES", SettingKind::bytes, SettingTier::tuning, 0,
             0, "", "largest UDP payload sent; 0: the path MTU", nullptr,
             [](const Config& c) {
@@ -321,11 +311,6 @@ constexpr Setting kSettings[] = {
             [](Config& c, const char* var, std::string_view s) { c.relay_hop_limit = parse_count(var, s); }},
     NEXAR_BYTES(relay_window, "NEXAR_RELAY_WINDOW_BYTES", tuning, 64 * KiB, GiB,
                 "bytes in flight to one non-neighbour per lane"),
-    Setting{"impair", "NEXAR_IMPAIR", SettingKind::text, SettingTier::debug, 0, 0, "",
-            "faults injected where datagrams arrive (tests and benchmarks)", nullptr,
-            [](const Config& c) { return c.impair; },
-            [](const Config& c) { return c.impair.empty() ? std::string("empty") : c.impair; },
-            [](Config& c, const char*, std::string_view s) { c.impair = std::string(s); }},
     Setting{"spin", "NEXAR_SPIN_US", SettingKind::spin_us, SettingTier::tuning, 0,
             std::chrono::duration_cast<microseconds>(kMaxSpin).count(), "",
             "how long a waiting thread spins before sleeping",
@@ -338,6 +323,22 @@ constexpr Setting kSettings[] = {
             }},
     NEXAR_BOOL(yield_when_idle, "NEXAR_YIELD_WHEN_IDLE", tuning,
                "give up the core after every poll while spinning"),
+    // Config::tuning (nexar/tuning.hpp): outside the stable API.
+    NEXAR_BYTES(tuning.segment_bytes, "NEXAR_SEGMENT_BYTES", tuning, 4 * KiB, 64 * MiB,
+                "pipelining segment of ring and chain collectives"),
+    NEXAR_BYTES_CUSTOM(tuning.allreduce_ring_bytes, "NEXAR_ALLREDUCE_RING_BYTES", tuning,
+                       "all_reduce uses the ring at or above this size"),
+    NEXAR_BYTES_CUSTOM(tuning.allreduce_doubling_bytes, "NEXAR_ALLREDUCE_DOUBLING_BYTES", tuning,
+                       "all_reduce uses recursive doubling below this size"),
+    NEXAR_BYTES_CUSTOM(tuning.broadcast_chain_bytes, "NEXAR_BROADCAST_CHAIN_BYTES", tuning,
+                       "broadcast uses a pipelined chain at or above this size"),
+    NEXAR_BYTES_CUSTOM(tuning.collective_eager_bytes, "NEXAR_COLLECTIVE_EAGER_BYTES", tuning,
+                       "collectives send messages up to this size eagerly"),
+    Setting{"tuning.impair", "NEXAR_IMPAIR", SettingKind::text, SettingTier::debug, 0, 0, "",
+            "faults injected where datagrams arrive (tests and benchmarks)", nullptr,
+            [](const Config& c) { return c.tuning.impair; },
+            [](const Config& c) { return c.tuning.impair.empty() ? std::string("empty") : c.tuning.impair; },
+            [](Config& c, const char*, std::string_view s) { c.tuning.impair = std::string(s); }},
     Setting{"log_level", "NEXAR_DEBUG", SettingKind::enumeration, SettingTier::user, 0, 0, "",
             "log level: off, error, warn, info, debug, trace", nullptr,
             [](const Config& c) { return std::string(log::to_string(c.log_level)); },
@@ -529,9 +530,9 @@ void Config::validate() const {
     out_of_range("relay_hop_limit", "NEXAR_RELAY_HOPS", fmt::format("{}", relay_hop_limit), "0 (automatic) or 1 .. 255");
   }
   try {
-    (void)detail::ImpairSpec::parse(impair);
+    (void)detail::ImpairSpec::parse(tuning.impair);
   } catch (const Error& e) {
-    throw Error(Errc::invalid_argument, fmt::format("impair (NEXAR_IMPAIR) = '{}': {}", impair, e.what()));
+    throw Error(Errc::invalid_argument, fmt::format("tuning.impair (NEXAR_IMPAIR) = '{}': {}", tuning.impair, e.what()));
   }
   const int lvl = static_cast<int>(log_level);
   if (lvl < static_cast<int>(LogLevel::off) || lvl > static_cast<int>(LogLevel::trace)) {
@@ -547,7 +548,7 @@ std::string Config::describe(bool all) const {
   std::string out;
   for (const Setting& s : kSettings) {
     std::string value = s.show(*this);
-    if (s.kind == SettingKind::text && value.empty()) continue;  // impair: none
+    if (s.kind == SettingKind::text && value.empty()) continue;  // tuning.impair and trace: shown only when set
     if (!all && value == s.show(kDefaults)) continue;
     if (!out.empty()) out += '\n';
     out += fmt::format("{} = {}", s.field, value);

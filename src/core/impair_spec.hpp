@@ -1,4 +1,4 @@
-// What Config::impair (NEXAR_IMPAIR) asks of the wire: faults injected where datagrams
+// What Config::tuning.impair (NEXAR_IMPAIR) asks of the wire: faults injected where datagrams
 // enter a process, so that loss, delay and reordering can be tested and measured on one
 // machine, reproducibly (quic/impairment.hpp applies them).
 #pragma once

@@ -76,7 +76,7 @@ struct ConnectionSettings {
   /// The one ALPN protocol id offered and accepted: peers of another protocol (a worker
   /// dialling a seed port with the mesh protocol, say) fail the handshake.
   std::string alpn = "nexar/1";
-  /// Faults injected on arrival (Config::impair); inactive by default.
+  /// Faults injected on arrival (Config::tuning.impair); inactive by default.
   detail::ImpairSpec impair;
   /// Which of ngtcp2's congestion controllers the connection runs (Config::congestion).
   Congestion congestion = Congestion::cubic;

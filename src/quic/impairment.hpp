@@ -1,4 +1,4 @@
-// Faults injected where datagrams enter an endpoint (Config::impair, NEXAR_IMPAIR): each
+// Faults injected where datagrams enter an endpoint (Config::tuning.impair, NEXAR_IMPAIR): each
 // arriving datagram is dropped, delivered at once, or held back and delivered later
 // (delay and jitter for all, an extra hold for the ones chosen to be reordered). The
 // choices come from a generator seeded by the spec, so a run is reproducible as far as

@@ -33,7 +33,7 @@ quic::ConnectionSettings settings_from(const Config& cfg) {
                                                      .count());
   s.handshake_timeout_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.connect_timeout).count());
-  s.impair = detail::ImpairSpec::parse(cfg.impair);
+  s.impair = detail::ImpairSpec::parse(cfg.tuning.impair);
   s.congestion = cfg.congestion;
   // Lazy connections are dialled after formation, to ranks known to be running: one that
   // does not answer within the failure timeout is a failed rank, not a slow start.

@@ -193,37 +193,63 @@ def test_config_topology_reaches_the_world():
         c.close()
 
 
-CONFIG_HPP = pathlib.Path(__file__).resolve().parents[2] / "include" / "nexar" / "config.hpp"
+INCLUDE = pathlib.Path(__file__).resolve().parents[2] / "include" / "nexar"
 
 # Fields of the C++ nexar::Config that nexar.Config leaves out on purpose, each with its
-# reason. Empty: Python has every one (impair, meant for tests, included).
+# reason. Empty: Python has every one (tuning.impair, meant for tests, included).
 NOT_IN_PYTHON = {}
 
 
-def cpp_config_fields():
-    """The data members of `struct Config` in include/nexar/config.hpp, in order."""
-    text = CONFIG_HPP.read_text()
-    body = text[text.index("\nstruct Config {"):]
+def cpp_struct_fields(header, struct):
+    """The data members of `struct <struct>` in include/nexar/<header>, in order."""
+    text = (INCLUDE / header).read_text()
+    body = text[text.index(f"\nstruct {struct} {{"):]
     body = body[:body.index("\n};")]
     return re.findall(r"^  (?!static\b)[A-Za-z_][\w:<>, ]*?\s+(\w+)\s*(?:\{.*\}|=.*)?;$", body,
                       re.M)
+
+
+def cpp_config_fields():
+    """Config's settings as describe() names them: Config's own fields, and Tuning's as
+    "tuning.<field>"."""
+    cpp = [f for f in cpp_struct_fields("config.hpp", "Config") if f != "tuning"]
+    return cpp + ["tuning." + f for f in cpp_struct_fields("tuning.hpp", "Tuning")]
+
+
+def python_fields(cls):
+    return {n for n, v in vars(cls).items() if isinstance(v, property)}
 
 
 def test_config_has_every_cpp_field():
     """nexar.Config drifts from nexar::Config: a field added in C++ must be bound (or listed
     in NOT_IN_PYTHON with a reason), and a bound one must still exist in C++."""
     cpp = cpp_config_fields()
-    assert "op_timeout" in cpp and "log_level" in cpp and len(cpp) == len(set(cpp)), cpp
-    # The parse agrees with what C++ itself lists: describe() names every field (the text
-    # ones, impair and trace, only when set).
-    lines = nexar.Config(impair="seed=1", trace="/tmp/t").describe().splitlines()
-    described = [line.split(" = ")[0] for line in lines]
-    assert sorted(described) == sorted(cpp), "describe() and struct Config disagree"
-    py = {n for n, v in vars(nexar.Config).items() if isinstance(v, property)}
+    assert "op_timeout" in cpp and "log_level" in cpp and "tuning.segment_bytes" in cpp, cpp
+    assert len(cpp) == len(set(cpp)), cpp
+    # The parse agrees with what C++ itself lists: describe() names every setting of the
+    # table (the text ones, tuning.impair and trace, only when set).
+    cfg = nexar.Config(tuning=nexar.Tuning(impair="seed=1"), trace="/tmp/t")
+    described = [line.split(" = ")[0] for line in cfg.describe().splitlines()]
+    assert sorted(described) == sorted(cpp), "describe() and the C++ structs disagree"
+    py = python_fields(nexar.Config) - {"tuning"}
+    py |= {"tuning." + f for f in python_fields(nexar.Tuning)}
     assert set(NOT_IN_PYTHON) <= set(cpp), "NOT_IN_PYTHON names fields C++ no longer has"
     missing = [f for f in cpp if f not in py and f not in NOT_IN_PYTHON]
     assert not missing, f"nexar::Config fields missing from nexar.Config: {missing}"
     assert py <= set(cpp), f"nexar.Config fields C++ does not have: {sorted(py - set(cpp))}"
+
+
+def test_tuning_is_set_in_place_and_reaches_describe():
+    """cfg.tuning.X = v changes that Config's setting (not a copy), and validate() judges it
+    under its tuning. name."""
+    cfg = nexar.Config()
+    cfg.tuning.segment_bytes = 64 << 10
+    assert cfg.tuning.segment_bytes == 64 << 10
+    assert cfg.describe(all=False) == "tuning.segment_bytes = 64 KiB"
+    cfg.tuning.segment_bytes = 1024  # below the 4 KiB minimum
+    with pytest.raises(nexar.InvalidArgumentError, match="tuning.segment_bytes"):
+        cfg.validate()
+    assert nexar.Config(tuning=nexar.Tuning(broadcast_chain_bytes=0)).tuning.broadcast_chain_bytes == 0
 
 
 def test_seed_and_join():

@@ -133,7 +133,7 @@ struct CollOptions {
   int root = 0;
   int ranks = 2;
   Algorithm algo = Algorithm::automatic;
-  std::uint64_t segment = 0;  // 0: Config::segment_bytes
+  std::uint64_t segment = 0;  // 0: Config::tuning.segment_bytes
   int timeout_s = 1800;
   std::uint64_t bulk = 0;  // --bulk: background bulk-lane transfer 0 -> 1 of this size, repeated
   bool form_stats = false;  // --form-stats: print how the world formed (time, peers, memory)
@@ -837,12 +837,12 @@ void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, i
   if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
     algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there, hierarchical "
                         "instead when ranks share hosts)",
-                        human_size(cfg.allreduce_doubling_bytes), human_size(cfg.allreduce_ring_bytes));
+                        human_size(cfg.tuning.allreduce_doubling_bytes), human_size(cfg.tuning.allreduce_ring_bytes));
   else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
-    algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.broadcast_chain_bytes));
+    algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.tuning.broadcast_chain_bytes));
   std::printf("# nexar-bench %s: nexar over QUIC%s, %s; algorithm %s; segment %s\n", ci.name,
               cfg.shm ? " (shared memory between ranks of a host)" : "", ranks_how.c_str(), algo.c_str(),
-              human_size(o.segment ? o.segment : cfg.segment_bytes).c_str());
+              human_size(o.segment ? o.segment : cfg.tuning.segment_bytes).c_str());
   std::printf("# ranks %d  minBytes %llu  maxBytes %llu  step: %g(factor)  warmup iters: %d  iters: %d  "
               "validation: %d  timing: median over iters of max over ranks\n",
               n, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
