@@ -128,7 +128,7 @@ std::vector<Case> cases() {
                }});
   // A root: in a broadcast where two ranks each take themselves for the root, both send
   // and nobody receives; the message that nobody awaits tells (transport/call_registry.hpp,
-  // and in the mailboxes Group::mail_unwanted).
+  // and in the mailboxes CommunicatorImpl::mail_unwanted).
   v.push_back({"broadcast root", "called broadcast(f64, root 0)", "called broadcast(f64, root 1)",
                [](Communicator& c, bool odd) {
                  std::vector<double> x(4099, 5);

@@ -25,7 +25,7 @@
 
 #include <gtest/gtest.h>
 
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "comm/runner.hpp"
 #include "core/access.hpp"
 #include "collective_support.hpp"
@@ -709,7 +709,7 @@ TEST_P(HierarchicalAllReduce, MatchesReference) {
   for (int r = 0; r < n; ++r) {
     std::vector<std::uint64_t> ids;
     for (int q = 0; q < n; ++q) ids.push_back(host_in(layout, q, n));
-    nexar::detail::Access::group(comms[static_cast<std::size_t>(r)])->set_hosts(std::move(ids));
+    nexar::detail::Access::impl(comms[static_cast<std::size_t>(r)])->set_hosts(std::move(ids));
   }
   const std::uint64_t seed = mix(static_cast<std::uint64_t>(layout), static_cast<std::uint64_t>(n));
   const Kind kinds[] = {{DataType::f32, ReduceOp::sum, Data::random},
@@ -1078,7 +1078,7 @@ TEST(Collective, SplitByParityReversed) {
           sub[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(r % 2, -r);
         }))
       return;
-    // Group of parity p in sub-rank order: descending parent ranks.
+    // Communicator of parity p in sub-rank order: descending parent ranks.
     auto group = [&](int p) {
       std::vector<int> g;
       for (int k = n - 1; k >= 0; --k)

@@ -122,7 +122,7 @@ static_assert(nexar::HasDataType<const float> && nexar::HasDataType<nexar::bfloa
               !nexar::HasDataType<char*> && !nexar::HasDataType<long double>);
 
 // No detail type in a public signature: the constructors from internals are private.
-static_assert(!std::is_constructible_v<Communicator, std::shared_ptr<nexar::detail::Group>>);
+static_assert(!std::is_constructible_v<Communicator, std::shared_ptr<nexar::detail::CommunicatorImpl>>);
 static_assert(!std::is_constructible_v<Request, std::shared_ptr<nexar::detail::OpState>>);
 
 // ---- inputs and references -------------------------------------------------------------------
@@ -535,11 +535,11 @@ TEST(Communicator, ReadmeExamplesRun) {
 TEST(Communicator, AccessReachesInternals) {
   auto& comms = pooled_world(kWorld);
   using nexar::detail::Access;
-  EXPECT_NE(Access::group(comms[0]), nullptr);
+  EXPECT_NE(Access::impl(comms[0]), nullptr);
   const Communicator empty;
-  EXPECT_EQ(Access::group(empty), nullptr);
+  EXPECT_EQ(Access::impl(empty), nullptr);
   EXPECT_FALSE(Access::make_communicator(nullptr).is_open());
-  const Communicator copy = Access::make_communicator(Access::group(comms[2]));
+  const Communicator copy = Access::make_communicator(Access::impl(comms[2]));
   EXPECT_EQ(copy.rank(), 2);
   const Request done;
   EXPECT_EQ(Access::state(done), nullptr);

@@ -1,6 +1,6 @@
 // Elastic membership with real processes: a seed process (SeedOptions::elastic), members
 // that form the job through it, and joiners that arrive while the job runs and are admitted
-// by grow() (src/comm/group_membership.cpp, src/transport/joiners.cpp, the late admission in
+// by grow() (src/comm/communicator_impl_membership.cpp, src/transport/joiners.cpp, the late admission in
 // src/cluster/seed.cpp and join.cpp). Covers growing (once, twice, with nobody waiting, with
 // a split in use), leaving, shrinking and growing back, refused and flooding joiners, and
 // joiners, members and the seed dying at the awkward moments.

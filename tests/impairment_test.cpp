@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "support.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "core/impair_spec.hpp"
 #include "quic/endpoint.hpp"
@@ -158,7 +158,7 @@ struct WireCounts {
 };
 
 WireCounts counts(Communicator& c) {
-  auto& node = nexar::detail::Access::group(c)->node();
+  auto& node = nexar::detail::Access::impl(c)->node();
   return nexar::testing::on_engine(node.engine(), [&] {
     WireCounts w;
     w.packets_out = node.endpoint()->stats().packets_out;

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "local_processes.hpp"
 #include "support.hpp"
@@ -182,7 +182,7 @@ TEST(LazyConnect, CloseRightAfterASendToANewPeer) {
 // (it once sat in the early queue until close gave up after 5 s).
 TEST(LazyConnect, ASendTheEngineRunsAfterCloseBeganIsDelivered) {
   auto w = nexar::bootstrap_local(5, lazy_config(false));
-  nexar::detail::Node& n0 = nexar::detail::Access::group(w[0])->node();
+  nexar::detail::Node& n0 = nexar::detail::Access::impl(w[0])->node();
   const auto out = message(0, 4, 0, 333);
   std::thread closer;
   {

@@ -3,7 +3,7 @@
 // through a map. No transport, QUIC, TLS or shared memory is involved, so the algorithms
 // of src/collective run as the plain sequential code they are, in microseconds.
 //
-// What it keeps of the real port (comm/group.cpp): messages between two ranks of one
+// What it keeps of the real port (comm/communicator_impl.cpp): messages between two ranks of one
 // collective match in the order they were sent, a receive takes exactly the size it
 // expects (another size fails it, naming both), every wait ends at the collective's
 // deadline, and collectives of a rank run one after another (here, in the calling thread).

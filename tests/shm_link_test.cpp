@@ -14,7 +14,7 @@
 #include <nexar/nexar.hpp>
 
 #include "cluster/local.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "shm/attach.hpp"
 #include "shm/doorbell.hpp"
@@ -30,7 +30,7 @@ using nexar::testing::test_config;
 
 namespace {
 
-detail::Node& node_of(Communicator& c) { return detail::Access::group(c)->node(); }
+detail::Node& node_of(Communicator& c) { return detail::Access::impl(c)->node(); }
 
 std::size_t shm_peers(Communicator& c) {
   auto& n = node_of(c);

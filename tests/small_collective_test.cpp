@@ -1,5 +1,5 @@
 // The mailbox path of all_reduce, broadcast and barrier (collective/small.cpp,
-// comm/group_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
+// comm/communicator_impl_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
 // against the plain-loop references, in one round, two rounds and chunks, in place too,
 // with results bitwise equal on every rank; the path is taken up to the agreed size and
 // not beyond; blocking and non-blocking calls meet each other; communicators used at once
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collective_support.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 
 using namespace nexar;
@@ -24,7 +24,7 @@ using namespace nexar::coll_test;
 
 namespace {
 
-std::uint64_t via_mailboxes(const Communicator& c) { return detail::Access::group(c)->mailbox_collectives(); }
+std::uint64_t via_mailboxes(const Communicator& c) { return detail::Access::impl(c)->mailbox_collectives(); }
 
 // Runs `fn(rank)` on a fresh local world of `n` ranks made with `cfg`, one thread per rank.
 void with_world(int n, const Config& cfg, const std::function<void(std::vector<Communicator>&, int)>& fn) {

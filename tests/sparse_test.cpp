@@ -29,7 +29,7 @@
 
 #include "collective_support.hpp"
 #include "support.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "transport/node.hpp"
 #include "transport/topology.hpp"
@@ -1323,7 +1323,7 @@ TEST(SparseAuth, ARelayCannotForgeAnotherRanksMessage) {
   auto w = nexar::bootstrap_local(4, cfg);
   ASSERT_EQ(w.size(), 4u);
   ASSERT_EQ(w[0].neighbours(), (std::vector<int>{1, 3}));
-  nexar::detail::Node& relay = nexar::detail::Access::group(w[1])->node();
+  nexar::detail::Node& relay = nexar::detail::Access::impl(w[1])->node();
   const std::string forged_text = "forged by rank 1";
   auto forge = [&](std::byte guess) {
     // The inner bytes: an eager frame from rank 0 on the data lane, as 0 would send it.

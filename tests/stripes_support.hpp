@@ -9,7 +9,7 @@
 
 #include "collective_battery.hpp"
 #include "support.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "transport/node.hpp"
 #include "transport/peer.hpp"
@@ -38,7 +38,7 @@ inline nexar::Config config(std::uint32_t connections, std::uint32_t engine_thre
   return c;
 }
 
-inline nexar::detail::Node& node_of(Communicator& c) { return nexar::detail::Access::group(c)->node(); }
+inline nexar::detail::Node& node_of(Communicator& c) { return nexar::detail::Access::impl(c)->node(); }
 
 // What rank `c` sees of its pair with world rank `peer`: connections carrying collectives
 // now, and collective frames sent on the extra ones so far.

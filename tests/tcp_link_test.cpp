@@ -30,7 +30,7 @@
 
 #include "cluster/local.hpp"
 #include "collective_battery.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "local_processes.hpp"
 #include "support.hpp"
@@ -63,7 +63,7 @@ nexar::Config config(TcpCipher cipher, LinkKind link = LinkKind::tcp) {
 
 // Lanes of rank `c`'s pair with `peer` that moved to TCP both ways.
 int tcp_lanes(Communicator& c, int peer) {
-  auto& node = nexar::detail::Access::group(c)->node();
+  auto& node = nexar::detail::Access::impl(c)->node();
   return nexar::testing::on_engine(node.engine(), [&] { return node.peer(peer)->tcp_lanes(); });
 }
 

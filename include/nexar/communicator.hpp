@@ -1,4 +1,4 @@
-// nexar — the communicator: a group of ranks connected over QUIC.
+// nexar — the communicator: a set of ranks connected over QUIC.
 #pragma once
 
 #include <chrono>
@@ -28,7 +28,7 @@
 namespace nexar {
 
 namespace detail {
-class Group;
+class CommunicatorImpl;
 struct Access;
 }  // namespace detail
 
@@ -717,7 +717,7 @@ class Communicator {
 
  private:
   friend struct detail::Access;
-  explicit Communicator(std::shared_ptr<detail::Group> group);
+  explicit Communicator(std::shared_ptr<detail::CommunicatorImpl> impl);
 
   /// Throws invalid_argument (naming `op`) unless the message is a whole number of
   /// `elem`-byte elements.
@@ -736,9 +736,9 @@ class Communicator {
   /// Throws invalid_argument naming `op` and the range `which` unless `have` elements split
   /// into `blocks` equal blocks.
   static void check_blocks(const char* op, const char* which, std::size_t have, std::size_t blocks);
-  detail::Group& self() const;
+  detail::CommunicatorImpl& self() const;
 
-  std::shared_ptr<detail::Group> group_;
+  std::shared_ptr<detail::CommunicatorImpl> impl_;
 };
 
 }  // namespace nexar

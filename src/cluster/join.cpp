@@ -17,7 +17,7 @@
 #include "cluster/launch_env.hpp"
 #include "cluster/local.hpp"
 #include "cluster/token.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "core/env_vars.hpp"
 #include "core/log.hpp"
@@ -544,7 +544,7 @@ Communicator join_from_env(const Config& config) {
   Communicator c = join(o, cfg);
   if (seed && env.elastic) {
     // The membership service lives as long as this rank: admission stops when it goes.
-    detail::Access::group(c)->node().on_close([seed] { seed->stop(); });
+    detail::Access::impl(c)->node().on_close([seed] { seed->stop(); });
   } else if (seed) {
     // Every member has its assignment once our mesh is up; let the seed see them go.
     try {

@@ -17,7 +17,7 @@
 #include "quic/udp_socket.hpp"
 #include "tls/ca.hpp"
 #include "tls/node_key.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "transport/node.hpp"
 
 namespace nexar::cluster {
@@ -100,10 +100,10 @@ Communicator start_member(detail::NodeOptions o, const Config& config, const Nod
   const int rank = o.rank;
   auto impl = std::make_shared<detail::Node>(std::move(o), config);
   if (rank == 0) log::info("effective config:\n{}", config.describe());
-  auto group = detail::Group::world(impl);
+  auto comm = detail::CommunicatorImpl::world(impl);
   impl->start();
   if (started) started(*impl);
-  return detail::Access::make_communicator(std::move(group));
+  return detail::Access::make_communicator(std::move(comm));
 }
 
 Communicator start_joiner(detail::NodeOptions o, const Config& config, const NodeStarted& started,
@@ -111,7 +111,7 @@ Communicator start_joiner(detail::NodeOptions o, const Config& config, const Nod
   log::set_level(config.log_level);
   const int world_rank = o.rank;
   auto node = std::make_shared<detail::Node>(std::move(o), config);
-  auto services = detail::Group::attach(*node);
+  auto services = detail::CommunicatorImpl::attach(*node);
   node->start();
   if (started) started(*node);
   detail::Node::Welcome w;
@@ -125,9 +125,9 @@ Communicator start_joiner(detail::NodeOptions o, const Config& config, const Nod
   const int rank = static_cast<int>(at - w.members.begin());
   log::info("join: world rank {} admitted as rank {} of {} (communicator {:#x})", world_rank, rank,
             w.members.size(), w.comm);
-  auto group = detail::Group::make(node, services, w.comm, std::move(w.members), rank);
-  group->set_joined_by_grow();
-  return detail::Access::make_communicator(std::move(group));
+  auto comm = detail::CommunicatorImpl::make(node, services, w.comm, std::move(w.members), rank);
+  comm->set_joined_by_grow();
+  return detail::Access::make_communicator(std::move(comm));
 }
 
 Communicator start_node(NodePlan plan, const Config& config) {

@@ -1,21 +1,22 @@
-// nexar::Communicator, the public facade: point-to-point and RPC go to the Group (which
-// checks ranks and tags) and its node; each collective goes to its own entry point in
-// src/collective, which checks its arguments and starts it on the group's collective thread.
+// nexar::Communicator, the public facade: point-to-point and RPC go to its CommunicatorImpl
+// (which checks ranks and tags) and its node; each collective goes to its own entry point
+// in src/collective, which checks its arguments and starts it on the communicator's
+// collective thread.
 #include <nexar/communicator.hpp>
 
 #include "collective/collectives.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 
 namespace nexar {
 
 using detail::Domain;
-using detail::Group;
+using detail::CommunicatorImpl;
 
-Communicator::Communicator(std::shared_ptr<detail::Group> group) : group_(std::move(group)) {}
+Communicator::Communicator(std::shared_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
 
-detail::Group& Communicator::self() const {
-  if (!group_) throw Error(Errc::invalid_argument, "communicator: used an empty Communicator");
-  return group_->current();
+detail::CommunicatorImpl& Communicator::self() const {
+  if (!impl_) throw Error(Errc::invalid_argument, "communicator: used an empty Communicator");
+  return impl_->current();
 }
 
 int Communicator::rank() const { return self().rank(); }
@@ -24,9 +25,9 @@ std::uint64_t Communicator::id() const { return self().id(); }
 std::vector<int> Communicator::neighbours() const { return self().neighbours(); }
 std::vector<int> Communicator::connected_peers() const { return self().connected_peers(); }
 const Config& Communicator::config() const { return self().node().config(); }
-bool Communicator::is_open() const { return group_ && group_->is_open(); }
+bool Communicator::is_open() const { return impl_ && impl_->is_open(); }
 void Communicator::close() {
-  if (group_) group_->close();
+  if (impl_) impl_->close();
 }
 
 // ---- diagnosis ------------------------------------------------------------------------
@@ -144,8 +145,8 @@ RpcCall Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> a
 
 // ---- collectives ---------------------------------------------------------------------------
 
-Communicator::BlockingCall::BlockingCall() noexcept { Group::blocking_calls(1); }
-Communicator::BlockingCall::~BlockingCall() { Group::blocking_calls(-1); }
+Communicator::BlockingCall::BlockingCall() noexcept { CommunicatorImpl::blocking_calls(1); }
+Communicator::BlockingCall::~BlockingCall() { CommunicatorImpl::blocking_calls(-1); }
 
 namespace coll = detail::coll;
 

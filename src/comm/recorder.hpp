@@ -82,7 +82,7 @@ class Recorder {
   std::uint64_t called() const noexcept { return called_.load(std::memory_order_acquire); }
   std::uint64_t completed() const noexcept { return completed_.load(std::memory_order_acquire); }
   /// Whether a collective ended with a failure here (given up while queued included): its
-  /// members' messages of it may be left behind legitimately (Group::mail_unwanted).
+  /// members' messages of it may be left behind legitimately (CommunicatorImpl::mail_unwanted).
   bool failed_any() const noexcept { return failed_any_.load(std::memory_order_acquire); }
 
   /// The entries still held, oldest first.
@@ -131,7 +131,7 @@ class Recorder {
   };
   static constexpr std::size_t kKinds = 32;
   Totals totals_[2][kKinds];
-  // Weak: the groups own the tracer, and the trace is written when the last of them goes,
+  // Weak: the communicators own the tracer, and the trace is written when the last of them goes,
   // however long a Request's canceller keeps this recorder.
   std::weak_ptr<Tracer> tracer_;
   bool tracing_ = false;

@@ -1,5 +1,5 @@
 // How long the thread running a collective was blocked on its peers: Request::wait() and
-// the mailbox waits (comm/group_mailboxes.cpp) add to the meter the thread installed, if
+// the mailbox waits (comm/communicator_impl_mailboxes.cpp) add to the meter the thread installed, if
 // any; the flight recorder splits a collective's time into waiting and moving with it
 // (Communicator::stats()), and the trace draws the waits inside the collective's span.
 // Only a wait that blocks reads the clock: an operation already done costs a load.

@@ -1,7 +1,7 @@
 // A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
 // Peer per other rank and the matching queues of the message lanes (data, bulk, collective);
 // the frames of the RPC lanes go to the RPC module above it (RpcLanes). Communicators
-// (src/comm) are groups of ranks on one node.
+// (src/comm) are sets of ranks on one node.
 //
 // Threads: user threads validate arguments, copy eager payloads into pooled buffers and
 // post work to the engine; everything below runs on the engine thread.
@@ -96,7 +96,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
 
   /// What a point-to-point operation addresses, already validated by the caller
-  /// (Group checks ranks and tags); ranks below are world ranks.
+  /// (CommunicatorImpl checks ranks and tags); ranks below are world ranks.
   struct P2p {
     Domain domain = Domain::data;
     const char* op = "send";
@@ -160,7 +160,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// them is already failed, or the id was revoked already, it is revoked at once. Any
   /// thread; ordered with the operations submitted after it.
   void watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event);
-  /// Forgets communicator `id` (its Group is gone). Any thread.
+  /// Forgets communicator `id` (its CommunicatorImpl is gone). Any thread.
   void unwatch_comm(std::uint64_t id);
   /// Collective `tag` (collective_tag) of communicator `comm` starts here with fingerprint
   /// `check`, and ends (completed: `ok`): the messages of it that no receive awaited are

@@ -1,11 +1,11 @@
-// A group's side of elastic membership: grow (admit the waiting joiners, let the leaving
+// A communicator's side of elastic membership: grow (admit the waiting joiners, let the leaving
 // members go) and leave. One agreement decides both, so every member (and every joiner, by
 // the welcome) builds the same next communicator. docs/ARCHITECTURE.md, "Elastic
 // membership", states the guarantees.
 #include <algorithm>
 #include <thread>
 
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/error_format.hpp"
 #include "core/log.hpp"
 
@@ -18,7 +18,7 @@ namespace {
 constexpr auto kReadyWait = std::chrono::seconds(2);
 }  // namespace
 
-std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving, bool admit) {
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::change_membership(const char* op, bool leaving, bool admit) {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -42,7 +42,7 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving, bo
       agreement_->run(op, id_, members_, rank_, seq, ~std::uint64_t{0}, config().op_timeout, std::move(extra));
   auto contains = [](const std::vector<int>& v, int x) { return std::binary_search(v.begin(), v.end(), x); };
   if (contains(r.failed, world_of(rank_))) {
-    std::vector<int> failed;  // in this group's numbering
+    std::vector<int> failed;  // in this communicator's numbering
     for (int w : r.failed)
       if (int local = (*local_of_)[static_cast<std::size_t>(w)]; local >= 0) failed.push_back(local);
     std::sort(failed.begin(), failed.end());
@@ -82,10 +82,10 @@ std::shared_ptr<Group> Group::change_membership(const char* op, bool leaving, bo
   return make(node_, services(), id, std::move(members), my_rank);
 }
 
-std::shared_ptr<Group> Group::grow() { return change_membership("grow", false, true); }
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::grow() { return change_membership("grow", false, true); }
 
-void Group::leave() { change_membership("leave", true, true); }
+void CommunicatorImpl::leave() { change_membership("leave", true, true); }
 
-int Group::pending_joiners() const { return static_cast<int>(node_->ready_joiners().size()); }
+int CommunicatorImpl::pending_joiners() const { return static_cast<int>(node_->ready_joiners().size()); }
 
 }  // namespace nexar::detail

@@ -1,8 +1,9 @@
-// A communicator as the application sees it: a group of world ranks on one node, with the
-// id its frames carry. The world is group 0 with every rank; split() makes subgroups.
-// Ranks in the public API are group ranks; the node works in world ranks. A Group is also
-// what its collectives see of it (CollectivePort): their messages travel on the collective
-// lane, in its own matching space, and they run on the group's CollectiveRunner.
+// The state behind a Communicator handle: a set of world ranks on one node, with the id
+// its frames carry. The world has id 0 and every rank; split() makes smaller ones. Ranks in
+// the public API count within the communicator; the node works in world ranks. A
+// CommunicatorImpl is also what its collectives see of it (CollectivePort): their messages
+// travel on the collective lane, in its own matching space, and they run on its
+// CollectiveRunner.
 #pragma once
 
 #include <nexar/communicator.hpp>
@@ -31,11 +32,11 @@ namespace nexar::detail {
 class CollectiveRunner;
 class Tracer;
 
-class Group final : public CollectivePort, public std::enable_shared_from_this<Group> {
+class CommunicatorImpl final : public CollectivePort, public std::enable_shared_from_this<CommunicatorImpl> {
  public:
-  /// The world group of `node` (every rank, id 0). It sets up the node's RPC, so call it
+  /// The world communicator of `node` (every rank, id 0). It sets up the node's RPC, so call it
   /// before Node::start(): requests may arrive as soon as the mesh is up.
-  static std::shared_ptr<Group> world(std::shared_ptr<Node> node);
+  static std::shared_ptr<CommunicatorImpl> world(std::shared_ptr<Node> node);
   /// What serves a node's communicators: its RPC, its agreement and its stall watchdog.
   struct Services {
     std::shared_ptr<Rpc> rpc;
@@ -44,19 +45,19 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
     std::shared_ptr<Tracer> tracer;  // Config::trace set: the rank's trace; else null
   };
   /// Sets up the node's RPC, agreement and watchdog (before Node::start()), for a node
-  /// whose first group is made later (a joiner's, from its welcome).
+  /// whose first communicator is made later (a joiner's, from its welcome).
   static Services attach(Node& node);
-  /// The services this group was made with, for the groups made from it.
+  /// The services this communicator was made with, for the communicators made from it.
   Services services() const { return Services{rpc_, agreement_, watchdog_, tracer_}; }
-  /// `members[i]` is the world rank of group rank i; `rank` is ours in the group; `s`
-  /// serves the node. The group watches the failures of its members from the start, and
+  /// `members[i]` is the world rank of communicator rank i; `rank` is ours in the communicator; `s`
+  /// serves the node. The communicator watches the failures of its members from the start, and
   /// its recorder is the watchdog's to look at and the members' to ask about.
-  static std::shared_ptr<Group> make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
+  static std::shared_ptr<CommunicatorImpl> make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
                                      std::vector<int> members, int rank);
-  Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank);
-  ~Group();
-  Group(const Group&) = delete;
-  Group& operator=(const Group&) = delete;
+  CommunicatorImpl(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank);
+  ~CommunicatorImpl();
+  CommunicatorImpl(const CommunicatorImpl&) = delete;
+  CommunicatorImpl& operator=(const CommunicatorImpl&) = delete;
 
   Node& node() const noexcept { return *node_; }
   Rpc& rpc() const noexcept { return *rpc_; }
@@ -66,13 +67,13 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   const Config& config() const noexcept override { return node_->config(); }
   int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
   const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
-  /// Group ranks, ascending, whose world rank has a direct connection to ours
-  /// (Node::direct). Throws Errc::closed once the group or the node is closed.
+  /// CommunicatorImpl ranks, ascending, whose world rank has a direct connection to ours
+  /// (Node::direct). Throws Errc::closed once the communicator or the node is closed.
   std::vector<int> neighbours() const;
   std::vector<int> connected_peers() const;
   bool is_world() const noexcept { return id_ == 0; }
 
-  /// Open until close() of this group or of the node.
+  /// Open until close() of this communicator or of the node.
   bool is_open() const noexcept;
   void close();
 
@@ -81,12 +82,12 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void check_tag(const char* op, int tag, bool allow_any) const;
   void check_open(const char* op) const;
 
-  /// Point-to-point in group ranks with application tags (validated here), on the data or
+  /// Point-to-point in communicator ranks with application tags (validated here), on the data or
   /// the bulk lane.
   Request isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts);
   Request irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap);
 
-  // CollectivePort: what the group's collectives see of it.
+  // CollectivePort: what the communicator's collectives see of it.
   Request isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                 const void* data, std::size_t bytes) override;
   Request irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
@@ -97,7 +98,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   void set_hosts(std::vector<std::uint64_t> ids) override { hosts_ = std::move(ids); }
   Request start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                 std::function<void(const Coll&)> body) override;
-  // The mailboxes (comm/group_mailboxes.cpp).
+  // The mailboxes (comm/communicator_impl_mailboxes.cpp).
   std::optional<Ticket> mailboxes(const char* op, std::size_t bytes, const CollectiveOptions& o, bool blocking,
                                   std::uint16_t check, CallShape shape) override;
   void finished(const Ticket& t) noexcept override;
@@ -109,7 +110,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// the communicator everywhere with the reason, and throws it (Errc::invalid_argument).
   [[noreturn]] void mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w);
   /// The take for `t` freed a message `from` posted for an earlier mailbox collective that
-  /// this rank completed without taking it: unless a collective of the group failed here
+  /// this rank completed without taking it: unless a collective of the communicator failed here
   /// (whose messages are left behind legitimately), the ranks disagree on that call; as
   /// mail_disagrees.
   void mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w);
@@ -118,39 +119,39 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   /// Collectives this rank ran through the mailboxes so far (tests look).
   std::uint64_t mailbox_collectives() const noexcept { return mailbox_seq_.load(std::memory_order_relaxed); }
 
-  /// Collective: the members passing the same `color` form a new group ranked by (`key`,
+  /// Collective: the members passing the same `color` form a new communicator ranked by (`key`,
   /// rank here); nullptr for a negative color.
-  std::shared_ptr<Group> split(int color, int key);
+  std::shared_ptr<CommunicatorImpl> split(int color, int key);
 
-  // ---- failures (comm/group_failures.cpp) ------------------------------------------------
+  // ---- failures (comm/communicator_impl_failures.cpp) ------------------------------------------------
   const std::vector<int>& members() const noexcept { return members_; }
   std::vector<int> failed_ranks() const;
   bool is_revoked() const noexcept { return revoked_.load(std::memory_order_acquire); }
   void on_failure(std::function<void(const std::vector<int>&)> fn);
   void revoke();
   Communicator::Agreement agree(const char* op, std::uint64_t value);
-  std::shared_ptr<Group> shrink();
-  // ---- elastic membership (comm/group_membership.cpp) -----------------------------------
+  std::shared_ptr<CommunicatorImpl> shrink();
+  // ---- elastic membership (comm/communicator_impl_membership.cpp) -----------------------------------
   /// Collective over the members: admits the joiners every live member is connected to
-  /// and drops the members that call leave() and the failed ones, into a new group.
-  std::shared_ptr<Group> grow();
+  /// and drops the members that call leave() and the failed ones, into a new communicator.
+  std::shared_ptr<CommunicatorImpl> grow();
   /// This rank's side of the others' grow(): it leaves; returns once it is decided.
   void leave();
   /// Joiners ready for admission that this rank is connected to.
   int pending_joiners() const;
-  /// Whether this group came from a join into a running job.
+  /// Whether this communicator came from a join into a running job.
   bool joined_by_grow() const noexcept { return joined_by_grow_; }
-  /// Marks the group a joiner was welcomed into: its communicator came from join() and,
+  /// Marks the communicator a joiner was welcomed into: its communicator came from join() and,
   /// like a world communicator, closing it closes the node.
   void set_joined_by_grow() noexcept { joined_by_grow_ = true; }
 
-  /// The group calls go to: this one, or under FailurePolicy::automatic the survivors'
-  /// group it was rebuilt into (rebuilding it first if it is revoked by a failure).
-  Group& current();
+  /// The communicator calls go to: this one, or under FailurePolicy::automatic the survivors'
+  /// communicator it was rebuilt into (rebuilding it first if it is revoked by a failure).
+  CommunicatorImpl& current();
 
-  /// Runs collectives of this group one after another on its own thread.
+  /// Runs collectives of this communicator one after another on its own thread.
   CollectiveRunner& runner();
-  /// This rank's flight recorder of the group's collectives.
+  /// This rank's flight recorder of the communicator's collectives.
   const Recorder& recorder() const noexcept { return *recorder_; }
   /// The recorder and the progress counts as JSON (Communicator::dump()).
   std::string dump() const;
@@ -170,12 +171,12 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::vector<int> other_members(const char* op, const std::function<bool(int)>& keep) const;
   /// grow(), leave() and shrink(): one agreement on joiners (when `admit`), leavers and
   /// failures; nullptr for the leaving rank.
-  std::shared_ptr<Group> change_membership(const char* op, bool leaving, bool admit);
+  std::shared_ptr<CommunicatorImpl> change_membership(const char* op, bool leaving, bool admit);
   /// Throws invalid_argument naming `op` under FailurePolicy::abort (agree and shrink).
   void check_recoverable(const char* op) const;
-  /// A failure event of the group's communicator (Node::CommListener), engine lock held.
+  /// A failure event of this communicator (Node::CommListener), engine lock held.
   void on_event(int failed_world, Errc code, const std::string& why);
-  /// Throws the error that revoked the group, naming `op`.
+  /// Throws the error that revoked the communicator, naming `op`.
   [[noreturn]] void throw_revoked(const char* op) const;
   /// A call that could use the mailboxes while the members have not agreed on them: at the
   /// 1st, 2nd, 4th ... such call it starts an agreement (a collective), and at the call after
@@ -210,7 +211,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::atomic<bool> closed_{false};
   bool joined_by_grow_ = false;
   // The collectives' message counts (collective_message_tag in transport/match_queue.hpp):
-  // per (operation tag, group rank of the neighbour), messages sent and receives posted so
+  // per (operation tag, communicator rank of the neighbour), messages sent and receives posted so
   // far; and the fingerprint of each running collective's call (core/call_check.hpp), which
   // its messages carry. Any thread that runs a collective; forgotten when the operation ends.
   std::mutex messages_mu_;
@@ -230,16 +231,16 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::unique_ptr<CollectiveRunner> runner_;
   // Failure state, written by on_event (engine) and read by any thread.
   mutable std::mutex fail_mu_;
-  std::vector<int> failed_;  // group ranks, ascending
+  std::vector<int> failed_;  // communicator ranks, ascending
   std::atomic<bool> revoked_{false};
-  // The application saw the revocation (an operation of this group threw it): only then
-  // does FailurePolicy::automatic rebuild, so no call is moved to the new group unseen.
+  // The application saw the revocation (an operation of this communicator threw it): only then
+  // does FailurePolicy::automatic rebuild, so no call is moved to the new communicator unseen.
   mutable std::atomic<bool> seen_{false};
   Errc revoke_code_ = Errc::ok;
-  int revoke_peer_ = -1;        // the failed rank that revoked it, in group ranks
+  int revoke_peer_ = -1;        // the failed rank that revoked it, in communicator ranks
   std::string revoke_detail_;   // what the errors say after the code
-  // The application's failure callback. Shared with the group an automatic rebuild makes
-  // (so replacing it on the rebuilt group replaces it here too) and with every run posted
+  // The application's failure callback. Shared with the communicator an automatic rebuild makes
+  // (so replacing it on the rebuilt communicator replaces it here too) and with every run posted
   // to the notifier, which calls it under `mu`: a run queued before the callback was
   // replaced sees the replacement, and replacing waits for a running call to return.
   struct FailureCallback {
@@ -251,8 +252,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   Notifier notifier_;
   std::atomic<std::uint64_t> agreements_{0};
   std::mutex rebuild_mu_;
-  std::shared_ptr<Group> successor_;  // under FailurePolicy::automatic, once rebuilt
-  // The mailbox path (comm/group_mailboxes.cpp). Its collectives run one at a time per
+  std::shared_ptr<CommunicatorImpl> successor_;  // under FailurePolicy::automatic, once rebuilt
+  // The mailbox path (comm/communicator_impl_mailboxes.cpp). Its collectives run one at a time per
   // rank, in the caller or on the collective thread, after a Ticket was issued under the
   // published limit; the boxes are set before the limit is published and never change
   // after, so they need no lock. The vote's state is touched only by the calling thread.
@@ -267,8 +268,8 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::array<std::atomic<std::uint64_t>, 64> mail_calls_{};
   std::atomic<std::size_t> mailbox_limit_{0};         // agreed bytes; 0 = not (yet)
   std::atomic<std::uint64_t> mailbox_queued_{0};      // non-blocking ones not finished
-  std::vector<Node::Mailboxes> mailbox_boxes_;        // by group rank
-  // Per group rank, this communicator's messages in its mailbox at most (try_post).
+  std::vector<Node::Mailboxes> mailbox_boxes_;        // by communicator rank
+  // Per communicator rank, this communicator's messages in its mailbox at most (try_post).
   std::vector<std::size_t> mailbox_used_;
   static constexpr std::size_t kMailboxShare = 8;
   // The agreement in flight (vote_mailboxes): started at call number pending_at_ (0: none).
@@ -278,7 +279,7 @@ class Group final : public CollectivePort, public std::enable_shared_from_this<G
   std::vector<Node::Mailboxes> mailbox_offered_;
 };
 
-/// Id of a group split from `parent` at its `seq`-th split with `color`: a 64-bit mix of
+/// Id of a communicator split from `parent` at its `seq`-th split with `color`: a 64-bit mix of
 /// the three, the same on every member, never 0. Shrinks and grows use it too, with colors
 /// no split can pass (splits take colors >= 0).
 inline constexpr int shrink_color = -2;

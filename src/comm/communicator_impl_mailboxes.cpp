@@ -1,4 +1,4 @@
-// A group's side of the mailbox path (collective/small.cpp, shm/mailbox.hpp): whether its
+// A communicator's side of the mailbox path (collective/small.cpp, shm/mailbox.hpp): whether its
 // collectives may run through the mailboxes it shares with its members,
 // agreed with them, and the waits of their posts and takes. A wait spins (or yields, when
 // the host is oversubscribed) for Config::spin, then sleeps on the mailbox's futex word; it
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "collective/algorithms.hpp"
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "engine/wait_meter.hpp"
 
 #include "core/call_check.hpp"
@@ -34,7 +34,7 @@ inline void relax() noexcept {
 
 }  // namespace
 
-std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size_t bytes,
+std::optional<CollectivePort::Ticket> CommunicatorImpl::mailboxes(const char* op, std::size_t bytes,
                                                         const CollectiveOptions& o, bool blocking,
                                                         std::uint16_t check, CallShape shape) {
   check_open(op);
@@ -68,9 +68,9 @@ std::optional<CollectivePort::Ticket> Group::mailboxes(const char* op, std::size
   return Ticket{op, seq, now + o.timeout.value_or(config().op_timeout), queued, check, shape, number};
 }
 
-void Group::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
+void CommunicatorImpl::finished(const Ticket&) noexcept { mailbox_queued_.fetch_sub(1, std::memory_order_acq_rel); }
 
-void Group::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w) {
+void CommunicatorImpl::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w) {
   const std::uint64_t seq = w.stale >> 20;
   if (seq >= t.seq || recorder_->failed_any()) return;
   const std::uint64_t entry = mail_calls_[seq % mail_calls_.size()].load(std::memory_order_relaxed);
@@ -81,7 +81,7 @@ void Group::mail_unwanted(const Ticket& t, int from, const shm::Mailbox::Want& w
   throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}}, why);
 }
 
-void Group::ran(const Ticket& t, bool ok) noexcept {
+void CommunicatorImpl::ran(const Ticket& t, bool ok) noexcept {
   // Its end is the last clock reading of its waits (idle()): an 8-byte collective through
   // the mailboxes is over before a reading of its own would be, which would cost a tenth
   // of it; one that never waited long enough to read the clock ends where it started.
@@ -89,7 +89,7 @@ void Group::ran(const Ticket& t, bool ok) noexcept {
                    &mail_meter_, true);
 }
 
-std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
+std::size_t CommunicatorImpl::vote_mailboxes(const char* op, const CollectiveOptions& o) {
   const std::uint64_t n = mailbox_candidates_.fetch_add(1, std::memory_order_relaxed) + 1;
   if (mailbox_pending_at_ != 0 && n == mailbox_pending_at_ + 1) {
     // Every member started it one such call ago, behind only collectives that need no
@@ -137,7 +137,7 @@ std::size_t Group::vote_mailboxes(const char* op, const CollectiveOptions& o) {
   return 0;
 }
 
-bool Group::try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) {
+bool CommunicatorImpl::try_post(const Ticket& t, std::uint64_t part, int to, const void* data, std::size_t len) {
   shm::Mailbox& box = *mailbox_boxes_[static_cast<std::size_t>(to)].out;
   // At most half a mailbox's slots hold this communicator's messages, so the collectives
   // of two communicators that ranks run in different orders never wait on each other's
@@ -153,7 +153,7 @@ bool Group::try_post(const Ticket& t, std::uint64_t part, int to, const void* da
   return true;
 }
 
-void Group::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w) {
+void CommunicatorImpl::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& w) {
   // Every member's operations on the communicator fail with the same words: the others
   // may wait for mail from a rank that gave up, and would hear nothing else.
   std::string why =
@@ -165,7 +165,7 @@ void Group::mail_disagrees(const Ticket& t, int from, const shm::Mailbox::Want& 
   throw make_error(Errc::invalid_argument, ErrorContext{t.op, rank_, from, {}, {}}, why);
 }
 
-bool Group::try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
+bool CommunicatorImpl::try_take(const Ticket& t, std::uint64_t part, int from, void* out, std::size_t len) {
   shm::Mailbox::Want w{id_, label(t, part), t.check, len};
   const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_take(w, out);
   if (w.stale) mail_unwanted(t, from, w);
@@ -174,7 +174,7 @@ bool Group::try_take(const Ticket& t, std::uint64_t part, int from, void* out, s
   return true;
 }
 
-const void* Group::try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) {
+const void* CommunicatorImpl::try_peek(const Ticket& t, std::uint64_t part, int from, std::size_t len) {
   shm::Mailbox::Want w{id_, label(t, part), t.check, len};
   const void* data = nullptr;
   const auto found = mailbox_boxes_[static_cast<std::size_t>(from)].in->try_peek(w, data);
@@ -184,9 +184,9 @@ const void* Group::try_peek(const Ticket& t, std::uint64_t part, int from, std::
   return data;
 }
 
-void Group::release(int from, const void* data) { mailbox_boxes_[static_cast<std::size_t>(from)].in->release(data); }
+void CommunicatorImpl::release(int from, const void* data) { mailbox_boxes_[static_cast<std::size_t>(from)].in->release(data); }
 
-void Group::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
+void CommunicatorImpl::idle(const Ticket& t, MailWait& w, int peer, bool taking) {
   const Config& cfg = config();
   if (!w.asleep && ++w.tries % 64 != 0 && !w.armed && !w.last_chance && !is_revoked()) {
     if (cfg.yield_when_idle) {

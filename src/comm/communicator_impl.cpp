@@ -1,4 +1,4 @@
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -14,7 +14,7 @@
 
 namespace nexar::detail {
 
-Group::Services Group::attach(Node& node) {
+CommunicatorImpl::Services CommunicatorImpl::attach(Node& node) {
   Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node), nullptr, nullptr};
   s.watchdog = std::make_shared<Watchdog>(node.config().stall_warn, s.rpc);
   if (!node.config().trace.empty())
@@ -24,7 +24,7 @@ Group::Services Group::attach(Node& node) {
   return s;
 }
 
-std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::world(std::shared_ptr<Node> node) {
   Services s = attach(*node);
   std::vector<int> members(static_cast<std::size_t>(node->size()));
   for (int r = 0; r < node->size(); ++r) members[static_cast<std::size_t>(r)] = r;
@@ -32,11 +32,11 @@ std::shared_ptr<Group> Group::world(std::shared_ptr<Node> node) {
   return make(std::move(node), std::move(s), 0, std::move(members), rank);
 }
 
-std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::make(std::shared_ptr<Node> node, Services s, std::uint64_t id,
                                    std::vector<int> members, int rank) {
-  auto g = std::make_shared<Group>(std::move(node), std::move(s), id, std::move(members), rank);
+  auto g = std::make_shared<CommunicatorImpl>(std::move(node), std::move(s), id, std::move(members), rank);
   g->node_->watch_comm(g->id_, g->members_, rank,
-                       [weak = std::weak_ptr<Group>(g)](int failed_world, Errc code, const std::string& why) {
+                       [weak = std::weak_ptr<CommunicatorImpl>(g)](int failed_world, Errc code, const std::string& why) {
                          if (auto self = weak.lock()) self->on_event(failed_world, code, why);
                        });
   // The members' stall queries about this communicator, and the watchdog's look at it.
@@ -54,7 +54,7 @@ std::shared_ptr<Group> Group::make(std::shared_ptr<Node> node, Services s, std::
   return g;
 }
 
-Group::Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank)
+CommunicatorImpl::CommunicatorImpl(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vector<int> members, int rank)
     : node_(std::move(node)),
       rpc_(std::move(s.rpc)),
       agreement_(std::move(s.agreement)),
@@ -73,7 +73,7 @@ Group::Group(std::shared_ptr<Node> node, Services s, std::uint64_t id, std::vect
   if (tracer_) recorder_->trace_to(tracer_, id_);
 }
 
-Group::~Group() {
+CommunicatorImpl::~CommunicatorImpl() {
   node_->unwatch_comm(id_);
   watchdog_->remove(id_);
   rpc_->service().remove(id_, kStallQuery);
@@ -81,11 +81,11 @@ Group::~Group() {
   if (runner_) runner_->stop();
 }
 
-bool Group::is_open() const noexcept {
+bool CommunicatorImpl::is_open() const noexcept {
   return !closed_.load(std::memory_order_acquire) && node_->is_open();
 }
 
-void Group::close() {
+void CommunicatorImpl::close() {
   closed_.store(true, std::memory_order_release);
   if (is_world() || joined_by_grow_) node_->close();
   {
@@ -94,7 +94,7 @@ void Group::close() {
   }
   // Rebuilt in place (FailurePolicy::automatic): the communicator the application holds
   // is the whole chain.
-  std::shared_ptr<Group> next;
+  std::shared_ptr<CommunicatorImpl> next;
   {
     std::lock_guard lk(fail_mu_);
     next = successor_;
@@ -102,7 +102,7 @@ void Group::close() {
   if (next) next->close();
 }
 
-void Group::check_open(const char* op) const {
+void CommunicatorImpl::check_open(const char* op) const {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -111,7 +111,7 @@ void Group::check_open(const char* op) const {
   if (is_revoked()) throw_revoked(op);
 }
 
-std::vector<int> Group::other_members(const char* op, const std::function<bool(int)>& keep) const {
+std::vector<int> CommunicatorImpl::other_members(const char* op, const std::function<bool(int)>& keep) const {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -123,17 +123,17 @@ std::vector<int> Group::other_members(const char* op, const std::function<bool(i
   return out;
 }
 
-std::vector<int> Group::connected_peers() const {
+std::vector<int> CommunicatorImpl::connected_peers() const {
   const std::vector<int> world = node_->connected_peers();
   return other_members("connected_peers",
                        [&world](int w) { return std::binary_search(world.begin(), world.end(), w); });
 }
 
-std::vector<int> Group::neighbours() const {
+std::vector<int> CommunicatorImpl::neighbours() const {
   return other_members("neighbours", [this](int w) { return node_->direct(w); });
 }
 
-void Group::check_rank(const char* op, int r, bool allow_any) const {
+void CommunicatorImpl::check_rank(const char* op, int r, bool allow_any) const {
   if (allow_any && r == any_source) return;
   if (r < 0 || r >= size()) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
@@ -142,7 +142,7 @@ void Group::check_rank(const char* op, int r, bool allow_any) const {
   }
 }
 
-void Group::check_tag(const char* op, int tag, bool allow_any) const {
+void CommunicatorImpl::check_tag(const char* op, int tag, bool allow_any) const {
   if (allow_any && tag == any_tag) return;
   if (tag < 0 || tag > max_tag) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
@@ -151,7 +151,7 @@ void Group::check_tag(const char* op, int tag, bool allow_any) const {
   }
 }
 
-Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts) {
+Request CommunicatorImpl::isend(Domain d, const char* op, int dest, int tag, std::span<const ConstBuffer> parts) {
   check_open(op);
   check_rank(op, dest, false);
   check_tag(op, tag, false);
@@ -166,7 +166,7 @@ Request Group::isend(Domain d, const char* op, int dest, int tag, std::span<cons
   return watch_for_stall(watch_for_failure(node_->isend(a, world_of(dest), parts)), true, dest, tag, bytes);
 }
 
-Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
+Request CommunicatorImpl::irecv(Domain d, const char* op, int source, int tag, void* data, std::size_t cap) {
   check_open(op);
   check_rank(op, source, true);
   check_tag(op, tag, true);
@@ -181,7 +181,7 @@ Request Group::irecv(Domain d, const char* op, int source, int tag, void* data, 
       source, tag, cap);
 }
 
-Request Group::watch_for_stall(Request r, bool sending, int peer, int tag, std::uint64_t bytes) {
+Request CommunicatorImpl::watch_for_stall(Request r, bool sending, int peer, int tag, std::uint64_t bytes) {
   const auto& st = Access::state(r);
   if (tracer_ && st) tracer_->p2p(id_, st, sending, peer, tag, bytes);
   // An eager send is done when it returns: only what still waits is worth a place.
@@ -189,7 +189,7 @@ Request Group::watch_for_stall(Request r, bool sending, int peer, int tag, std::
   return r;
 }
 
-CollectiveRunner& Group::runner() {
+CollectiveRunner& CommunicatorImpl::runner() {
   std::lock_guard lk(runner_mu_);
   if (!runner_) runner_ = std::make_unique<CollectiveRunner>();
   return *runner_;
@@ -214,7 +214,7 @@ std::chrono::milliseconds left(CollectivePort::Clock::time_point deadline) {
 // poll the engine like any waiter.
 class CollectiveHelper final : public Progress {
  public:
-  CollectiveHelper(std::weak_ptr<Group> g, std::uint64_t task) : g_(std::move(g)), task_(task) {}
+  CollectiveHelper(std::weak_ptr<CommunicatorImpl> g, std::uint64_t task) : g_(std::move(g)), task_(task) {}
   bool poll(bool bounded) override {
     auto g = g_.lock();
     if (!g) return false;
@@ -259,15 +259,15 @@ class CollectiveHelper final : public Progress {
   }
 
  private:
-  std::weak_ptr<Group> g_;
+  std::weak_ptr<CommunicatorImpl> g_;
   std::uint64_t task_;
 };
 
 }  // namespace
 
-void Group::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
+void CommunicatorImpl::blocking_calls(int delta) noexcept { t_blocking_calls += delta; }
 
-Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
+Request CommunicatorImpl::isend(const char* op, std::int64_t tag, Clock::time_point deadline, int to,
                      const void* data, std::size_t bytes) {
   const Message m = message(tag, to, true);
   Node::P2p a{Domain::collective, op, id_, m.tag, left(deadline), local_of_};
@@ -278,7 +278,7 @@ Request Group::isend(const char* op, std::int64_t tag, Clock::time_point deadlin
   return node_->isend(a, world_of(to), std::span<const ConstBuffer>(&b, 1));
 }
 
-Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
+Request CommunicatorImpl::irecv(const char* op, std::int64_t tag, Clock::time_point deadline, int from, void* data,
                      std::size_t bytes) {
   const Message m = message(tag, from, false);
   Node::P2p a{Domain::collective, op, id_, m.tag, left(deadline), local_of_, true};
@@ -286,7 +286,7 @@ Request Group::irecv(const char* op, std::int64_t tag, Clock::time_point deadlin
   return node_->irecv(a, world_of(from), data, bytes);
 }
 
-Group::Message Group::message(Tag tag, int peer, bool sending) {
+CommunicatorImpl::Message CommunicatorImpl::message(Tag tag, int peer, bool sending) {
   std::lock_guard lk(messages_mu_);
   auto& [sent, received] = messages_[{tag, peer}];
   const auto call = calls_.find(tag);
@@ -294,7 +294,7 @@ Group::Message Group::message(Tag tag, int peer, bool sending) {
   return {collective_message_tag(tag, sending ? sent++ : received++), check};
 }
 
-void Group::note_call(Tag tag, std::uint16_t check) {
+void CommunicatorImpl::note_call(Tag tag, std::uint16_t check) {
   {
     std::lock_guard lk(messages_mu_);
     calls_[tag] = check;
@@ -302,7 +302,7 @@ void Group::note_call(Tag tag, std::uint16_t check) {
   node_->collective_started(id_, tag, check);
 }
 
-void Group::forget_messages(Tag tag, bool ran, bool ok) {
+void CommunicatorImpl::forget_messages(Tag tag, bool ran, bool ok) {
   {
     std::lock_guard lk(messages_mu_);
     messages_.erase(messages_.lower_bound({tag, std::numeric_limits<int>::min()}),
@@ -312,14 +312,14 @@ void Group::forget_messages(Tag tag, bool ran, bool ok) {
   if (ran) node_->collective_ended(id_, tag, ok);
 }
 
-std::byte* Group::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
+std::byte* CommunicatorImpl::scratch(int slot, std::size_t bytes) { return runner().scratch(slot, bytes); }
 
-Request Group::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
+Request CommunicatorImpl::start(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                      std::function<void(const Coll&)> body) {
   return start_task(name, o, t, op, shape, std::move(body), t_blocking_calls > 0);
 }
 
-Request Group::start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
+Request CommunicatorImpl::start_task(const char* name, const CollectiveOptions& o, DataType t, ReduceOp op, CallShape shape,
                           std::function<void(const Coll&)> body, bool caller_waits) {
   check_open(name);
   const Config& cfg = node_->config();
@@ -370,22 +370,22 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
     s->complete(code, format_error(code, ErrorContext{name, rank, -1, {}, {}}, why));
   };
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
-      [c, st, phase, number, check, body = std::move(body), node = node_.get(), group = this]() {
-        // However the operation ends, its message counts are done with. The group outlives
-        // its running task (~Group joins the runner first), as `body` relies on too. It is
+      [c, st, phase, number, check, body = std::move(body), node = node_.get(), self = this]() {
+        // However the operation ends, its message counts are done with. The communicator outlives
+        // its running task (~CommunicatorImpl joins the runner first), as `body` relies on too. It is
         // never locked from a weak reference here: that copy could be the last owner, and
-        // ~Group must not run on the runner's own thread, which it joins.
+        // ~CommunicatorImpl must not run on the runner's own thread, which it joins.
         struct Forget {
-          Group& g;
+          CommunicatorImpl& g;
           Tag tag;
           bool ran = false, ok = false;
           ~Forget() { g.forget_messages(tag, ran, ok); }
-        } forget{*group, c.tag};
+        } forget{*self, c.tag};
         int queued = kQueued;
         if (!phase->compare_exchange_strong(queued, kRunning)) return;  // given up while queued
-        Recorder& rec = *group->recorder_;
+        Recorder& rec = *self->recorder_;
         rec.started(number, Clock::now());
-        group->note_call(c.tag, check);
+        self->note_call(c.tag, check);
         forget.ran = true;
         Errc code = Errc::ok;
         std::string what;
@@ -401,7 +401,7 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
           what = e.what();
           failed = e.failed_ranks();
           // A timeout carries what the stall report found, if one was made.
-          if (code == Errc::timeout) what += group->stall_note(number);
+          if (code == Errc::timeout) what += self->stall_note(number);
         } catch (const std::exception& e) {
           code = Errc::io;
           what = std::string(c.name) + ": " + e.what();
@@ -427,20 +427,20 @@ Request Group::start_task(const char* name, const CollectiveOptions& o, DataType
   return watch_for_failure(Access::make_request(st));
 }
 
-std::string Group::stall_note(std::uint64_t number) const {
+std::string CommunicatorImpl::stall_note(std::uint64_t number) const {
   std::string r = recorder_->report(number);
   return r.empty() ? r : " (" + r + ")";
 }
 
-std::string Group::dump() const {
+std::string CommunicatorImpl::dump() const {
   return recorder_->json(id_, rank_, size());
 }
 
-void Group::step(const char* name, Clock::time_point from, Clock::time_point to) noexcept {
+void CommunicatorImpl::step(const char* name, Clock::time_point from, Clock::time_point to) noexcept {
   if (WaitMeter* m = WaitMeter::current()) m->add_step(name, from, to);
 }
 
-Stats Group::stats() const {
+Stats CommunicatorImpl::stats() const {
   Stats s;
   s.ops = recorder_->totals();
   for (int r = 0; r < size(); ++r) {
@@ -453,8 +453,8 @@ Stats Group::stats() const {
   return s;
 }
 
-std::shared_ptr<Group> Group::split(int color, int key) {
-  // Every member learns every (color, key) through an all_gather on this group.
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::split(int color, int key) {
+  // Every member learns every (color, key) through an all_gather on this communicator.
   std::int64_t mine[2] = {color, key};
   std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size()));
   const std::uint64_t seq = splits_.fetch_add(1);

@@ -1,16 +1,16 @@
-// A group's side of failures: what it knows of its failed members, the errors of a revoked
-// group, agree and shrink on its members, and the in-place rebuild of
+// A communicator's side of failures: what it knows of its failed members, the errors of a revoked
+// communicator, agree and shrink on its members, and the in-place rebuild of
 // FailurePolicy::automatic. The transport (transport/failures.cpp) detects, spreads and
 // revokes; the membership module (membership/agreement.*) agrees.
 #include <algorithm>
 
-#include "comm/group.hpp"
+#include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
 #include "core/error_format.hpp"
 
 namespace nexar::detail {
 
-void Group::on_event(int failed_world, Errc code, const std::string& why) {
+void CommunicatorImpl::on_event(int failed_world, Errc code, const std::string& why) {
   std::vector<int> failed;
   std::shared_ptr<FailureCallback> cb;
   {
@@ -27,7 +27,7 @@ void Group::on_event(int failed_world, Errc code, const std::string& why) {
     failed = failed_;
     cb = on_failure_;
   }
-  // No thread is started for a group nobody watches.
+  // No thread is started for a communicator nobody watches.
   if (!cb->set.load(std::memory_order_acquire)) return;
   notifier_.post([cb = std::move(cb), failed = std::move(failed)] {
     std::lock_guard lk(cb->mu);
@@ -36,7 +36,7 @@ void Group::on_event(int failed_world, Errc code, const std::string& why) {
   });
 }
 
-Request Group::watch_for_failure(Request r) {
+Request CommunicatorImpl::watch_for_failure(Request r) {
   if (config().on_failure != FailurePolicy::automatic) return r;
   const auto& st = Access::state(r);
   if (!st) return r;
@@ -47,19 +47,19 @@ Request Group::watch_for_failure(Request r) {
   return r;
 }
 
-void Group::throw_revoked(const char* op) const {
+void CommunicatorImpl::throw_revoked(const char* op) const {
   seen_.store(true, std::memory_order_release);
   std::lock_guard lk(fail_mu_);
   ErrorContext ctx{op, rank_, revoke_peer_ == rank_ ? -1 : revoke_peer_, {}, {}};
   throw Error(revoke_code_, format_error(revoke_code_, ctx, revoke_detail_), failed_);
 }
 
-std::vector<int> Group::failed_ranks() const {
+std::vector<int> CommunicatorImpl::failed_ranks() const {
   std::lock_guard lk(fail_mu_);
   return failed_;
 }
 
-void Group::on_failure(std::function<void(const std::vector<int>&)> fn) {
+void CommunicatorImpl::on_failure(std::function<void(const std::vector<int>&)> fn) {
   std::shared_ptr<FailureCallback> cb;
   {
     std::lock_guard lk(fail_mu_);
@@ -72,7 +72,7 @@ void Group::on_failure(std::function<void(const std::vector<int>&)> fn) {
   cb->set.store(static_cast<bool>(cb->fn), std::memory_order_release);
 }
 
-void Group::revoke() {
+void CommunicatorImpl::revoke() {
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{"revoke", rank_, -1, {}, {}};
     throw make_error(Errc::closed, ctx, "communicator is closed");
@@ -80,7 +80,7 @@ void Group::revoke() {
   node_->revoke_comm(id_);
 }
 
-void Group::check_recoverable(const char* op) const {
+void CommunicatorImpl::check_recoverable(const char* op) const {
   if (config().on_failure == FailurePolicy::abort) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
     throw make_error(Errc::invalid_argument, ctx,
@@ -89,7 +89,7 @@ void Group::check_recoverable(const char* op) const {
   }
 }
 
-Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
+Communicator::Agreement CommunicatorImpl::agree(const char* op, std::uint64_t value) {
   check_recoverable(op);
   if (closed_.load(std::memory_order_acquire)) {
     ErrorContext ctx{op, rank_, -1, {}, {}};
@@ -106,29 +106,29 @@ Communicator::Agreement Group::agree(const char* op, std::uint64_t value) {
   return out;
 }
 
-std::shared_ptr<Group> Group::shrink() {
+std::shared_ptr<CommunicatorImpl> CommunicatorImpl::shrink() {
   check_recoverable("shrink");
-  // One agreement with grow() and leave() (comm/group_membership.cpp): a member may shrink
+  // One agreement with grow() and leave() (comm/communicator_impl_membership.cpp): a member may shrink
   // (the automatic policy's rebuild) at the number at which another grows or leaves, and
   // both must build the same communicator. A shrink admits nobody.
   return change_membership("shrink", false, false);
 }
 
-Group& Group::current() {
+CommunicatorImpl& CommunicatorImpl::current() {
   if (!is_revoked()) return *this;  // the common case: no successor can exist yet
-  Group* g = this;
+  CommunicatorImpl* g = this;
   for (;;) {
-    std::shared_ptr<Group> next;
+    std::shared_ptr<CommunicatorImpl> next;
     {
       std::lock_guard lk(g->rebuild_mu_);
       if (!g->successor_ && g->is_revoked() && g->seen_.load(std::memory_order_acquire) &&
           g->config().on_failure == FailurePolicy::automatic &&
           !g->node_->expelled() && !g->closed_.load(std::memory_order_acquire)) {
-        // Every survivor gets here: its operations on the revoked group fail, and its next
+        // Every survivor gets here: its operations on the revoked communicator fail, and its next
         // call rebuilds. Other threads of this rank wait for the one rebuilding.
-        std::shared_ptr<Group> s = g->shrink();
+        std::shared_ptr<CommunicatorImpl> s = g->shrink();
         {
-          // One callback for both: replacing it on the rebuilt group silences the old one.
+          // One callback for both: replacing it on the rebuilt communicator silences the old one.
           std::scoped_lock fl(g->fail_mu_, s->fail_mu_);
           s->on_failure_ = g->on_failure_;
         }
