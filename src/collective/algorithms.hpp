@@ -15,24 +15,6 @@
 
 namespace nexar::detail::coll {
 
-// The mailbox path (small.cpp), after the arguments were checked: the call as a Request if
-// it goes through the port's mailboxes (blocking: already done, the Request is empty),
-// nothing if it takes the ordinary algorithms. Each call asks the port once, if `fits` (its
-// messages fit the mailboxes) and the algorithm is automatic. The Ticket carries `check`,
-// the call's fingerprint (core/call_check.hpp), and its shape for the recorder.
-std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char* op, std::size_t bytes,
-                                                   const CollectiveOptions& o, bool blocking, bool fits,
-                                                   std::uint16_t check, CallShape shape);
-std::optional<Request> small_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                        std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
-std::optional<Request> small_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                            std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o);
-std::optional<Request> small_all_gather(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                        std::size_t count, DataType t, const CollectiveOptions& o);
-std::optional<Request> small_broadcast(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t,
-                                       int root, const CollectiveOptions& o);
-std::optional<Request> small_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o);
-
 /// {offset, length} in elements of block b of a concatenated buffer.
 using BlockFn = std::function<std::pair<std::size_t, std::size_t>(int b)>;
 

@@ -6,6 +6,8 @@
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
+#include "collective/mailbox_path.hpp"
+#include "core/call_check.hpp"
 
 namespace nexar::detail::coll {
 
@@ -26,13 +28,37 @@ void all_gather(const Coll& c, const void* send, void* recv, std::size_t count) 
 }
 
 namespace {
+// The mailbox form, up to kAllGatherMostBytes (the whole result): with 4 processes on 2
+// cores it was 1.3-2x faster than the ring up to 512 KiB, and as fast as the ring's
+// forwarding from 1 to 16 MiB (3 alternating runs).
+constexpr std::size_t kAllGatherMostBytes = std::size_t{1} << 20;
+// The call's number in a fingerprint, found once.
+constexpr unsigned kAllGatherKind = call_kind("all_gather");
+
+std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                        std::size_t count, DataType t, const CollectiveOptions& o) {
+  const std::size_t n = static_cast<std::size_t>(p.size()), bytes = n * count * size_of(t);
+  auto tk = mailbox_path(p, "all_gather", bytes, o, blocking, chunks_fit(p, bytes) && bytes <= kAllGatherMostBytes,
+                         call_check(kAllGatherKind, t, ReduceOp::sum), {count, -1});
+  if (!tk) return std::nullopt;
+  return mailbox_run(p, *tk, blocking, o, t, ReduceOp::sum, [&p, tk = *tk, send, recv, count, n, t] {
+    const std::size_t block = count * size_of(t);
+    std::byte* own = static_cast<std::byte*>(recv) + static_cast<std::size_t>(p.rank()) * block;
+    // Before any block arrives, and sent from there: a send buffer inside recv is read
+    // before anything lands on it.
+    if (block && own != send) std::memmove(own, send, block);
+    exchange_in_chunks(p, tk, Chunked{n * count, nullptr, nullptr, own, static_cast<std::byte*>(recv)}, t,
+                       ReduceOp::sum);
+  });
+}
+
 Request call_all_gather(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
                         DataType t, const CollectiveOptions& o) {
   const char* name = "all_gather";
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, count);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
-  if (auto r = small_all_gather(p, blocking, send, recv, count, t, o)) return *r;
+  if (auto r = through_mailboxes(p, blocking, send, recv, count, t, o)) return *r;
   return p.start(name, o, t, ReduceOp::sum, {count, -1}, [=](const Coll& c) { all_gather(c, send, recv, count); });
 }
 }  // namespace

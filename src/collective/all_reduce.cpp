@@ -12,6 +12,9 @@
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
 #include "collective/hierarchy.hpp"
+#include "collective/mailbox_path.hpp"
+#include "core/call_check.hpp"
+#include "reduce/reduce.hpp"
 
 namespace nexar::detail::coll {
 
@@ -267,6 +270,95 @@ void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard
 }
 
 namespace {
+// The mailbox form. Up to kOneRoundBytes, one round, unless a rank would post more than
+// kFanOutBytes in all; above, two rounds, in one message per block while a block fits one,
+// in chunks beyond (mailbox_path.hpp).
+constexpr std::size_t kOneRoundBytes = 4096;
+// The call's number in a fingerprint, found once (a scan of the names would cost a tenth
+// of an 8 B all_reduce through the mailboxes).
+constexpr unsigned kAllReduceKind = call_kind("all_reduce");
+
+// The reduction of the n parts of block `b` (this rank's part at `mine`) in rank order,
+// (x0 op x1) op x2 ..., into `acc`: every rank that computes it gets the same bits. The
+// others' parts come as messages of `phase`.
+void reduce_parts(CollectivePort& p, const CollectivePort::Ticket& t, int phase, const void* mine, std::byte* acc, std::size_t len,
+                  DataType dt, ReduceOp op) {
+  const int n = p.size(), me = p.rank();
+  const std::size_t bytes = len * size_of(dt);
+  alignas(64) std::byte part[CollectivePort::kMailboxBytes];
+  if (me == 0) {
+    if (bytes) std::memcpy(acc, mine, bytes);
+  } else {
+    p.take(t, CollectivePort::part(phase), 0, acc, bytes);
+  }
+  for (int r = 1; r < n; ++r) {
+    const void* x = mine;
+    if (r != me) {
+      p.take(t, CollectivePort::part(phase), r, part, bytes);
+      x = part;
+    }
+    reduce::accumulate(dt, op, acc, x, len);
+  }
+  reduce::finish(dt, op, acc, len, n);
+}
+
+// One round: every rank posts its whole vector to every other and reduces all of them.
+// The least waiting (one exchange), the most copying ((n-1) x the vector each way).
+void all_reduce_one_round(CollectivePort& p, const CollectivePort::Ticket& t, const void* send, void* recv, std::size_t count,
+                          DataType dt, ReduceOp op) {
+  const int n = p.size(), me = p.rank();
+  const std::size_t bytes = count * size_of(dt);
+  for (int k = 1; k < n; ++k) p.post(t, CollectivePort::part(0), (me + k) % n, send, bytes);
+  alignas(64) std::byte acc[CollectivePort::kMailboxBytes];
+  reduce_parts(p, t, 0, send, acc, count, dt, op);
+  if (bytes) std::memcpy(recv, acc, bytes);
+}
+
+// Two rounds, each rank the owner of one block (block_of): it posts block b to rank b,
+// reduces the parts of its own block, and posts the result to every other rank. As much
+// copying as a ring (2 (n-1)/n x the vector), with two exchanges instead of 2 (n-1) steps.
+void all_reduce_two_rounds(CollectivePort& p, const CollectivePort::Ticket& t, const void* send, void* recv, std::size_t count,
+                           DataType dt, ReduceOp op) {
+  const int n = p.size(), me = p.rank();
+  const std::size_t es = size_of(dt);
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  for (int k = 1; k < n; ++k) {
+    const int b = (me + k) % n;
+    const auto [off, len] = block_of(count, n, b);
+    p.post(t, CollectivePort::part(0), b, in + off * es, len * es);
+  }
+  const auto [off, len] = block_of(count, n, me);
+  alignas(64) std::byte acc[CollectivePort::kMailboxBytes];
+  reduce_parts(p, t, 0, in + off * es, acc, len, dt, op);
+  for (int k = 1; k < n; ++k) p.post(t, CollectivePort::part(1), (me + k) % n, acc, len * es);
+  // Only now: in place, recv is send, whose blocks went out above.
+  if (len) std::memcpy(out + off * es, acc, len * es);
+  for (int k = 1; k < n; ++k) {
+    const int b = (me + k) % n;
+    const auto [boff, blen] = block_of(count, n, b);
+    p.take(t, CollectivePort::part(1), b, out + boff * es, blen * es);
+  }
+}
+
+std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                        std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
+  const std::size_t n = static_cast<std::size_t>(p.size()), bytes = count * size_of(t);
+  const bool one = bytes <= kOneRoundBytes && bytes * (n - 1) <= kFanOutBytes;
+  const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes;
+  auto tk = mailbox_path(p, "all_reduce", bytes, o, blocking, chunks_fit(p, bytes), call_check(kAllReduceKind, t, op),
+                         {count, -1});
+  if (!tk) return std::nullopt;
+  return mailbox_run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op, one, two] {
+    if (one) return all_reduce_one_round(p, tk, send, recv, count, t, op);
+    if (two) return all_reduce_two_rounds(p, tk, send, recv, count, t, op);
+    const auto* in = static_cast<const std::byte*>(send);
+    auto* out = static_cast<std::byte*>(recv);
+    const std::size_t mine = block_of(count, p.size(), p.rank()).first * size_of(t);
+    exchange_in_chunks(p, tk, Chunked{count, in, out + mine, out + mine, out}, t, op);
+  });
+}
+
 Request call_all_reduce(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
                         DataType t, ReduceOp op, const CollectiveOptions& o) {
   const char* name = "all_reduce";
@@ -274,7 +366,7 @@ Request call_all_reduce(CollectivePort& p, bool blocking, const void* send, void
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, count);
   check_all_reduce_algorithm(p, name, o.algorithm);
-  if (auto r = small_all_reduce(p, blocking, send, recv, count, t, op, o)) return *r;
+  if (auto r = through_mailboxes(p, blocking, send, recv, count, t, op, o)) return *r;
   return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { all_reduce(c, send, recv, count); });
 }
 }  // namespace

@@ -5,6 +5,8 @@
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
+#include "collective/mailbox_path.hpp"
+#include "core/call_check.hpp"
 
 namespace nexar::detail::coll {
 
@@ -18,9 +20,23 @@ void barrier(const Coll& c) {
 }
 
 namespace {
+// The call's number in a fingerprint, found once.
+constexpr unsigned kBarrierKind = call_kind("barrier");
+
+// The mailbox form: every rank posts an empty message to every other and takes theirs.
+std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
+  auto tk = mailbox_path(p, "barrier", 0, o, blocking, true, call_check(kBarrierKind, DataType::u8, ReduceOp::sum), {});
+  if (!tk) return std::nullopt;
+  return mailbox_run(p, *tk, blocking, o, DataType::u8, ReduceOp::sum, [&p, tk = *tk] {
+    const int n = p.size(), me = p.rank();
+    for (int k = 1; k < n; ++k) p.post(tk, CollectivePort::part(0), (me + k) % n, nullptr, 0);
+    for (int k = 1; k < n; ++k) p.take(tk, CollectivePort::part(0), (me + k) % n, nullptr, 0);
+  });
+}
+
 Request call_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& o) {
   check_algorithm(p, "barrier", o.algorithm, {Algorithm::dissemination});
-  if (auto r = small_barrier(p, blocking, o)) return *r;
+  if (auto r = through_mailboxes(p, blocking, o)) return *r;
   return p.start("barrier", o, DataType::u8, ReduceOp::sum, {}, [](const Coll& c) { barrier(c); });
 }
 }  // namespace

@@ -57,7 +57,7 @@ Request ibarrier(CollectivePort& p, const CollectiveOptions& o);
 
 /// The blocking all_reduce, reduce_scatter, all_gather, broadcast and barrier: as the
 /// non-blocking forms followed by wait(), but a call through the mailboxes
-/// (collective/small.cpp) runs in the caller.
+/// (collective/mailbox_path.*) runs in the caller.
 void blocking_all_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
                          ReduceOp op, const CollectiveOptions& o);
 void blocking_reduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,

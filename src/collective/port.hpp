@@ -79,7 +79,7 @@ class CollectivePort {
   /// (ring)"): the trace draws it inside the collective's span.
   virtual void step(const char* /*name*/, Clock::time_point /*from*/, Clock::time_point /*to*/) noexcept {}
 
-  // ---- mailboxes: collectives inside one host (collective/small.cpp) ----
+  // ---- mailboxes: collectives inside one host (collective/mailbox_path.*) ----
   /// Largest message a mailbox holds.
   static constexpr std::size_t kMailboxBytes = 8192;
   /// One collective that runs through the mailboxes.

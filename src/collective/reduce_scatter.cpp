@@ -5,6 +5,8 @@
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
+#include "collective/mailbox_path.hpp"
+#include "core/call_check.hpp"
 
 namespace nexar::detail::coll {
 
@@ -23,6 +25,25 @@ void reduce_scatter(const Coll& c, const void* send, void* recv, std::size_t cou
 }
 
 namespace {
+// The call's number in a fingerprint, found once.
+constexpr unsigned kReduceScatterKind = call_kind("reduce_scatter");
+
+// The mailbox form: the first round of exchange_in_chunks, in which each rank reduces its
+// own block from every rank's part of it.
+std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
+                                            std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
+  const std::size_t bytes = count * size_of(t);
+  auto tk =
+      mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes), call_check(kReduceScatterKind, t, op),
+                   {count, -1});
+  if (!tk) return std::nullopt;
+  return mailbox_run(p, *tk, blocking, o, t, op, [&p, tk = *tk, send, recv, count, t, op] {
+    exchange_in_chunks(p, tk,
+                       Chunked{count, static_cast<const std::byte*>(send), static_cast<std::byte*>(recv), nullptr, nullptr},
+                       t, op);
+  });
+}
+
 Request call_reduce_scatter(CollectivePort& p, bool blocking, const void* send, void* recv, std::size_t count,
                             DataType t, ReduceOp op, const CollectiveOptions& o) {
   const char* name = "reduce_scatter";
@@ -30,7 +51,7 @@ Request call_reduce_scatter(CollectivePort& p, bool blocking, const void* send, 
   check_buffer(p, name, "send", send, count);
   check_buffer(p, name, "recv", recv, block_of(count, p.size(), p.rank()).second);
   check_algorithm(p, name, o.algorithm, {Algorithm::ring});
-  if (auto r = small_reduce_scatter(p, blocking, send, recv, count, t, op, o)) return *r;
+  if (auto r = through_mailboxes(p, blocking, send, recv, count, t, op, o)) return *r;
   return p.start(name, o, t, op, {count, -1}, [=](const Coll& c) { reduce_scatter(c, send, recv, count); });
 }
 }  // namespace

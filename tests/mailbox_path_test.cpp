@@ -1,4 +1,4 @@
-// The mailbox path of all_reduce, broadcast and barrier (collective/small.cpp,
+// The mailbox path of all_reduce, broadcast and barrier (collective/mailbox_path.*,
 // comm/communicator_impl_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
 // against the plain-loop references, in one round, two rounds and chunks, in place too,
 // with results bitwise equal on every rank; the path is taken up to the agreed size and
