@@ -28,6 +28,7 @@
 namespace nexar {
 
 namespace detail {
+class CollectivePort;
 class CommunicatorImpl;
 struct Access;
 }  // namespace detail
@@ -737,6 +738,9 @@ class Communicator {
   /// into `blocks` equal blocks.
   static void check_blocks(const char* op, const char* which, std::size_t have, std::size_t blocks);
   detail::CommunicatorImpl& self() const;
+  /// What the collectives see of this communicator; each collective's file in
+  /// src/collective defines its member functions over it.
+  detail::CollectivePort& port() const;
 
   std::shared_ptr<detail::CommunicatorImpl> impl_;
 };

@@ -1,5 +1,7 @@
 // all_gather / all_gather_v: the all-gather half of the ring (ring.cpp), each rank's block
 // starting at its owner.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 #include <vector>
 
@@ -67,10 +69,6 @@ Request iall_gather(CollectivePort& p, const void* send, void* recv, std::size_t
                     const CollectiveOptions& o) {
   return call_all_gather(p, false, send, recv, count, t, o);
 }
-void blocking_all_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                         const CollectiveOptions& o) {
-  call_all_gather(p, true, send, recv, count, t, o).wait();
-}
 
 Request iall_gather_v(CollectivePort& p, const void* send, std::size_t send_count, void* recv,
                       Counts counts, Counts displs, DataType t, const CollectiveOptions& o) {
@@ -85,3 +83,23 @@ Request iall_gather_v(CollectivePort& p, const void* send, std::size_t send_coun
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::iall_gather(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  return detail::coll::iall_gather(port(), send, recv, count, t, o);
+}
+void Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType t,
+                              const CollectiveOptions& o) {
+  BlockingCall b;
+  detail::coll::call_all_gather(port(), true, send, recv, count, t, o).wait();
+}
+Request Communicator::iall_gather_v(const void* send, std::size_t send_count, void* recv,
+                                    std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, DataType t,
+                                    const CollectiveOptions& o) {
+  return detail::coll::iall_gather_v(port(), send, send_count, recv, counts, displs, t, o);
+}
+
+}  // namespace nexar

@@ -2,6 +2,8 @@
 // recursive halving-doubling (about 2 log2 n messages) for middle sizes, recursive doubling
 // (log2 n messages) for the smallest; any world size. Also the fused forms: bucketed (many
 // buffers as one operation) and sharded (reduce-scatter + all-gather with the shard kept).
+#include <nexar/communicator.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -375,10 +377,6 @@ Request iall_reduce(CollectivePort& p, const void* send, void* recv, std::size_t
                     ReduceOp op, const CollectiveOptions& o) {
   return call_all_reduce(p, false, send, recv, count, t, op, o);
 }
-void blocking_all_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                         ReduceOp op, const CollectiveOptions& o) {
-  call_all_reduce(p, true, send, recv, count, t, op, o).wait();
-}
 
 Request iall_reduce_bucketed(CollectivePort& p, std::span<const MutableBuffer> buffers, DataType t,
                              ReduceOp op, const CollectiveOptions& o) {
@@ -419,3 +417,25 @@ Request iall_reduce_sharded(CollectivePort& p, const void* send, void* recv, voi
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t,
+                                  ReduceOp op, const CollectiveOptions& o) {
+  return detail::coll::iall_reduce(port(), send, recv, count, t, op, o);
+}
+Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffers, DataType t,
+                                           ReduceOp op, const CollectiveOptions& o) {
+  return detail::coll::iall_reduce_bucketed(port(), buffers, t, op, o);
+}
+Request Communicator::iall_reduce_sharded(const void* send, void* recv, void* shard, std::size_t count,
+                                          DataType t, ReduceOp op, const CollectiveOptions& o) {
+  return detail::coll::iall_reduce_sharded(port(), send, recv, shard, count, t, op, o);
+}
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                              const CollectiveOptions& o) {
+  BlockingCall b;
+  detail::coll::call_all_reduce(port(), true, send, recv, count, t, op, o).wait();
+}
+
+}  // namespace nexar

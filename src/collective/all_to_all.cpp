@@ -1,5 +1,7 @@
 // all_to_all(_v): pairwise exchange; in step s rank r sends to r+s and receives from r-s,
 // so every step is a perfect matching and no rank is flooded.
+#include <nexar/communicator.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -68,3 +70,19 @@ Request iall_to_all_v(CollectivePort& p, const void* send, Counts send_counts, C
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::iall_to_all(const void* send, void* recv, std::size_t count, DataType t,
+                                  const CollectiveOptions& o) {
+  return detail::coll::iall_to_all(port(), send, recv, count, t, o);
+}
+Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_t> send_counts,
+                                    std::span<const std::size_t> send_displs, void* recv,
+                                    std::span<const std::size_t> recv_counts,
+                                    std::span<const std::size_t> recv_displs, DataType t,
+                                    const CollectiveOptions& o) {
+  return detail::coll::iall_to_all_v(port(), send, send_counts, send_displs, recv, recv_counts, recv_displs, t, o);
+}
+
+}  // namespace nexar

@@ -2,6 +2,8 @@
 // r-2^k; after ceil(log2 n) rounds every rank has heard, transitively, from all others.
 // On a hypercube of a power-of-two size the rounds pair rank r with r xor 2^k instead, the
 // same number of rounds over direct links only.
+#include <nexar/communicator.hpp>
+
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
 #include "collective/collectives.hpp"
@@ -42,6 +44,15 @@ Request call_barrier(CollectivePort& p, bool blocking, const CollectiveOptions& 
 }  // namespace
 
 Request ibarrier(CollectivePort& p, const CollectiveOptions& o) { return call_barrier(p, false, o); }
-void blocking_barrier(CollectivePort& p, const CollectiveOptions& o) { call_barrier(p, true, o).wait(); }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::ibarrier(const CollectiveOptions& o) { return detail::coll::ibarrier(port(), o); }
+void Communicator::barrier(const CollectiveOptions& o) {
+  BlockingCall b;
+  detail::coll::call_barrier(port(), true, o).wait();
+}
+
+}  // namespace nexar

@@ -1,5 +1,7 @@
 // broadcast: binomial tree (log2 n rounds) for small messages, pipelined chain for large
 // ones (each link carries the data once, segments overlap along the chain).
+#include <nexar/communicator.hpp>
+
 #include <algorithm>
 
 #include "collective/algorithms.hpp"
@@ -149,9 +151,18 @@ Request ibroadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, 
                    const CollectiveOptions& o) {
   return call_broadcast(p, false, buf, count, t, root, o);
 }
-void blocking_broadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
-                        const CollectiveOptions& o) {
-  call_broadcast(p, true, buf, count, t, root, o).wait();
-}
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::ibroadcast(void* buf, std::size_t count, DataType t, int root,
+                                 const CollectiveOptions& o) {
+  return detail::coll::ibroadcast(port(), buf, count, t, root, o);
+}
+void Communicator::broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o) {
+  BlockingCall b;
+  detail::coll::call_broadcast(port(), true, buf, count, t, root, o).wait();
+}
+
+}  // namespace nexar

@@ -1,8 +1,10 @@
-// The collectives' entry points, one per public operation of nexar::Communicator. Each is
-// defined in its collective's own file, next to its algorithms: it checks the arguments
+// The collectives' entry points over a port, one per non-blocking operation of
+// nexar::Communicator. Each is defined in its collective's own file, next to its
+// algorithms and the Communicator member functions that call it: it checks the arguments
 // (throwing Errc::invalid_argument before anything is queued), knows which algorithms the
-// collective offers, and starts the chosen one through the communicator's port. The
-// contracts are those of the public functions of the same name (communicator.hpp).
+// collective offers, and starts the chosen one through the port. The contracts are those
+// of the public functions of the same name (communicator.hpp). Tests call them on ports of
+// their own (tests/memory_port.hpp).
 #pragma once
 
 #include <nexar/buffer.hpp>
@@ -54,18 +56,5 @@ Request iscatter_v(CollectivePort& p, const void* send, Counts counts, Counts di
 Request iscan(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
               ReduceOp op, bool exclusive, const CollectiveOptions& o);
 Request ibarrier(CollectivePort& p, const CollectiveOptions& o);
-
-/// The blocking all_reduce, reduce_scatter, all_gather, broadcast and barrier: as the
-/// non-blocking forms followed by wait(), but a call through the mailboxes
-/// (collective/mailbox_path.*) runs in the caller.
-void blocking_all_reduce(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                         ReduceOp op, const CollectiveOptions& o);
-void blocking_reduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                             ReduceOp op, const CollectiveOptions& o);
-void blocking_all_gather(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                         const CollectiveOptions& o);
-void blocking_broadcast(CollectivePort& p, void* buf, std::size_t count, DataType t, int root,
-                        const CollectiveOptions& o);
-void blocking_barrier(CollectivePort& p, const CollectiveOptions& o);
 
 }  // namespace nexar::detail::coll

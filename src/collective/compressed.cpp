@@ -4,6 +4,8 @@
 // are reduced with an ordinary dense all_reduce of k elements.
 // top_k: ranks pick different positions; every rank all-gathers everyone's (index, value)
 // pairs and adds them up in rank order, so all ranks compute bitwise the same result.
+#include <nexar/communicator.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -128,3 +130,12 @@ Request iall_reduce_compressed(CollectivePort& p, void* data, std::size_t count,
 
 }  // namespace coll
 }  // namespace nexar::detail
+
+namespace nexar {
+
+Request Communicator::iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
+                                             ErrorFeedback& state, const CollectiveOptions& o) {
+  return detail::coll::iall_reduce_compressed(port(), data, count, t, op, state, o);
+}
+
+}  // namespace nexar

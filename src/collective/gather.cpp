@@ -1,5 +1,7 @@
 // gather / gather_v: the root receives from every rank directly, all transfers in flight
 // at once.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 
 #include "collective/algorithms.hpp"
@@ -51,3 +53,17 @@ Request igather_v(CollectivePort& p, const void* send, std::size_t send_count, v
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::igather(const void* send, void* recv, std::size_t count, DataType t, int root,
+                              const CollectiveOptions& o) {
+  return detail::coll::igather(port(), send, recv, count, t, root, o);
+}
+Request Communicator::igather_v(const void* send, std::size_t send_count, void* recv,
+                                std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                                DataType t, int root, const CollectiveOptions& o) {
+  return detail::coll::igather_v(port(), send, send_count, recv, counts, displs, t, root, o);
+}
+
+}  // namespace nexar

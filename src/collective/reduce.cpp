@@ -1,4 +1,6 @@
 // reduce to a root: binomial tree; each inner node adds its children's partial results.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 #include <vector>
 
@@ -40,3 +42,12 @@ Request ireduce(CollectivePort& p, const void* send, void* recv, std::size_t cou
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                              int root, const CollectiveOptions& o) {
+  return detail::coll::ireduce(port(), send, recv, count, t, op, root, o);
+}
+
+}  // namespace nexar

@@ -1,5 +1,7 @@
 // reduce_scatter: the reduce-scatter half of the ring (ring.cpp); rank r ends with block r
 // (block_of(count, n, r)) of the element-wise reduction.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 
 #include "collective/algorithms.hpp"
@@ -60,9 +62,19 @@ Request ireduce_scatter(CollectivePort& p, const void* send, void* recv, std::si
                         DataType t, ReduceOp op, const CollectiveOptions& o) {
   return call_reduce_scatter(p, false, send, recv, count, t, op, o);
 }
-void blocking_reduce_scatter(CollectivePort& p, const void* send, void* recv, std::size_t count, DataType t,
-                             ReduceOp op, const CollectiveOptions& o) {
-  call_reduce_scatter(p, true, send, recv, count, t, op, o).wait();
-}
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  return detail::coll::ireduce_scatter(port(), send, recv, count, t, op, o);
+}
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                                  const CollectiveOptions& o) {
+  BlockingCall b;
+  detail::coll::call_reduce_scatter(port(), true, send, recv, count, t, op, o).wait();
+}
+
+}  // namespace nexar

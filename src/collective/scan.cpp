@@ -1,5 +1,7 @@
 // scan / exclusive_scan: a chain from rank 0 upward; rank r combines the prefix of ranks
 // below it with its own contribution and passes the result on.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 #include <vector>
 
@@ -44,3 +46,16 @@ Request iscan(CollectivePort& p, const void* send, void* recv, std::size_t count
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
+                            const CollectiveOptions& o) {
+  return detail::coll::iscan(port(), send, recv, count, t, op, false, o);
+}
+Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
+                                      ReduceOp op, const CollectiveOptions& o) {
+  return detail::coll::iscan(port(), send, recv, count, t, op, true, o);
+}
+
+}  // namespace nexar

@@ -1,5 +1,7 @@
 // scatter / scatter_v: the root sends to every rank directly, all transfers in flight at
 // once.
+#include <nexar/communicator.hpp>
+
 #include <cstring>
 
 #include "collective/algorithms.hpp"
@@ -51,3 +53,17 @@ Request iscatter_v(CollectivePort& p, const void* send, Counts counts, Counts di
 }
 
 }  // namespace nexar::detail::coll
+
+namespace nexar {
+
+Request Communicator::iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
+                               const CollectiveOptions& o) {
+  return detail::coll::iscatter(port(), send, recv, count, t, root, o);
+}
+Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> counts,
+                                 std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
+                                 DataType t, int root, const CollectiveOptions& o) {
+  return detail::coll::iscatter_v(port(), send, counts, displs, recv, recv_count, t, root, o);
+}
+
+}  // namespace nexar

@@ -1,10 +1,9 @@
 // nexar::Communicator, the public facade: point-to-point and RPC go to its CommunicatorImpl
-// (which checks ranks and tags) and its node; each collective goes to its own entry point
-// in src/collective, which checks its arguments and starts it on the communicator's
-// collective thread.
+// (which checks ranks and tags) and its node. The collectives' member functions are not
+// here: each collective's file in src/collective defines them over port(), next to its
+// checks and algorithms.
 #include <nexar/communicator.hpp>
 
-#include "collective/collectives.hpp"
 #include "comm/communicator_impl.hpp"
 
 namespace nexar {
@@ -148,108 +147,7 @@ RpcCall Communicator::rpc_async(int dest, RpcId id, std::span<const std::byte> a
 Communicator::BlockingCall::BlockingCall() noexcept { CommunicatorImpl::blocking_calls(1); }
 Communicator::BlockingCall::~BlockingCall() { CommunicatorImpl::blocking_calls(-1); }
 
-namespace coll = detail::coll;
-
-Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DataType t,
-                                  ReduceOp op, const CollectiveOptions& o) {
-  return coll::iall_reduce(self(), send, recv, count, t, op, o);
-}
-Request Communicator::iall_reduce_bucketed(std::span<const MutableBuffer> buffers, DataType t,
-                                           ReduceOp op, const CollectiveOptions& o) {
-  return coll::iall_reduce_bucketed(self(), buffers, t, op, o);
-}
-Request Communicator::iall_reduce_sharded(const void* send, void* recv, void* shard, std::size_t count,
-                                          DataType t, ReduceOp op, const CollectiveOptions& o) {
-  return coll::iall_reduce_sharded(self(), send, recv, shard, count, t, op, o);
-}
-Request Communicator::iall_reduce_compressed(void* data, std::size_t count, DataType t, ReduceOp op,
-                                             ErrorFeedback& state, const CollectiveOptions& o) {
-  return coll::iall_reduce_compressed(self(), data, count, t, op, state, o);
-}
-Request Communicator::ibroadcast(void* buf, std::size_t count, DataType t, int root,
-                                 const CollectiveOptions& o) {
-  return coll::ibroadcast(self(), buf, count, t, root, o);
-}
-Request Communicator::ireduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                              int root, const CollectiveOptions& o) {
-  return coll::ireduce(self(), send, recv, count, t, op, root, o);
-}
-Request Communicator::iall_gather(const void* send, void* recv, std::size_t count, DataType t,
-                                  const CollectiveOptions& o) {
-  return coll::iall_gather(self(), send, recv, count, t, o);
-}
-Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t count, DataType t,
-                                      ReduceOp op, const CollectiveOptions& o) {
-  return coll::ireduce_scatter(self(), send, recv, count, t, op, o);
-}
-Request Communicator::iall_to_all(const void* send, void* recv, std::size_t count, DataType t,
-                                  const CollectiveOptions& o) {
-  return coll::iall_to_all(self(), send, recv, count, t, o);
-}
-Request Communicator::igather(const void* send, void* recv, std::size_t count, DataType t, int root,
-                              const CollectiveOptions& o) {
-  return coll::igather(self(), send, recv, count, t, root, o);
-}
-Request Communicator::iscatter(const void* send, void* recv, std::size_t count, DataType t, int root,
-                               const CollectiveOptions& o) {
-  return coll::iscatter(self(), send, recv, count, t, root, o);
-}
-Request Communicator::iscan(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                            const CollectiveOptions& o) {
-  return coll::iscan(self(), send, recv, count, t, op, false, o);
-}
-Request Communicator::iexclusive_scan(const void* send, void* recv, std::size_t count, DataType t,
-                                      ReduceOp op, const CollectiveOptions& o) {
-  return coll::iscan(self(), send, recv, count, t, op, true, o);
-}
-Request Communicator::ibarrier(const CollectiveOptions& o) { return coll::ibarrier(self(), o); }
-
-void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                              const CollectiveOptions& o) {
-  BlockingCall b;
-  coll::blocking_all_reduce(self(), send, recv, count, t, op, o);
-}
-void Communicator::reduce_scatter(const void* send, void* recv, std::size_t count, DataType t, ReduceOp op,
-                                  const CollectiveOptions& o) {
-  BlockingCall b;
-  coll::blocking_reduce_scatter(self(), send, recv, count, t, op, o);
-}
-void Communicator::all_gather(const void* send, void* recv, std::size_t count, DataType t,
-                              const CollectiveOptions& o) {
-  BlockingCall b;
-  coll::blocking_all_gather(self(), send, recv, count, t, o);
-}
-void Communicator::broadcast(void* buf, std::size_t count, DataType t, int root, const CollectiveOptions& o) {
-  BlockingCall b;
-  coll::blocking_broadcast(self(), buf, count, t, root, o);
-}
-void Communicator::barrier(const CollectiveOptions& o) {
-  BlockingCall b;
-  coll::blocking_barrier(self(), o);
-}
-Request Communicator::iall_gather_v(const void* send, std::size_t send_count, void* recv,
-                                    std::span<const std::size_t> counts,
-                                    std::span<const std::size_t> displs, DataType t,
-                                    const CollectiveOptions& o) {
-  return coll::iall_gather_v(self(), send, send_count, recv, counts, displs, t, o);
-}
-Request Communicator::igather_v(const void* send, std::size_t send_count, void* recv,
-                                std::span<const std::size_t> counts, std::span<const std::size_t> displs,
-                                DataType t, int root, const CollectiveOptions& o) {
-  return coll::igather_v(self(), send, send_count, recv, counts, displs, t, root, o);
-}
-Request Communicator::iscatter_v(const void* send, std::span<const std::size_t> counts,
-                                 std::span<const std::size_t> displs, void* recv, std::size_t recv_count,
-                                 DataType t, int root, const CollectiveOptions& o) {
-  return coll::iscatter_v(self(), send, counts, displs, recv, recv_count, t, root, o);
-}
-Request Communicator::iall_to_all_v(const void* send, std::span<const std::size_t> send_counts,
-                                    std::span<const std::size_t> send_displs, void* recv,
-                                    std::span<const std::size_t> recv_counts,
-                                    std::span<const std::size_t> recv_displs, DataType t,
-                                    const CollectiveOptions& o) {
-  return coll::iall_to_all_v(self(), send, send_counts, send_displs, recv, recv_counts, recv_displs, t, o);
-}
+detail::CollectivePort& Communicator::port() const { return self(); }
 
 // ---- split ---------------------------------------------------------------------------------
 
