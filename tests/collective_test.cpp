@@ -51,7 +51,7 @@ using nexar::testing::contains;
 using nexar::testing::expect_error;
 using Clock = std::chrono::steady_clock;
 
-enum class Coll {
+enum class CollKind {
   all_reduce,
   reduce,
   reduce_scatter,
@@ -69,33 +69,33 @@ enum class Coll {
   all_to_all_v,
 };
 
-const char* name(Coll c) {
+const char* name(CollKind c) {
   switch (c) {
-    case Coll::all_reduce: return "all_reduce";
-    case Coll::reduce: return "reduce";
-    case Coll::reduce_scatter: return "reduce_scatter";
-    case Coll::scan: return "scan";
-    case Coll::exclusive_scan: return "exclusive_scan";
-    case Coll::broadcast: return "broadcast";
-    case Coll::all_gather: return "all_gather";
-    case Coll::all_to_all: return "all_to_all";
-    case Coll::gather: return "gather";
-    case Coll::scatter: return "scatter";
-    case Coll::barrier: return "barrier";
-    case Coll::all_gather_v: return "all_gather_v";
-    case Coll::gather_v: return "gather_v";
-    case Coll::scatter_v: return "scatter_v";
-    case Coll::all_to_all_v: return "all_to_all_v";
+    case CollKind::all_reduce: return "all_reduce";
+    case CollKind::reduce: return "reduce";
+    case CollKind::reduce_scatter: return "reduce_scatter";
+    case CollKind::scan: return "scan";
+    case CollKind::exclusive_scan: return "exclusive_scan";
+    case CollKind::broadcast: return "broadcast";
+    case CollKind::all_gather: return "all_gather";
+    case CollKind::all_to_all: return "all_to_all";
+    case CollKind::gather: return "gather";
+    case CollKind::scatter: return "scatter";
+    case CollKind::barrier: return "barrier";
+    case CollKind::all_gather_v: return "all_gather_v";
+    case CollKind::gather_v: return "gather_v";
+    case CollKind::scatter_v: return "scatter_v";
+    case CollKind::all_to_all_v: return "all_to_all_v";
   }
   return "?";
 }
 
-constexpr Coll reductions[] = {Coll::all_reduce, Coll::reduce, Coll::reduce_scatter, Coll::scan,
-                               Coll::exclusive_scan};
+constexpr CollKind reductions[] = {CollKind::all_reduce, CollKind::reduce, CollKind::reduce_scatter, CollKind::scan,
+                               CollKind::exclusive_scan};
 
 // One call of a collective.
 struct Case {
-  Coll coll = Coll::all_reduce;
+  CollKind coll = CollKind::all_reduce;
   DataType dt = DataType::f32;
   ReduceOp op = ReduceOp::sum;
   Algorithm alg = Algorithm::automatic;
@@ -107,13 +107,13 @@ struct Case {
 std::string describe(const Case& c, int world, std::size_t count, const char* data = nullptr) {
   std::ostringstream os;
   os << name(c.coll) << " " << to_string(c.dt);
-  const bool red = c.coll == Coll::all_reduce || c.coll == Coll::reduce ||
-                   c.coll == Coll::reduce_scatter || c.coll == Coll::scan ||
-                   c.coll == Coll::exclusive_scan;
+  const bool red = c.coll == CollKind::all_reduce || c.coll == CollKind::reduce ||
+                   c.coll == CollKind::reduce_scatter || c.coll == CollKind::scan ||
+                   c.coll == CollKind::exclusive_scan;
   if (red) os << " " << to_string(c.op);
   os << " world=" << world << " count=" << count << " alg=" << to_string(c.alg);
-  if (c.coll == Coll::reduce || c.coll == Coll::broadcast || c.coll == Coll::gather ||
-      c.coll == Coll::scatter || c.coll == Coll::gather_v || c.coll == Coll::scatter_v)
+  if (c.coll == CollKind::reduce || c.coll == CollKind::broadcast || c.coll == CollKind::gather ||
+      c.coll == CollKind::scatter || c.coll == CollKind::gather_v || c.coll == CollKind::scatter_v)
     os << " root=" << c.root;
   os << " segment_bytes=" << c.segment;
   if (c.in_place) os << " in_place";
@@ -143,7 +143,7 @@ bool run_reduction(std::vector<Communicator>& comms, const Case& c, std::size_t 
   const T sent = sentinel<T>();
   const DataType dt = nexar::dtype_of_v<T>;
   auto out_len = [&](int r) {
-    return c.coll == Coll::reduce_scatter ? block_of(count, n, r).second : count;
+    return c.coll == CollKind::reduce_scatter ? block_of(count, n, r).second : count;
   };
   std::vector<std::vector<T>> in(un), out(un);
   for (int r = 0; r < n; ++r) {
@@ -165,14 +165,14 @@ bool run_reduction(std::vector<Communicator>& comms, const Case& c, std::size_t 
                                : static_cast<const void*>(in[static_cast<std::size_t>(r)].data());
     void* d = o.data();
     switch (c.coll) {
-      case Coll::all_reduce: cm.all_reduce(s, d, count, dt, c.op, opts); break;
-      case Coll::reduce:
+      case CollKind::all_reduce: cm.all_reduce(s, d, count, dt, c.op, opts); break;
+      case CollKind::reduce:
         if (r != c.root && !c.in_place && r % 2 == 1) d = nullptr;  // documented: may be null
         cm.reduce(s, d, count, dt, c.op, c.root, opts);
         break;
-      case Coll::reduce_scatter: cm.reduce_scatter(s, d, count, dt, c.op, opts); break;
-      case Coll::scan: cm.scan(s, d, count, dt, c.op, opts); break;
-      case Coll::exclusive_scan: cm.exclusive_scan(s, d, count, dt, c.op, opts); break;
+      case CollKind::reduce_scatter: cm.reduce_scatter(s, d, count, dt, c.op, opts); break;
+      case CollKind::scan: cm.scan(s, d, count, dt, c.op, opts); break;
+      case CollKind::exclusive_scan: cm.exclusive_scan(s, d, count, dt, c.op, opts); break;
       default: FAIL() << "not a reduction";
     }
   });
@@ -183,12 +183,12 @@ bool run_reduction(std::vector<Communicator>& comms, const Case& c, std::size_t 
     if (!same_bits(got[len], sent))
       ADD_FAILURE() << ctx << ": rank " << r << " wrote past the end of its recv buffer (element "
                     << len << " = " << show(got[len]) << ")";
-    const bool untouched = (c.coll == Coll::reduce && r != c.root) ||
-                           (c.coll == Coll::exclusive_scan && r == 0);
+    const bool untouched = (c.coll == CollKind::reduce && r != c.root) ||
+                           (c.coll == CollKind::exclusive_scan && r == 0);
     if (untouched) {
       const auto& before = in[static_cast<std::size_t>(r)];
       check_elements(ctx, r,
-                     c.coll == Coll::reduce ? "recv of a non-root (must be left untouched)"
+                     c.coll == CollKind::reduce ? "recv of a non-root (must be left untouched)"
                                             : "recv of rank 0 (must be left unchanged)",
                      got.data(), len, [&](std::size_t i) {
                        return exactly(c.in_place ? before[i] : sent);
@@ -197,14 +197,14 @@ bool run_reduction(std::vector<Communicator>& comms, const Case& c, std::size_t 
     }
     int lo = 0, hi = n;
     std::size_t off = 0;
-    if (c.coll == Coll::scan) hi = r + 1;
-    if (c.coll == Coll::exclusive_scan) hi = r;
-    if (c.coll == Coll::reduce_scatter) off = block_of(count, n, r).first;
+    if (c.coll == CollKind::scan) hi = r + 1;
+    if (c.coll == CollKind::exclusive_scan) hi = r;
+    if (c.coll == CollKind::reduce_scatter) off = block_of(count, n, r).first;
     check_elements(ctx, r, "result", got.data(), len, [&](std::size_t i) {
       return reference(in, off + i, c.op, lo, hi, kind);
     });
   }
-  if (c.coll == Coll::all_reduce && count > 0) {
+  if (c.coll == CollKind::all_reduce && count > 0) {
     for (int r = 1; r < n; ++r)
       check_elements(ctx, r, "result vs rank 0's (must be bitwise identical)",
                      out[static_cast<std::size_t>(r)].data(), count,
@@ -240,11 +240,11 @@ std::vector<std::size_t> counts_of(int n, std::size_t large) {
 // and once per op (on f64 and i32, at world 4). The full product over QUIC (about 450
 // cases) took a third of this file's time and found nothing the in-memory tests miss.
 
-using ReduceParam = std::tuple<Coll, DataType, ReduceOp, int>;
+using ReduceParam = std::tuple<CollKind, DataType, ReduceOp, int>;
 
 std::vector<ReduceParam> reduce_matrix() {
   std::vector<ReduceParam> v;
-  for (Coll c : reductions) {
+  for (CollKind c : reductions) {
     for (DataType t : all_dtypes) v.emplace_back(c, t, ReduceOp::sum, 3);
     for (DataType t : {DataType::f64, DataType::i32})
       for (ReduceOp op : ops_of(t))
@@ -266,7 +266,7 @@ TEST_P(ReduceMatrix, MatchesReference) {
   for (std::size_t count : counts_of(n, 50000)) {
     Case c{coll, dt, op};
     c.root = static_cast<int>(count % un);
-    if (coll == Coll::all_reduce) {
+    if (coll == CollKind::all_reduce) {
       if (count == un - 1 || count == 2 * un + 1) c.alg = Algorithm::halving_doubling;
       if (count == 50000) c.alg = Algorithm::ring;
     }
@@ -275,7 +275,7 @@ TEST_P(ReduceMatrix, MatchesReference) {
   if (nexar::is_floating(dt)) {
     Case c{coll, dt, op};
     c.root = n - 1;
-    c.in_place = coll != Coll::reduce_scatter;
+    c.in_place = coll != CollKind::reduce_scatter;
     if (!run_reduction(comms, c, 2 * un + 1, Data::exact, seed + 1)) return;
     c.in_place = false;
     c.root = 1;
@@ -306,11 +306,11 @@ bool run_movement(std::vector<Communicator>& comms, const Case& c, std::size_t c
   const std::size_t root = static_cast<std::size_t>(c.root);
   std::size_t send_elems = count, recv_elems = count;
   switch (c.coll) {
-    case Coll::broadcast: send_elems = 0; break;
-    case Coll::all_gather: recv_elems = count * un; break;
-    case Coll::all_to_all: send_elems = recv_elems = count * un; break;
-    case Coll::gather: recv_elems = count * un; break;
-    case Coll::scatter: send_elems = count * un; break;
+    case CollKind::broadcast: send_elems = 0; break;
+    case CollKind::all_gather: recv_elems = count * un; break;
+    case CollKind::all_to_all: send_elems = recv_elems = count * un; break;
+    case CollKind::gather: recv_elems = count * un; break;
+    case CollKind::scatter: send_elems = count * un; break;
     default: ADD_FAILURE() << "not a data-moving collective"; return false;
   }
   for (std::size_t r = 0; r < un; ++r) {
@@ -323,7 +323,7 @@ bool run_movement(std::vector<Communicator>& comms, const Case& c, std::size_t c
     }
   }
   std::vector<std::byte> bcast = random_bytes(count * es, mix(seed, 4242 + count));
-  if (c.coll == Coll::broadcast) std::copy(bcast.begin(), bcast.end(), recv[root].begin());
+  if (c.coll == CollKind::broadcast) std::copy(bcast.begin(), bcast.end(), recv[root].begin());
   const CollectiveOptions opts = options_of(c);
   const bool ok = run_ranks(comms, ctx, [&](int r) {
     Communicator& cm = comms[static_cast<std::size_t>(r)];
@@ -331,11 +331,11 @@ bool run_movement(std::vector<Communicator>& comms, const Case& c, std::size_t c
     const void* s = c.in_place ? static_cast<const void*>(d)
                                : static_cast<const void*>(send[static_cast<std::size_t>(r)].data());
     switch (c.coll) {
-      case Coll::broadcast: cm.broadcast(d, count, c.dt, c.root, opts); break;
-      case Coll::all_gather: cm.all_gather(s, d, count, c.dt, opts); break;
-      case Coll::all_to_all: cm.all_to_all(s, d, count, c.dt, opts); break;
-      case Coll::gather: cm.gather(s, d, count, c.dt, c.root, opts); break;
-      case Coll::scatter: cm.scatter(s, d, count, c.dt, c.root, opts); break;
+      case CollKind::broadcast: cm.broadcast(d, count, c.dt, c.root, opts); break;
+      case CollKind::all_gather: cm.all_gather(s, d, count, c.dt, opts); break;
+      case CollKind::all_to_all: cm.all_to_all(s, d, count, c.dt, opts); break;
+      case CollKind::gather: cm.gather(s, d, count, c.dt, c.root, opts); break;
+      case CollKind::scatter: cm.scatter(s, d, count, c.dt, c.root, opts); break;
       default: break;
     }
   });
@@ -345,20 +345,20 @@ bool run_movement(std::vector<Communicator>& comms, const Case& c, std::size_t c
     const int ir = static_cast<int>(r);
     std::vector<std::byte> want;
     switch (c.coll) {
-      case Coll::broadcast: want = bcast; break;
-      case Coll::all_gather:
+      case CollKind::broadcast: want = bcast; break;
+      case CollKind::all_gather:
         for (std::size_t i = 0; i < un; ++i) want.insert(want.end(), send[i].begin(), send[i].end());
         break;
-      case Coll::all_to_all:  // block i of rank r = block r of rank i
+      case CollKind::all_to_all:  // block i of rank r = block r of rank i
         for (std::size_t i = 0; i < un; ++i)
           want.insert(want.end(), send[i].begin() + static_cast<std::ptrdiff_t>(r * cb),
                       send[i].begin() + static_cast<std::ptrdiff_t>((r + 1) * cb));
         break;
-      case Coll::gather:
+      case CollKind::gather:
         if (r != root) continue;  // recv is only significant at the root
         for (std::size_t i = 0; i < un; ++i) want.insert(want.end(), send[i].begin(), send[i].end());
         break;
-      case Coll::scatter:
+      case CollKind::scatter:
         want.assign(send[root].begin() + static_cast<std::ptrdiff_t>(r * cb),
                     send[root].begin() + static_cast<std::ptrdiff_t>((r + 1) * cb));
         break;
@@ -411,7 +411,7 @@ std::size_t vcount(int pattern, std::size_t i, std::size_t j, std::size_t n) {
 }
 
 struct VCase {
-  Coll coll = Coll::all_gather_v;
+  CollKind coll = CollKind::all_gather_v;
   DataType dt = DataType::f32;
   int root = 0;
   int pattern = 0;
@@ -422,7 +422,7 @@ struct VCase {
 std::string describe(const VCase& v, int n) {
   std::ostringstream os;
   os << name(v.coll) << " " << to_string(v.dt) << " world=" << n << " pattern=" << v.pattern;
-  if (v.coll == Coll::gather_v || v.coll == Coll::scatter_v) os << " root=" << v.root;
+  if (v.coll == CollKind::gather_v || v.coll == CollKind::scatter_v) os << " root=" << v.root;
   if (v.gaps) os << " gaps";
   if (v.reversed) os << " reversed-displs";
   return os.str();
@@ -443,7 +443,7 @@ bool run_vform(std::vector<Communicator>& comms, const VCase& v, std::uint64_t s
   opts.segment_bytes = 4096;
   const auto root = static_cast<std::size_t>(v.root);
 
-  if (v.coll == Coll::all_to_all_v) {
+  if (v.coll == CollKind::all_to_all_v) {
     // Rank i sends vcount(i, j) elements to rank j.
     std::vector<Layout> sl(un), rl(un);
     for (std::size_t r = 0; r < un; ++r) {
@@ -483,8 +483,8 @@ bool run_vform(std::vector<Communicator>& comms, const VCase& v, std::uint64_t s
   const Layout l = layout(counts, v.gaps, v.reversed);
   std::vector<std::vector<std::byte>> send(un), recv(un);
   for (std::size_t r = 0; r < un; ++r) {
-    const std::size_t s_elems = v.coll == Coll::scatter_v ? l.extent : counts[r];
-    const std::size_t r_elems = v.coll == Coll::scatter_v ? counts[r] : l.extent;
+    const std::size_t s_elems = v.coll == CollKind::scatter_v ? l.extent : counts[r];
+    const std::size_t r_elems = v.coll == CollKind::scatter_v ? counts[r] : l.extent;
     send[r] = random_bytes(s_elems * es, mix(seed, r));
     recv[r].assign((r_elems + 1) * es, sb);
   }
@@ -492,16 +492,16 @@ bool run_vform(std::vector<Communicator>& comms, const VCase& v, std::uint64_t s
     const auto r = static_cast<std::size_t>(ir);
     Communicator& cm = comms[r];
     switch (v.coll) {
-      case Coll::all_gather_v:
+      case CollKind::all_gather_v:
         cm.iall_gather_v(send[r].data(), counts[r], recv[r].data(), l.counts, l.displs, v.dt, opts)
             .wait();
         break;
-      case Coll::gather_v:
+      case CollKind::gather_v:
         cm.igather_v(send[r].data(), counts[r], recv[r].data(), l.counts, l.displs, v.dt, v.root,
                      opts)
             .wait();
         break;
-      case Coll::scatter_v:
+      case CollKind::scatter_v:
         cm.iscatter_v(send[r].data(), l.counts, l.displs, recv[r].data(), counts[r], v.dt, v.root,
                       opts)
             .wait();
@@ -512,11 +512,11 @@ bool run_vform(std::vector<Communicator>& comms, const VCase& v, std::uint64_t s
   if (!ok) return false;
   for (std::size_t r = 0; r < un; ++r) {
     std::vector<std::byte> want;
-    if (v.coll == Coll::scatter_v) {
+    if (v.coll == CollKind::scatter_v) {
       want.assign((counts[r] + 1) * es, sb);
       copy_bytes(want.data(), send[root].data() + l.displs[r] * es, counts[r] * es);
     } else {
-      if (v.coll == Coll::gather_v && r != root) continue;
+      if (v.coll == CollKind::gather_v && r != root) continue;
       want.assign((l.extent + 1) * es, sb);
       for (std::size_t i = 0; i < un; ++i)
         copy_bytes(want.data() + l.displs[i] * es, send[i].data(), counts[i] * es);
@@ -557,7 +557,7 @@ void run_late_barrier(std::vector<Communicator>& comms, int late, Algorithm alg)
 
 // ---- WorldSweep: every collective at worlds 1, 2, 3, 5 and 8 ------------------------------
 
-using SweepParam = std::tuple<Coll, int>;
+using SweepParam = std::tuple<CollKind, int>;
 
 class WorldSweep : public ::testing::TestWithParam<SweepParam> {};
 
@@ -567,11 +567,11 @@ TEST_P(WorldSweep, MatchesReference) {
   const auto un = static_cast<std::size_t>(n);
   const std::uint64_t seed = mix(static_cast<std::uint64_t>(coll), un + 99);
   switch (coll) {
-    case Coll::all_reduce:
-    case Coll::reduce:
-    case Coll::reduce_scatter:
-    case Coll::scan:
-    case Coll::exclusive_scan:
+    case CollKind::all_reduce:
+    case CollKind::reduce:
+    case CollKind::reduce_scatter:
+    case CollKind::scan:
+    case CollKind::exclusive_scan:
       for (std::size_t count : counts_of(n, 50000)) {
         Case f{coll, DataType::f32, ReduceOp::sum};
         f.root = n - 1;
@@ -581,11 +581,11 @@ TEST_P(WorldSweep, MatchesReference) {
         if (!run_reduction(comms, i, count, Data::random, seed + 1)) return;
       }
       break;
-    case Coll::broadcast:
-    case Coll::all_gather:
-    case Coll::all_to_all:
-    case Coll::gather:
-    case Coll::scatter:
+    case CollKind::broadcast:
+    case CollKind::all_gather:
+    case CollKind::all_to_all:
+    case CollKind::gather:
+    case CollKind::scatter:
       for (std::size_t count : counts_of(n, 50000))
         for (DataType t : {DataType::f32, DataType::i32}) {
           Case c{coll, t};
@@ -593,13 +593,13 @@ TEST_P(WorldSweep, MatchesReference) {
           if (!run_movement(comms, c, count, seed + static_cast<std::uint64_t>(t))) return;
         }
       break;
-    case Coll::barrier:
+    case CollKind::barrier:
       run_late_barrier(comms, n - 1, Algorithm::automatic);
       break;
-    case Coll::all_gather_v:
-    case Coll::gather_v:
-    case Coll::scatter_v:
-    case Coll::all_to_all_v:
+    case CollKind::all_gather_v:
+    case CollKind::gather_v:
+    case CollKind::scatter_v:
+    case CollKind::all_to_all_v:
       for (int pattern : {0, 1, 2})
         for (DataType t : {DataType::f32, DataType::i32}) {
           VCase v{coll, t, pattern % n, pattern};
@@ -614,8 +614,8 @@ TEST_P(WorldSweep, MatchesReference) {
 // over QUIC found nothing those miss.
 std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> v;
-  for (int c = 0; c <= static_cast<int>(Coll::all_to_all_v); ++c)
-    for (int n : {1, 2, 3, 5, 8}) v.emplace_back(static_cast<Coll>(c), n);
+  for (int c = 0; c <= static_cast<int>(CollKind::all_to_all_v); ++c)
+    for (int n : {1, 2, 3, 5, 8}) v.emplace_back(static_cast<CollKind>(c), n);
   return v;
 }
 
@@ -649,12 +649,12 @@ TEST_P(AllReduceAlgorithm, MatchesReference) {
                         {DataType::f16, ReduceOp::max, Data::random}};
   for (std::size_t count : counts_of(n, 50000))
     for (const Kind& k : kinds) {
-      Case c{Coll::all_reduce, k.dt, k.op, alg};
+      Case c{CollKind::all_reduce, k.dt, k.op, alg};
       c.in_place = in_place;
       if (!run_reduction(comms, c, count, k.data, seed + count)) return;
     }
   // The default segment size (one segment per block) as well.
-  Case c{Coll::all_reduce, DataType::f32, ReduceOp::sum, alg};
+  Case c{CollKind::all_reduce, DataType::f32, ReduceOp::sum, alg};
   c.in_place = in_place;
   c.segment = 0;
   run_reduction(comms, c, 50000, Data::random, seed + 7);
@@ -719,12 +719,12 @@ TEST_P(HierarchicalAllReduce, MatchesReference) {
   for (std::size_t count : counts_of(n, 70001))
     for (const Kind& k : kinds)
       for (bool in_place : {false, true}) {
-        Case c{Coll::all_reduce, k.dt, k.op, Algorithm::hierarchical};
+        Case c{CollKind::all_reduce, k.dt, k.op, Algorithm::hierarchical};
         c.in_place = in_place;
         if (!run_reduction(comms, c, count, k.data, seed + count)) return;
       }
   // Automatic at a ring size picks the hierarchy where it helps; the result is the same.
-  Case c{Coll::all_reduce, DataType::f32, ReduceOp::sum, Algorithm::automatic};
+  Case c{CollKind::all_reduce, DataType::f32, ReduceOp::sum, Algorithm::automatic};
   run_reduction(comms, c, 300001, Data::random, seed + 1);
 }
 
@@ -739,7 +739,7 @@ INSTANTIATE_TEST_SUITE_P(Collective, HierarchicalAllReduce,
 
 // ---- Rooted: roots at worlds 1..5 ---------------------------------------------------------
 
-using RootParam = std::tuple<Coll, Algorithm, int, int>;  // collective, algorithm, world, root
+using RootParam = std::tuple<CollKind, Algorithm, int, int>;  // collective, algorithm, world, root
 
 class Rooted : public ::testing::TestWithParam<RootParam> {};
 
@@ -750,7 +750,7 @@ TEST_P(Rooted, MatchesReference) {
       mix(static_cast<std::uint64_t>(coll) * 64 + static_cast<std::uint64_t>(alg),
           static_cast<std::uint64_t>(n * 16 + root));
   for (std::size_t count : counts_of(n, 20011)) {
-    if (coll == Coll::reduce) {
+    if (coll == CollKind::reduce) {
       Case f{coll, DataType::f64, ReduceOp::sum, alg, root};
       Case u{coll, DataType::u8, ReduceOp::prod, alg, root};
       if (!run_reduction(comms, f, count, Data::random, seed)) return;
@@ -762,7 +762,7 @@ TEST_P(Rooted, MatchesReference) {
       }
     }
   }
-  if (coll == Coll::broadcast) {  // above broadcast_chain_bytes, with the default segment
+  if (coll == CollKind::broadcast) {  // above broadcast_chain_bytes, with the default segment
     Case c{coll, DataType::u8, ReduceOp::sum, alg, root};
     c.segment = 0;
     run_movement(comms, c, (1u << 20) + 3, seed + 5);
@@ -771,11 +771,11 @@ TEST_P(Rooted, MatchesReference) {
 
 std::vector<RootParam> rooted_params() {
   std::vector<RootParam> v;
-  const std::pair<Coll, std::vector<Algorithm>> colls[] = {
-      {Coll::broadcast, {Algorithm::automatic, Algorithm::tree, Algorithm::ring}},
-      {Coll::reduce, {Algorithm::automatic, Algorithm::tree}},
-      {Coll::gather, {Algorithm::automatic, Algorithm::linear}},
-      {Coll::scatter, {Algorithm::automatic, Algorithm::linear}}};
+  const std::pair<CollKind, std::vector<Algorithm>> colls[] = {
+      {CollKind::broadcast, {Algorithm::automatic, Algorithm::tree, Algorithm::ring}},
+      {CollKind::reduce, {Algorithm::automatic, Algorithm::tree}},
+      {CollKind::gather, {Algorithm::automatic, Algorithm::linear}},
+      {CollKind::scatter, {Algorithm::automatic, Algorithm::linear}}};
   // Every root of worlds 1 to 3; at worlds 4 and 5 the first, the middle and the last root,
   // the ones the in-memory tests take at every world 1 to 9 (algorithms_test.cpp).
   for (const auto& [c, algs] : colls)
@@ -802,14 +802,14 @@ TEST(Collective, ForcedAlgorithmsOfOtherCollectives) {
     const auto un = static_cast<std::size_t>(n);
     const std::uint64_t seed = mix(77, un);
     for (std::size_t count : counts_of(n, 20011)) {
-      Case ag{Coll::all_gather, DataType::i64};
+      Case ag{CollKind::all_gather, DataType::i64};
       ag.alg = Algorithm::ring;
       if (!run_movement(comms, ag, count, seed)) return;
-      Case rs{Coll::reduce_scatter, DataType::f32, ReduceOp::sum, Algorithm::ring};
+      Case rs{CollKind::reduce_scatter, DataType::f32, ReduceOp::sum, Algorithm::ring};
       if (!run_reduction(comms, rs, count, Data::random, seed + 1)) return;
-      Case sc{Coll::scan, DataType::i64, ReduceOp::sum, Algorithm::linear};
+      Case sc{CollKind::scan, DataType::i64, ReduceOp::sum, Algorithm::linear};
       if (!run_reduction(comms, sc, count, Data::random, seed + 2)) return;
-      Case a2a{Coll::all_to_all, DataType::u8};
+      Case a2a{CollKind::all_to_all, DataType::u8};
       a2a.alg = Algorithm::pairwise;
       if (!run_movement(comms, a2a, count, seed + 3)) return;
     }
@@ -819,7 +819,7 @@ TEST(Collective, ForcedAlgorithmsOfOtherCollectives) {
 
 // ---- VForms: uneven counts with zeros, gaps, every root ---------------------------------
 
-using VParam = std::tuple<Coll, int>;
+using VParam = std::tuple<CollKind, int>;
 
 class VForms : public ::testing::TestWithParam<VParam> {};
 
@@ -828,7 +828,7 @@ TEST_P(VForms, MatchReference) {
   auto& comms = pooled_world(n);
   const std::uint64_t seed = mix(static_cast<std::uint64_t>(coll) + 500, static_cast<std::uint64_t>(n));
   std::vector<int> roots{0};
-  if (coll == Coll::gather_v || coll == Coll::scatter_v) {
+  if (coll == CollKind::gather_v || coll == CollKind::scatter_v) {
     roots.clear();
     if (n <= 5)
       for (int r = 0; r < n; ++r) roots.push_back(r);
@@ -844,9 +844,9 @@ TEST_P(VForms, MatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Collective, VForms,
-                         ::testing::Combine(::testing::Values(Coll::all_gather_v, Coll::gather_v,
-                                                              Coll::scatter_v,
-                                                              Coll::all_to_all_v),
+                         ::testing::Combine(::testing::Values(CollKind::all_gather_v, CollKind::gather_v,
+                                                              CollKind::scatter_v,
+                                                              CollKind::all_to_all_v),
                                             ::testing::Range(1, 9)),
                          [](const ::testing::TestParamInfo<VParam>& p) {
                            return std::string(name(std::get<0>(p.param))) + "_w" +
@@ -857,7 +857,7 @@ INSTANTIATE_TEST_SUITE_P(Collective, VForms,
 TEST(Collective, VFormsWithDisplacementsInReverseOrder) {
   for (int n : {3, 4}) {
     auto& comms = pooled_world(n);
-    for (Coll c : {Coll::all_gather_v, Coll::gather_v, Coll::scatter_v, Coll::all_to_all_v}) {
+    for (CollKind c : {CollKind::all_gather_v, CollKind::gather_v, CollKind::scatter_v, CollKind::all_to_all_v}) {
       VCase v{c, DataType::i32, n - 1, 0, true, true};
       if (!run_vform(comms, v, 31337)) return;
     }
@@ -877,11 +877,11 @@ TEST_P(AllToAll, MatchesReference) {
   for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, 2 * un + 1,
                             std::size_t{5000}})
     for (DataType t : {DataType::bf16, DataType::u64}) {
-      Case c{Coll::all_to_all, t};
+      Case c{CollKind::all_to_all, t};
       c.alg = alg;
       if (!run_movement(comms, c, count, mix(count, un))) return;
     }
-  Case c{Coll::all_to_all, DataType::i32};  // in place: send == recv, same size
+  Case c{CollKind::all_to_all, DataType::i32};  // in place: send == recv, same size
   c.alg = alg;
   c.in_place = true;
   run_movement(comms, c, 2 * un + 1, 5);
@@ -1158,7 +1158,7 @@ TEST(Collective, SplitByParityReversed) {
     // Destroying the splits leaves the parent working.
     subsub.clear();
     sub.clear();
-    Case c{Coll::all_reduce, DataType::i32, ReduceOp::sum};
+    Case c{CollKind::all_reduce, DataType::i32, ReduceOp::sum};
     run_reduction(comms, c, 2 * un + 1, Data::random, 3);
   }
 }
@@ -1179,7 +1179,7 @@ TEST(Collective, SplitWithNegativeColorReturnsAClosedCommunicator) {
     EXPECT_EQ(sub[static_cast<std::size_t>(r)].size(), n - 1);
     EXPECT_EQ(sub[static_cast<std::size_t>(r)].rank(), r - 1);
   }
-  Case c{Coll::all_reduce, DataType::f64, ReduceOp::sum};
+  Case c{CollKind::all_reduce, DataType::f64, ReduceOp::sum};
   run_reduction(rest, c, 101, Data::random, 9);
   // All ranks with a negative color: nobody gets a communicator, nothing hangs.
   std::vector<Communicator> none(n);
@@ -1497,21 +1497,21 @@ TEST(Collective, SignedZerosInMinMax) {
           in[static_cast<std::size_t>(r)][i] =
               from_d<T>(((i >> (r % 6)) & 1) ? -0.0 : 0.0);
       for (ReduceOp op : {ReduceOp::min, ReduceOp::max})
-        for (Coll c : {Coll::all_reduce, Coll::reduce_scatter}) {
+        for (CollKind c : {CollKind::all_reduce, CollKind::reduce_scatter}) {
           const std::string ctx = std::string(name(c)) + " " + to_string(t) + " " + to_string(op) +
                                   " of signed zeros world=6";
           if (!run_ranks(comms, ctx, [&](int r) {
                 auto& o = out[static_cast<std::size_t>(r)];
                 const T* s = in[static_cast<std::size_t>(r)].data();
-                if (c == Coll::all_reduce)
+                if (c == CollKind::all_reduce)
                   comms[static_cast<std::size_t>(r)].all_reduce(s, o.data(), count, t, op);
                 else
                   comms[static_cast<std::size_t>(r)].reduce_scatter(s, o.data(), count, t, op);
               }))
             return;
           for (int r = 0; r < n; ++r) {
-            const std::size_t off = c == Coll::all_reduce ? 0 : block_of(count, n, r).first;
-            const std::size_t len = c == Coll::all_reduce ? count : block_of(count, n, r).second;
+            const std::size_t off = c == CollKind::all_reduce ? 0 : block_of(count, n, r).first;
+            const std::size_t len = c == CollKind::all_reduce ? count : block_of(count, n, r).second;
             check_elements(ctx, r, "result", out[static_cast<std::size_t>(r)].data(), len,
                            [&](std::size_t i) {
                              bool any_neg = false, any_pos = false;

@@ -1,6 +1,6 @@
-// The mailbox path of all_reduce, broadcast and barrier (collective/mailbox_path.*,
-// comm/communicator_impl_mailboxes.cpp), on local worlds whose ranks share memory: every dtype and op
-// against the plain-loop references, in one round, two rounds and chunks, in place too,
+// The mailbox path of all_reduce, reduce_scatter, all_gather, broadcast and barrier
+// (collective/mailbox_path.*, comm/communicator_impl_mailboxes.cpp), on local worlds whose
+// ranks share memory: every dtype and op against the plain-loop references, in one round, two rounds and chunks, in place too,
 // with results bitwise equal on every rank; the path is taken up to the agreed size and
 // not beyond; blocking and non-blocking calls meet each other; communicators used at once
 // from several threads keep their messages apart, and two that ranks use in different
@@ -96,7 +96,7 @@ inline std::size_t many_chunks(int n) { return n == 2 ? 7 : 9; }
 }  // namespace
 
 // Every dtype and op, odd world sizes, 0, 1, odd and the largest counts that fit.
-TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
+TEST(MailboxPath, AllReduceMatchesTheReferenceOnEveryRank) {
   for (int n : {2, 3, 4}) {
     auto& w = pooled_world(n);
     const std::uint64_t before = via_mailboxes(w[0]);
@@ -122,7 +122,7 @@ TEST(SmallCollective, AllReduceMatchesTheReferenceOnEveryRank) {
 // Blocks larger than a message go in chunks: just over one message per block, blocks of
 // whole chunks, blocks of several chunks and a few elements (counts not divisible by the
 // world), and blocks of more chunks than a mailbox has slots; every dtype, in place too.
-TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
+TEST(MailboxPath, ChunkedAllReduceMatchesTheReference) {
   each_world_and_type([]<class T>(std::vector<Communicator>& w, int n, std::type_identity<T>, ReduceOp other) {
     const std::size_t ranks = static_cast<std::size_t>(n), c = kChunkElems<T>;
     std::uint64_t calls = 0;
@@ -142,7 +142,7 @@ TEST(SmallCollective, ChunkedAllReduceMatchesTheReference) {
 // reduce_scatter (the first of the two rounds) and all_gather (the second) through the
 // mailboxes: every dtype, sum and another op, counts that leave the blocks uneven, empty
 // and one-element calls, blocks of many chunks; all_gather in place too.
-TEST(SmallCollective, ReduceScatterAndAllGatherMatchTheReference) {
+TEST(MailboxPath, ReduceScatterAndAllGatherMatchTheReference) {
   each_world_and_type([]<class T>(std::vector<Communicator>& w, int n, std::type_identity<T>, ReduceOp other) {
     const std::size_t ranks = static_cast<std::size_t>(n), per_chunk = kChunkElems<T>, many = many_chunks(n);
     const DataType t = dtype_of_v<T>;
@@ -208,7 +208,7 @@ TEST(SmallCollective, ReduceScatterAndAllGatherMatchTheReference) {
   });
 }
 
-TEST(SmallCollective, BroadcastAndBarrier) {
+TEST(MailboxPath, BroadcastAndBarrier) {
   auto& w = pooled_world(3);
   const std::uint64_t before = via_mailboxes(w[1]);
   for (int root = 0; root < 3; ++root) {
@@ -238,7 +238,7 @@ TEST(SmallCollective, BroadcastAndBarrier) {
 
 // Beyond the agreed size (the setting; the smallest any member allows) the ordinary path
 // runs, and a setting of 0 turns the path off.
-TEST(SmallCollective, OnlyUpToTheAgreedSize) {
+TEST(MailboxPath, OnlyUpToTheAgreedSize) {
   Config cfg = test_config();
   cfg.shm_collective_bytes = 65536;
   with_world(2, cfg, [&](std::vector<Communicator>& w, int r) {
@@ -278,7 +278,7 @@ TEST(SmallCollective, OnlyUpToTheAgreedSize) {
 // ordinary ring above; three ranks take them above too (16 MiB and more), and so do ten,
 // whose blocks of a 100 KiB vector are over one message each. all_gather takes them up
 // to 1 MiB in all.
-TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
+TEST(MailboxPath, TheWorldSizeDecidesTheLargestSize) {
   for (int n : {2, 3}) {
     const std::size_t most = n == 2 ? (std::size_t{128} << 10) / sizeof(float) : (std::size_t{16} << 20) / sizeof(float);
     with_world(n, test_config(), [&](std::vector<Communicator>& w, int r) {
@@ -327,7 +327,7 @@ TEST(SmallCollective, TheWorldSizeDecidesTheLargestSize) {
 // Rank 0 calls the blocking forms, rank 1 the non-blocking ones and waits; both meet, in
 // order, with non-blocking calls in flight meanwhile (an ordinary one, and one through the
 // mailboxes, which rank 0's blocking calls then follow on the collective thread).
-TEST(SmallCollective, BlockingMeetsNonBlocking) {
+TEST(MailboxPath, BlockingMeetsNonBlocking) {
   auto& w = pooled_world(2);
   std::vector<std::vector<double>> got(2, std::vector<double>(40));
   run_ranks(w, "mixed forms", [&](int r) {
@@ -365,7 +365,7 @@ TEST(SmallCollective, BlockingMeetsNonBlocking) {
 
 // The world and two halves split from it, each driven by its own thread on every rank at
 // the same time: each communicator's messages reach only its own collectives.
-TEST(SmallCollective, CommunicatorsAtOnceKeepApart) {
+TEST(MailboxPath, CommunicatorsAtOnceKeepApart) {
   auto comms = bootstrap_local(4, test_config());
   std::vector<Communicator> halves(4);
   run_ranks(comms, "split", [&](int r) { halves[static_cast<std::size_t>(r)] = comms[static_cast<std::size_t>(r)].split(r % 2, r); });
@@ -400,7 +400,7 @@ TEST(SmallCollective, CommunicatorsAtOnceKeepApart) {
 // Ranks that pass different counts get an error naming both sizes, not wrong data, and the
 // communicator is revoked: the next call fails at once with the same words; a rank that
 // never comes makes the other fail at its deadline, naming it.
-TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
+TEST(MailboxPath, DisagreementAndAbsenceAreErrors) {
   auto comms = bootstrap_local(2, test_config());
   run_ranks(comms, "warm", [&](int r) {
     int x = r;
@@ -446,7 +446,7 @@ TEST(SmallCollective, DisagreementAndAbsenceAreErrors) {
 
 // A rank that closes while another waits for its part (of a barrier, or of a chunked
 // all_reduce): the waiter fails at once (not at its deadline), naming it.
-TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
+TEST(MailboxPath, PeerThatClosesFailsTheWaiter) {
   for (bool chunked : {false, true}) {
     auto comms = bootstrap_local(2, test_config());
     run_ranks(comms, "warm", [&](int r) {
@@ -477,7 +477,7 @@ TEST(SmallCollective, PeerThatClosesFailsTheWaiter) {
 // Chunked: ranks whose blocks are both whole chunks, 2 against 3 of them (no chunk's length
 // tells them apart), fail at once, each naming the other's size; so does the receiver of
 // a broadcast in chunks.
-TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
+TEST(MailboxPath, ChunkedDisagreementNamesBothSizes) {
   constexpr std::size_t kChunk = detail::CollectivePort::kMailboxBytes / sizeof(float);
   auto comms = bootstrap_local(2, test_config());
   run_ranks(comms, "warm", [&](int r) {
@@ -515,7 +515,7 @@ TEST(SmallCollective, ChunkedDisagreementNamesBothSizes) {
 // Rank 0 runs large all_reduces on two communicators at once, from two threads; ranks 1
 // and 2 run them one after the other, the second communicator's first. Rank 0's first
 // communicator may not fill the mailboxes that the second's messages need to reach them.
-TEST(SmallCollective, CommunicatorsInDifferentOrdersDoNotWaitOnEachOther) {
+TEST(MailboxPath, CommunicatorsInDifferentOrdersDoNotWaitOnEachOther) {
   constexpr int kRanks = 3;
   auto comms = bootstrap_local(kRanks, test_config());
   std::vector<Communicator> others(kRanks);

@@ -1,7 +1,8 @@
 // nexar — configuration.
 //
-// Every setting lives in Config, with its default below and its NEXAR_* environment
-// variable documented in docs/CONFIG.md. Config::from_env() starts from the defaults and
+// Every setting lives in Config, with its default below (or in nexar/tuning.hpp, for
+// Config::tuning, the unstable ones) and its NEXAR_* environment variable documented in
+// docs/CONFIG.md. Config::from_env() starts from the defaults and
 // applies the environment; a malformed or out-of-range value throws
 // nexar::Error(Errc::invalid_argument) naming the variable and the value.
 #pragma once

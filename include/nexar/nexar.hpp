@@ -13,3 +13,4 @@
 #include <nexar/stats.hpp>
 #include <nexar/request.hpp>
 #include <nexar/rpc.hpp>
+#include <nexar/tuning.hpp>

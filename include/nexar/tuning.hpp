@@ -2,11 +2,12 @@
 //
 // These are Config::tuning. They are not part of the stable API: a field here may be
 // renamed, change meaning or go away in any release, because it names an internal choice
-// (which algorithm runs at which size) or exists for tests. Their defaults are measured
-// (docs/PERFORMANCE.md), and each also has a NEXAR_* variable (docs/CONFIG.md, "tuning" and
-// "debug" tiers), which is how a job should set them when it must; Config::from_env() reads
-// them. Config::validate() checks them with the rest, and errors name them as
-// "tuning.<field>".
+// (which algorithm runs at which size) or exists for tests. (A CONFIG.md tier says who
+// touches a setting; several "tuning" settings are stable fields of Config itself. Only
+// what is in this struct is unstable.) The thresholds' defaults are measured
+// (docs/PERFORMANCE.md). Each field has a NEXAR_* variable (docs/CONFIG.md), which is how a
+// job should set them when it must; Config::from_env() reads them. Config::validate()
+// checks them with the rest, and errors name them as "tuning.<field>".
 #pragma once
 
 #include <cstdint>

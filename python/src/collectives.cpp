@@ -80,6 +80,14 @@ void same_type(const char* op, const Borrowed& a, const char* an, const Borrowed
   }
 }
 
+// The output `recv` of a call whose input is `send`: borrowed writable into `h`, and of
+// send's element type (unless a dtype reinterprets both).
+Borrowed& borrow_recv(Hold& h, py::handle recv, const char* op, const Borrowed& send, const Opts& o) {
+  Borrowed& rb = h.add(borrow(recv, Access::write, op, "recv"));
+  same_type(op, send, "send", rb, "recv", o);
+  return rb;
+}
+
 std::byte* copy_to_scratch(Hold& h, const std::byte* from, std::size_t bytes) {
   h.scratch.assign(from, from + bytes);
   return h.scratch.data();
@@ -196,8 +204,7 @@ py::object all_gather(PyComm& s, const Opts& o, bool nb, py::handle send, py::ha
     rp = d.data();
   } else {
     Borrowed& sb = h->add(borrow(send, Access::read, name, "send"));
-    Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-    same_type(name, sb, "send", rb, "recv", o);
+    Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
     u = movement_unit(sb, o);
     n = count(name, "send", sb, u);
     need(name, "recv", count(name, "recv", rb, u), n * usize(s), u);
@@ -227,8 +234,7 @@ py::object reduce_scatter(PyComm& s, const Opts& o, bool nb, py::handle send, py
     sp = copy_to_scratch(*h, sb.data(), sb.bytes());
     rp = sb.data() + off * u.size;
   } else {
-    Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-    same_type(name, sb, "send", rb, "recv", o);
+    Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
     need(name, "recv", count(name, "recv", rb, u), len, u);
     rp = rb.data();
   }
@@ -256,8 +262,7 @@ py::object all_to_all(PyComm& s, const Opts& o, bool nb, py::handle send, py::ha
     sp = copy_to_scratch(*h, sb.data(), sb.bytes());
     rp = sb.data();
   } else {
-    Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-    same_type(name, sb, "send", rb, "recv", o);
+    Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
     need(name, "recv", count(name, "recv", rb, u), n, u);
     rp = rb.data();
   }
@@ -296,8 +301,7 @@ py::object gather(PyComm& s, const Opts& o, bool nb, py::handle send, py::handle
     n = count(name, "send", sb, u);
     sp = sb.data();
     if (at_root) {
-      Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-      same_type(name, sb, "send", rb, "recv", o);
+      Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
       need(name, "recv", count(name, "recv", rb, u), n * usize(s), u);
       rp = rb.data();
       result = obj(recv);
@@ -333,8 +337,7 @@ py::object scatter(PyComm& s, const Opts& o, bool nb, py::handle send, py::handl
       rp = h->scratch.data();
       result = obj(send);
     } else {
-      Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-      same_type(name, sb, "send", rb, "recv", o);
+      Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
       n = count(name, "recv", rb, u);
       need(name, "send", total, n * usize(s), u);
       rp = rb.data();
@@ -432,8 +435,7 @@ py::object all_gather_v(PyComm& s, const Opts& o, bool nb, py::handle send, py::
   const char* name = "all_gather_v";
   auto h = std::make_shared<Hold>();
   Borrowed& sb = h->add(borrow(send, Access::read, name, "send"));
-  Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-  same_type(name, sb, "send", rb, "recv", o);
+  Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
   const Unit u = movement_unit(sb, o);
   auto& c = h->counts[0] = units(name, "counts", counts, s, u);
   auto& d = h->counts[1] = displacements(name, "displs", displs, c, s, u);
@@ -517,8 +519,7 @@ py::object all_to_all_v(PyComm& s, const Opts& o, bool nb, py::handle send,
   const char* name = "all_to_all_v";
   auto h = std::make_shared<Hold>();
   Borrowed& sb = h->add(borrow(send, Access::read, name, "send"));
-  Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-  same_type(name, sb, "send", rb, "recv", o);
+  Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
   const Unit u = movement_unit(sb, o);
   auto& sc = h->counts[0] = units(name, "send_counts", send_counts, s, u);
   auto& sd = h->counts[1] = displacements(name, "send_displs", send_displs, sc, s, u);
@@ -570,8 +571,7 @@ py::object all_reduce_sharded(PyComm& s, const Opts& o, bool nb, py::handle send
   if (in_place) {
     rp = sb.data();
   } else if (!recv.is_none()) {
-    Borrowed& rb = h->add(borrow(recv, Access::write, name, "recv"));
-    same_type(name, sb, "send", rb, "recv", o);
+    Borrowed& rb = borrow_recv(*h, recv, name, sb, o);
     need(name, "recv", count(name, "recv", rb, u), n, u);
     rp = rb.data();
   }

@@ -1,11 +1,11 @@
 // The collective algorithms. Each runs on the communicator's collective thread with a
-// Coll describing the call; arguments were validated by the caller (communicator.cpp).
+// Coll describing the call; arguments were validated by the collective's entry point in
+// its own file.
 // Counts are in elements of c.dtype.
 #pragma once
 
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <span>
 #include <utility>
 

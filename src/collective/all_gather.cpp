@@ -38,7 +38,7 @@ constexpr std::size_t kAllGatherMostBytes = std::size_t{1} << 20;
 constexpr unsigned kAllGatherKind = call_kind("all_gather");
 
 std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                        std::size_t count, DataType t, const CollectiveOptions& o) {
+                                         std::size_t count, DataType t, const CollectiveOptions& o) {
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = n * count * size_of(t);
   auto tk = mailbox_path(p, "all_gather", bytes, o, blocking, chunks_fit(p, bytes) && bytes <= kAllGatherMostBytes,
                          call_check(kAllGatherKind, t, ReduceOp::sum), {count, -1});

@@ -225,9 +225,9 @@ void all_reduce(const Coll& c, const void* send, void* recv, std::size_t count) 
       // On a hypercube the recursive algorithms' partners (rank xor 2^i) are exactly the
       // direct links, where half of the ring's neighbours would be two relayed hops away.
       const bool cube = cfg.topology.kind == Topology::Kind::hypercube;
-      a = b < cfg.tuning.allreduce_doubling_bytes          ? Algorithm::recursive_doubling
+      a = b < cfg.tuning.allreduce_doubling_bytes            ? Algorithm::recursive_doubling
           : b < cfg.tuning.allreduce_ring_bytes || cube ? Algorithm::halving_doubling
-                                                 : Algorithm::ring;
+                                                        : Algorithm::ring;
       // Every rank makes the same choice from the same sizes, so all of them learn the
       // hosts in this collective when none knows them yet.
       if (a == Algorithm::ring) {
@@ -272,6 +272,8 @@ void all_reduce_sharded(const Coll& c, const void* send, void* recv, void* shard
 }
 
 namespace {
+using Ticket = CollectivePort::Ticket;
+
 // The mailbox form. Up to kOneRoundBytes, one round, unless a rank would post more than
 // kFanOutBytes in all; above, two rounds, in one message per block while a block fits one,
 // in chunks beyond (mailbox_path.hpp).
@@ -280,10 +282,10 @@ constexpr std::size_t kOneRoundBytes = 4096;
 // of an 8 B all_reduce through the mailboxes).
 constexpr unsigned kAllReduceKind = call_kind("all_reduce");
 
-// The reduction of the n parts of block `b` (this rank's part at `mine`) in rank order,
+// The reduction of the n parts of one block (this rank's part at `mine`) in rank order,
 // (x0 op x1) op x2 ..., into `acc`: every rank that computes it gets the same bits. The
 // others' parts come as messages of `phase`.
-void reduce_parts(CollectivePort& p, const CollectivePort::Ticket& t, int phase, const void* mine, std::byte* acc, std::size_t len,
+void reduce_parts(CollectivePort& p, const Ticket& t, int phase, const void* mine, std::byte* acc, std::size_t len,
                   DataType dt, ReduceOp op) {
   const int n = p.size(), me = p.rank();
   const std::size_t bytes = len * size_of(dt);
@@ -306,7 +308,7 @@ void reduce_parts(CollectivePort& p, const CollectivePort::Ticket& t, int phase,
 
 // One round: every rank posts its whole vector to every other and reduces all of them.
 // The least waiting (one exchange), the most copying ((n-1) x the vector each way).
-void all_reduce_one_round(CollectivePort& p, const CollectivePort::Ticket& t, const void* send, void* recv, std::size_t count,
+void all_reduce_one_round(CollectivePort& p, const Ticket& t, const void* send, void* recv, std::size_t count,
                           DataType dt, ReduceOp op) {
   const int n = p.size(), me = p.rank();
   const std::size_t bytes = count * size_of(dt);
@@ -319,7 +321,7 @@ void all_reduce_one_round(CollectivePort& p, const CollectivePort::Ticket& t, co
 // Two rounds, each rank the owner of one block (block_of): it posts block b to rank b,
 // reduces the parts of its own block, and posts the result to every other rank. As much
 // copying as a ring (2 (n-1)/n x the vector), with two exchanges instead of 2 (n-1) steps.
-void all_reduce_two_rounds(CollectivePort& p, const CollectivePort::Ticket& t, const void* send, void* recv, std::size_t count,
+void all_reduce_two_rounds(CollectivePort& p, const Ticket& t, const void* send, void* recv, std::size_t count,
                            DataType dt, ReduceOp op) {
   const int n = p.size(), me = p.rank();
   const std::size_t es = size_of(dt);
@@ -344,7 +346,7 @@ void all_reduce_two_rounds(CollectivePort& p, const CollectivePort::Ticket& t, c
 }
 
 std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                        std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
+                                         std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t n = static_cast<std::size_t>(p.size()), bytes = count * size_of(t);
   const bool one = bytes <= kOneRoundBytes && bytes * (n - 1) <= kFanOutBytes;
   const bool two = block_of(count, p.size(), 0).second * size_of(t) <= CollectivePort::kMailboxBytes;

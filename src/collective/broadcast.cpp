@@ -3,6 +3,7 @@
 #include <nexar/communicator.hpp>
 
 #include <algorithm>
+#include <vector>
 
 #include "collective/algorithms.hpp"
 #include "collective/checks.hpp"
@@ -69,6 +70,8 @@ void broadcast(const Coll& c, void* buf, std::size_t count, int root) {
 }
 
 namespace {
+using Ticket = CollectivePort::Ticket;
+
 // The mailbox form: one message to each rank while it fits one and the root posts at
 // most kFanOutBytes in all; in chunks up to kBroadcastMostBytes: with 4 processes on 2
 // cores 2-3x faster than the pipelined chain up to 64 KiB, as fast at 256 KiB and 1 MiB,
@@ -80,7 +83,7 @@ constexpr unsigned kBroadcastKind = call_kind("broadcast");
 // broadcast beyond one message: the root sends every rank the size (8 bytes: ranks that
 // disagree fail at once, naming both sizes), then the buffer in chunks, to all ranks in
 // turn as their mailboxes take them; the others take theirs in order.
-void broadcast_in_chunks(CollectivePort& p, const CollectivePort::Ticket& t, std::byte* buf, std::uint64_t bytes, int root) {
+void broadcast_in_chunks(CollectivePort& p, const Ticket& t, std::byte* buf, std::uint64_t bytes, int root) {
   static constexpr std::size_t kChunk = CollectivePort::kMailboxBytes;
   const int n = p.size(), me = p.rank();
   const std::size_t chunks = (bytes + kChunk - 1) / kChunk;
@@ -117,7 +120,7 @@ void broadcast_in_chunks(CollectivePort& p, const CollectivePort::Ticket& t, std
 }
 
 std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, void* buf, std::size_t count, DataType t,
-                                       int root, const CollectiveOptions& o) {
+                                         int root, const CollectiveOptions& o) {
   const std::size_t bytes = count * size_of(t);
   const bool one = bytes <= CollectivePort::kMailboxBytes &&
                    bytes * static_cast<std::size_t>(p.size() - 1) <= kFanOutBytes;

@@ -40,14 +40,12 @@ std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char
   return p.mailboxes(op, bytes, o, blocking, check, shape);
 }
 
-
 void check_sizes_agree(const CollectivePort::Ticket& t, int me, int from, std::uint64_t theirs, std::uint64_t ours) {
   if (theirs == ours) return;
   throw make_error(Errc::invalid_argument, ErrorContext{t.op, me, from, {}, {}},
                    "rank " + std::to_string(from) + " has " + std::to_string(theirs) + " bytes, this rank " +
                        std::to_string(ours) + " (the ranks disagree on count or type)");
 }
-
 
 void exchange_in_chunks(CollectivePort& p, const CollectivePort::Ticket& t, const Chunked& x, DataType dt,
                         ReduceOp op) {

@@ -20,8 +20,9 @@
 
 namespace nexar::detail::coll {
 
-// A collective whose messages would make one rank post more than kFanOutBytes in all
-// (every other rank a copy) takes the rounds that post each rank one block instead.
+// Where one round would make a rank post more than kFanOutBytes in all (every other rank
+// a copy), all_reduce takes the two rounds that post each rank one block, and broadcast
+// its chunks.
 constexpr std::size_t kFanOutBytes = std::size_t{128} << 10;
 
 // Two ranks take the chunked exchanges up to kTwoRanksMostBytes only: above it the
@@ -50,8 +51,8 @@ std::optional<CollectivePort::Ticket> mailbox_path(CollectivePort& p, const char
 /// state or Request is needed) or as a collective of the port. The Request is empty when
 /// blocking.
 template <class Body>
-Request mailbox_run(CollectivePort& p, const CollectivePort::Ticket& tk, bool blocking, const CollectiveOptions& o, DataType t, ReduceOp op,
-            Body body) {
+Request mailbox_run(CollectivePort& p, const CollectivePort::Ticket& tk, bool blocking, const CollectiveOptions& o,
+                    DataType t, ReduceOp op, Body body) {
   if (blocking && !tk.queued) {
     struct Ran {
       CollectivePort& p;
@@ -79,17 +80,7 @@ Request mailbox_run(CollectivePort& p, const CollectivePort::Ticket& tk, bool bl
 /// announced (`theirs`) is not this rank's (`ours`).
 void check_sizes_agree(const CollectivePort::Ticket& t, int me, int from, std::uint64_t theirs, std::uint64_t ours);
 
-// The two rounds when a block outgrows one message (all_reduce), or one of them
-// (reduce_scatter: the first; all_gather: the second). Each rank sends every other rank
-// the vector's size (8 bytes: ranks that disagree fail at once, naming both sizes); in
-// the first round, its part of that rank's block in chunks of at most kMailboxBytes,
-// which the owner reduces; in the second, its own block (reduced, for all_reduce) in
-// chunks. One loop posts and takes whatever it can, so a rank never waits on one mailbox
-// while another could move. The owner reduces chunk c once every rank's chunk c has come,
-// straight from the mailboxes in rank order, and frees them. Only then (a reader frees
-// its key's messages numbered below the one it takes) does it take the second round's
-// chunks, which meanwhile wait in the mailboxes. The slots (8 per communicator and
-// direction) are all that is in flight.
+/// What exchange_in_chunks moves: a vector cut into one block per rank (block_of).
 struct Chunked {
   std::size_t count;        // elements of the whole vector, in blocks (block_of)
   const std::byte* parts;   // first round: the vector whose block b goes to rank b; null: none
@@ -98,6 +89,17 @@ struct Chunked {
   std::byte* whole;         // second round: block b from rank b lands at its offset here
 };
 
+/// The two rounds when a block outgrows one message (all_reduce), or one of them
+/// (reduce_scatter: the first; all_gather: the second). Each rank sends every other rank
+/// the vector's size (8 bytes: ranks that disagree fail at once, naming both sizes); in
+/// the first round, its part of that rank's block in chunks of at most kMailboxBytes,
+/// which the owner reduces; in the second, its own block (reduced, for all_reduce) in
+/// chunks. One loop posts and takes whatever it can, so a rank never waits on one mailbox
+/// while another could move. The owner reduces chunk c once every rank's chunk c has come,
+/// straight from the mailboxes in rank order, and frees them. Only then (a reader frees
+/// its key's messages numbered below the one it takes) does it take the second round's
+/// chunks, which meanwhile wait in the mailboxes. The slots (8 per communicator and
+/// direction) are all that is in flight.
 void exchange_in_chunks(CollectivePort& p, const CollectivePort::Ticket& t, const Chunked& x, DataType dt,
                         ReduceOp op);
 

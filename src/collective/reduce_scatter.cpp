@@ -33,7 +33,7 @@ constexpr unsigned kReduceScatterKind = call_kind("reduce_scatter");
 // The mailbox form: the first round of exchange_in_chunks, in which each rank reduces its
 // own block from every rank's part of it.
 std::optional<Request> through_mailboxes(CollectivePort& p, bool blocking, const void* send, void* recv,
-                                            std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
+                                         std::size_t count, DataType t, ReduceOp op, const CollectiveOptions& o) {
   const std::size_t bytes = count * size_of(t);
   auto tk =
       mailbox_path(p, "reduce_scatter", bytes, o, blocking, chunks_fit(p, bytes), call_check(kReduceScatterKind, t, op),

@@ -371,10 +371,11 @@ Request CommunicatorImpl::start_task(const char* name, const CollectiveOptions& 
   };
   std::uint64_t id = runner().submit(caller_waits, CollectiveRunner::Task{
       [c, st, phase, number, check, body = std::move(body), node = node_.get(), self = this]() {
-        // However the operation ends, its message counts are done with. The communicator outlives
-        // its running task (~CommunicatorImpl joins the runner first), as `body` relies on too. It is
-        // never locked from a weak reference here: that copy could be the last owner, and
-        // ~CommunicatorImpl must not run on the runner's own thread, which it joins.
+        // However the operation ends, its message counts are done with. The communicator
+        // outlives its running task (~CommunicatorImpl joins the runner first), as `body`
+        // relies on too. It is never locked from a weak reference here: that copy could be
+        // the last owner, and ~CommunicatorImpl must not run on the runner's own thread,
+        // which it joins.
         struct Forget {
           CommunicatorImpl& g;
           Tag tag;

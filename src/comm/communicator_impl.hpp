@@ -67,7 +67,7 @@ class CommunicatorImpl final : public CollectivePort, public std::enable_shared_
   const Config& config() const noexcept override { return node_->config(); }
   int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
   const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
-  /// CommunicatorImpl ranks, ascending, whose world rank has a direct connection to ours
+  /// Communicator ranks, ascending, whose world rank has a direct connection to ours
   /// (Node::direct). Throws Errc::closed once the communicator or the node is closed.
   std::vector<int> neighbours() const;
   std::vector<int> connected_peers() const;
@@ -123,7 +123,7 @@ class CommunicatorImpl final : public CollectivePort, public std::enable_shared_
   /// rank here); nullptr for a negative color.
   std::shared_ptr<CommunicatorImpl> split(int color, int key);
 
-  // ---- failures (comm/communicator_impl_failures.cpp) ------------------------------------------------
+  // ---- failures (comm/communicator_impl_failures.cpp) ----------------------------------
   const std::vector<int>& members() const noexcept { return members_; }
   std::vector<int> failed_ranks() const;
   bool is_revoked() const noexcept { return revoked_.load(std::memory_order_acquire); }
@@ -131,7 +131,7 @@ class CommunicatorImpl final : public CollectivePort, public std::enable_shared_
   void revoke();
   Communicator::Agreement agree(const char* op, std::uint64_t value);
   std::shared_ptr<CommunicatorImpl> shrink();
-  // ---- elastic membership (comm/communicator_impl_membership.cpp) -----------------------------------
+  // ---- elastic membership (comm/communicator_impl_membership.cpp) ----------------------
   /// Collective over the members: admits the joiners every live member is connected to
   /// and drops the members that call leave() and the failed ones, into a new communicator.
   std::shared_ptr<CommunicatorImpl> grow();
@@ -141,12 +141,13 @@ class CommunicatorImpl final : public CollectivePort, public std::enable_shared_
   int pending_joiners() const;
   /// Whether this communicator came from a join into a running job.
   bool joined_by_grow() const noexcept { return joined_by_grow_; }
-  /// Marks the communicator a joiner was welcomed into: its communicator came from join() and,
+  /// Marks this as the communicator a joiner was welcomed into (its handle came from join()):
   /// like a world communicator, closing it closes the node.
   void set_joined_by_grow() noexcept { joined_by_grow_ = true; }
 
-  /// The communicator calls go to: this one, or under FailurePolicy::automatic the survivors'
-  /// communicator it was rebuilt into (rebuilding it first if it is revoked by a failure).
+  /// The communicator that calls go to: this one, or under FailurePolicy::automatic the
+  /// survivors' communicator it was rebuilt into (rebuilding it first if it is revoked by a
+  /// failure).
   CommunicatorImpl& current();
 
   /// Runs collectives of this communicator one after another on its own thread.

@@ -108,9 +108,9 @@ Communicator::Agreement CommunicatorImpl::agree(const char* op, std::uint64_t va
 
 std::shared_ptr<CommunicatorImpl> CommunicatorImpl::shrink() {
   check_recoverable("shrink");
-  // One agreement with grow() and leave() (comm/communicator_impl_membership.cpp): a member may shrink
-  // (the automatic policy's rebuild) at the number at which another grows or leaves, and
-  // both must build the same communicator. A shrink admits nobody.
+  // One agreement with grow() and leave() (comm/communicator_impl_membership.cpp): a member
+  // may shrink (the automatic policy's rebuild) at the number at which another grows or
+  // leaves, and both must build the same communicator. A shrink admits nobody.
   return change_membership("shrink", false, false);
 }
 

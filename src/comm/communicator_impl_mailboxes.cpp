@@ -1,6 +1,6 @@
-// A communicator's side of the mailbox path (collective/mailbox_path.*, shm/mailbox.hpp): whether its
-// collectives may run through the mailboxes it shares with its members,
-// agreed with them, and the waits of their posts and takes. A wait spins (or yields, when
+// A communicator's side of the mailbox path (collective/mailbox_path.*, shm/mailbox.hpp):
+// whether its collectives may run through the mailboxes it shares with its members, agreed
+// with them, and the waits of their posts and takes. A wait spins (or yields, when
 // the host is oversubscribed) for Config::spin, then sleeps on the mailbox's futex word; it
 // looks for a revoked or closed communicator, a peer that closed, and the deadline every
 // 64 tries while spinning and at least every millisecond while asleep.

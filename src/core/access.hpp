@@ -1,7 +1,7 @@
 // nexar — the library's way into the private parts of the public handle types.
 //
-// Communicator and Request are handles on internal objects (detail::CommunicatorImpl, detail::OpState)
-// that the public headers only name. Their constructors from those objects, and the
+// Communicator and Request are handles on internal objects (detail::CommunicatorImpl,
+// detail::OpState) that the public headers only name. Their constructors from those objects, and the
 // accessors that return them, are private to keep detail types out of the public API; this
 // struct, a friend of both, is how the library (and tests of internals) reach them.
 #pragma once

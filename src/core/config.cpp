@@ -548,7 +548,7 @@ std::string Config::describe(bool all) const {
   std::string out;
   for (const Setting& s : kSettings) {
     std::string value = s.show(*this);
-    if (s.kind == SettingKind::text && value.empty()) continue;  // tuning.impair and trace: shown only when set
+    if (s.kind == SettingKind::text && value.empty()) continue;  // tuning.impair, trace: only when set
     if (!all && value == s.show(kDefaults)) continue;
     if (!out.empty()) out += '\n';
     out += fmt::format("{} = {}", s.field, value);

@@ -1,7 +1,8 @@
 // How long the thread running a collective was blocked on its peers: Request::wait() and
-// the mailbox waits (comm/communicator_impl_mailboxes.cpp) add to the meter the thread installed, if
-// any; the flight recorder splits a collective's time into waiting and moving with it
-// (Communicator::stats()), and the trace draws the waits inside the collective's span.
+// the mailbox waits (comm/communicator_impl_mailboxes.cpp) add to the meter the thread
+// installed, if any; the flight recorder splits a collective's time into waiting and
+// moving with it (Communicator::stats()), and the trace draws the waits inside the
+// collective's span.
 // Only a wait that blocks reads the clock: an operation already done costs a load.
 #pragma once
 

@@ -240,8 +240,8 @@ def test_config_has_every_cpp_field():
 
 
 def test_tuning_is_set_in_place_and_reaches_describe():
-    """cfg.tuning.X = v changes that Config's setting (not a copy), and validate() judges it
-    under its tuning. name."""
+    """cfg.tuning.X = v changes that Config's setting (not a copy), and validate() names it
+    tuning.<field>."""
     cfg = nexar.Config()
     cfg.tuning.segment_bytes = 64 << 10
     assert cfg.tuning.segment_bytes == 64 << 10

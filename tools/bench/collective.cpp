@@ -64,10 +64,10 @@ using Clock = std::chrono::steady_clock;
 
 // ---- the collectives -----------------------------------------------------------------------
 
-enum class Coll { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, scan, barrier };
+enum class CollKind { all_reduce, broadcast, reduce, all_gather, reduce_scatter, all_to_all, gather, scatter, scan, barrier };
 
 struct CollInfo {
-  Coll coll;
+  CollKind coll;
   const char* name;
   const char* what;     ///< one line for --help
   const char* size;     ///< what "size" is, for --help
@@ -79,41 +79,41 @@ struct CollInfo {
 
 // clang-format off
 constexpr std::array<CollInfo, 10> kColls{{
-  {Coll::all_reduce, "all_reduce", "every rank gets the element-wise reduction of all ranks' vectors",
+  {CollKind::all_reduce, "all_reduce", "every rank gets the element-wise reduction of all ranks' vectors",
    "the vector", "2(n-1)/n", false, true, false},
-  {Coll::broadcast, "broadcast", "the root's vector is copied to every rank",
+  {CollKind::broadcast, "broadcast", "the root's vector is copied to every rank",
    "the vector", "1", true, false, false},
-  {Coll::reduce, "reduce", "the root gets the element-wise reduction of all ranks' vectors",
+  {CollKind::reduce, "reduce", "the root gets the element-wise reduction of all ranks' vectors",
    "the vector", "1", true, true, false},
-  {Coll::all_gather, "all_gather", "every rank gets the concatenation of all ranks' blocks",
+  {CollKind::all_gather, "all_gather", "every rank gets the concatenation of all ranks' blocks",
    "the gathered output (n blocks)", "(n-1)/n", false, false, true},
-  {Coll::reduce_scatter, "reduce_scatter", "rank r gets block r of the element-wise reduction",
+  {CollKind::reduce_scatter, "reduce_scatter", "rank r gets block r of the element-wise reduction",
    "the input that is scattered (n blocks)", "(n-1)/n", false, true, true},
-  {Coll::all_to_all, "all_to_all", "block j of rank i goes to block i of rank j",
+  {CollKind::all_to_all, "all_to_all", "block j of rank i goes to block i of rank j",
    "the whole send buffer (n blocks)", "(n-1)/n", false, false, true},
-  {Coll::gather, "gather", "the root gets the concatenation of all ranks' blocks",
+  {CollKind::gather, "gather", "the root gets the concatenation of all ranks' blocks",
    "the gathered output at the root (n blocks)", "(n-1)/n", true, false, true},
-  {Coll::scatter, "scatter", "block r of the root's buffer goes to rank r",
+  {CollKind::scatter, "scatter", "block r of the root's buffer goes to rank r",
    "the root's send buffer (n blocks)", "(n-1)/n", true, false, true},
-  {Coll::scan, "scan", "rank r gets the reduction over ranks 0..r (inclusive prefix)",
+  {CollKind::scan, "scan", "rank r gets the reduction over ranks 0..r (inclusive prefix)",
    "the vector", "1 (each rank receives one vector; nccl-tests has no scan)", false, true, false},
-  {Coll::barrier, "barrier", "every rank waits until all have entered",
+  {CollKind::barrier, "barrier", "every rank waits until all have entered",
    "0 (no data)", "0", false, false, false},
 }};
 // clang-format on
 
-double busbw_factor(Coll c, int n) {
+double busbw_factor(CollKind c, int n) {
   switch (c) {
-    case Coll::all_reduce: return 2.0 * (n - 1) / n;
-    case Coll::all_gather:
-    case Coll::reduce_scatter:
-    case Coll::all_to_all:
-    case Coll::gather:
-    case Coll::scatter: return static_cast<double>(n - 1) / n;
-    case Coll::broadcast:
-    case Coll::reduce:
-    case Coll::scan: return 1.0;
-    case Coll::barrier: return 0.0;
+    case CollKind::all_reduce: return 2.0 * (n - 1) / n;
+    case CollKind::all_gather:
+    case CollKind::reduce_scatter:
+    case CollKind::all_to_all:
+    case CollKind::gather:
+    case CollKind::scatter: return static_cast<double>(n - 1) / n;
+    case CollKind::broadcast:
+    case CollKind::reduce:
+    case CollKind::scan: return 1.0;
+    case CollKind::barrier: return 0.0;
   }
   return 0.0;
 }
@@ -567,7 +567,7 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
   if (print) report.header();
   BulkLoad bulk(comm, o.bulk);
 
-  if (ci.coll == Coll::barrier) {
+  if (ci.coll == CollKind::barrier) {
     double us = time_iterations([&] { comm.barrier(co); });
     if (print) report.row(0, 0, tname, "none", -1, us, 0.0, 0.0, std::nullopt);
     result = {0, 0.0};
@@ -583,8 +583,8 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
   for (std::size_t count : element_counts(o, ci, n)) {
     const std::size_t blk = ci.sharded ? count / un : 0;
     std::size_t nin = count, nout = count;
-    if (ci.coll == Coll::all_gather || ci.coll == Coll::gather) nin = blk;
-    if (ci.coll == Coll::reduce_scatter || ci.coll == Coll::scatter) nout = blk;
+    if (ci.coll == CollKind::all_gather || ci.coll == CollKind::gather) nin = blk;
+    if (ci.coll == CollKind::reduce_scatter || ci.coll == CollKind::scatter) nout = blk;
     std::vector<T> in(nin), out(nout);
     auto fill_inputs = [&] {
       // all_gather and gather send this rank's block; the others send a full vector.
@@ -595,17 +595,17 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
     const DataType dt = o.dtype;
     auto call = [&] {
       switch (ci.coll) {
-        case Coll::all_reduce: comm.all_reduce(in.data(), out.data(), count, dt, o.op, co); break;
+        case CollKind::all_reduce: comm.all_reduce(in.data(), out.data(), count, dt, o.op, co); break;
         // The root broadcasts straight from its input; the others receive into their output.
-        case Coll::broadcast: comm.broadcast(me == o.root ? in.data() : out.data(), count, dt, o.root, co); break;
-        case Coll::reduce: comm.reduce(in.data(), out.data(), count, dt, o.op, o.root, co); break;
-        case Coll::all_gather: comm.all_gather(in.data(), out.data(), blk, dt, co); break;
-        case Coll::reduce_scatter: comm.reduce_scatter(in.data(), out.data(), count, dt, o.op, co); break;
-        case Coll::all_to_all: comm.all_to_all(in.data(), out.data(), blk, dt, co); break;
-        case Coll::gather: comm.gather(in.data(), out.data(), blk, dt, o.root, co); break;
-        case Coll::scatter: comm.scatter(in.data(), out.data(), blk, dt, o.root, co); break;
-        case Coll::scan: comm.scan(in.data(), out.data(), count, dt, o.op, co); break;
-        case Coll::barrier: comm.barrier(co); break;
+        case CollKind::broadcast: comm.broadcast(me == o.root ? in.data() : out.data(), count, dt, o.root, co); break;
+        case CollKind::reduce: comm.reduce(in.data(), out.data(), count, dt, o.op, o.root, co); break;
+        case CollKind::all_gather: comm.all_gather(in.data(), out.data(), blk, dt, co); break;
+        case CollKind::reduce_scatter: comm.reduce_scatter(in.data(), out.data(), count, dt, o.op, co); break;
+        case CollKind::all_to_all: comm.all_to_all(in.data(), out.data(), blk, dt, co); break;
+        case CollKind::gather: comm.gather(in.data(), out.data(), blk, dt, o.root, co); break;
+        case CollKind::scatter: comm.scatter(in.data(), out.data(), blk, dt, o.root, co); break;
+        case CollKind::scan: comm.scan(in.data(), out.data(), count, dt, o.op, co); break;
+        case CollKind::barrier: comm.barrier(co); break;
       }
     };
 
@@ -618,26 +618,26 @@ void run_rank(Communicator& comm, const CollOptions& o, const CollInfo& ci, Team
       std::fill(out.begin(), out.end(), Elem<T>::poison());
       comm.barrier();
       call();
-      const T* res = (ci.coll == Coll::broadcast && me == o.root) ? in.data() : out.data();
-      const std::size_t nres = (ci.coll == Coll::broadcast && me == o.root) ? nin : nout;
+      const T* res = (ci.coll == CollKind::broadcast && me == o.root) ? in.data() : out.data();
+      const std::size_t nres = (ci.coll == CollKind::broadcast && me == o.root) ? nin : nout;
       // The value element j of this rank's output must have.
       auto expect = [&](std::size_t j) -> long long {
         switch (ci.coll) {
-          case Coll::all_reduce:
-          case Coll::reduce: return pat.reduce(0, n - 1, j);
-          case Coll::broadcast: return pat.input(o.root, j);
-          case Coll::all_gather:
-          case Coll::gather: return pat.input(static_cast<int>(j / blk), j % blk);
-          case Coll::reduce_scatter: return pat.reduce(0, n - 1, static_cast<std::size_t>(me) * blk + j);
+          case CollKind::all_reduce:
+          case CollKind::reduce: return pat.reduce(0, n - 1, j);
+          case CollKind::broadcast: return pat.input(o.root, j);
+          case CollKind::all_gather:
+          case CollKind::gather: return pat.input(static_cast<int>(j / blk), j % blk);
+          case CollKind::reduce_scatter: return pat.reduce(0, n - 1, static_cast<std::size_t>(me) * blk + j);
           // out[s*blk + k] = in_s[me*blk + k]
-          case Coll::all_to_all: return pat.input(static_cast<int>(j / blk), static_cast<std::size_t>(me) * blk + j % blk);
-          case Coll::scatter: return pat.input(o.root, static_cast<std::size_t>(me) * blk + j);
-          case Coll::scan: return pat.reduce(0, me, j);
-          case Coll::barrier: break;
+          case CollKind::all_to_all: return pat.input(static_cast<int>(j / blk), static_cast<std::size_t>(me) * blk + j % blk);
+          case CollKind::scatter: return pat.input(o.root, static_cast<std::size_t>(me) * blk + j);
+          case CollKind::scan: return pat.reduce(0, me, j);
+          case CollKind::barrier: break;
         }
         return 0;
       };
-      const bool has_output = !((ci.coll == Coll::reduce || ci.coll == Coll::gather) && me != o.root);
+      const bool has_output = !((ci.coll == CollKind::reduce || ci.coll == CollKind::gather) && me != o.root);
       long mine = 0;
       if (has_output)
         for (std::size_t j = 0; j < nres; ++j)
@@ -716,7 +716,7 @@ void check_options(const CollOptions& o, const CollInfo& ci) {
   if (ci.reduces && o.op == ReduceOp::avg && !is_floating(o.dtype))
     throw std::invalid_argument(fmt::format("-o avg needs a floating -d (float, double, half, bfloat16), not {}",
                                             type_name(o.dtype)));
-  if (ci.coll == Coll::scan && o.op == ReduceOp::avg)
+  if (ci.coll == CollKind::scan && o.op == ReduceOp::avg)
     throw std::invalid_argument("scan: -o avg is not measured (a prefix average has no agreed divisor)");
 }
 
@@ -834,11 +834,11 @@ void print_formation(const CollOptions& o, const Config& cfg, const Formation& f
 void print_header(const CollOptions& o, const CollInfo& ci, const Config& cfg, int n, const std::string& ranks_how,
                   const Formation& formation) {
   std::string algo = algo_name(o.algo);
-  if (o.algo == Algorithm::automatic && ci.coll == Coll::all_reduce)
+  if (o.algo == Algorithm::automatic && ci.coll == CollKind::all_reduce)
     algo += fmt::format(" (recursive_doubling below {}, halving_doubling below {}, ring from there, hierarchical "
                         "instead when ranks share hosts)",
                         human_size(cfg.tuning.allreduce_doubling_bytes), human_size(cfg.tuning.allreduce_ring_bytes));
-  else if (o.algo == Algorithm::automatic && ci.coll == Coll::broadcast)
+  else if (o.algo == Algorithm::automatic && ci.coll == CollKind::broadcast)
     algo += fmt::format(" (tree below {}, chain from there)", human_size(cfg.tuning.broadcast_chain_bytes));
   std::printf("# nexar-bench %s: nexar over QUIC%s, %s; algorithm %s; segment %s\n", ci.name,
               cfg.shm ? " (shared memory between ranks of a host)" : "", ranks_how.c_str(), algo.c_str(),
@@ -895,7 +895,7 @@ int run_launched(const CollOptions& o, const CollInfo& ci, const Config& cfg, co
     return 2;
   }
   if (comm.rank() == 0)
-    CollectiveReport::footer(result.wrong, result.avg_busbw, o.check && ci.coll != Coll::barrier);
+    CollectiveReport::footer(result.wrong, result.avg_busbw, o.check && ci.coll != CollKind::barrier);
   if (cfg.lazy_connect) {
     // Counted before the gather, which may connect more.
     const std::int64_t mine = static_cast<std::int64_t>(comm.connected_peers().size());
@@ -985,7 +985,7 @@ int run_collective(const CollOptions& o, const CollInfo& ci) {
   if (failed.load() > 0) return 2;
 
   const SweepResult& r0 = results[0];
-  CollectiveReport::footer(r0.wrong, r0.avg_busbw, o.check && ci.coll != Coll::barrier);
+  CollectiveReport::footer(r0.wrong, r0.avg_busbw, o.check && ci.coll != CollKind::barrier);
   print_connections(cfg, connections);
   return r0.wrong ? 1 : 0;
 }
