@@ -23,14 +23,16 @@
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
 #   NEXAR_TEST_STAGES="layers release python fuzz asan"   pick stages (default: all five)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
-#   NEXAR_JOBS=N                            parallel build jobs, and tests that may run
-#                                           side by side (default: nproc)
+#   NEXAR_JOBS=N                            parallel build jobs (default: nproc)
+#   NEXAR_TEST_JOBS=N                       ctest tests run side by side (default: twice
+#                                           nproc: most wait on the network or a deadline)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 stages=${NEXAR_TEST_STAGES:-"layers release python fuzz asan"}
 python=${NEXAR_PYTHON:-/usr/bin/python3}
 jobs=${NEXAR_JOBS:-$(nproc)}
+test_jobs=${NEXAR_TEST_JOBS:-$((2 * $(nproc)))}
 failed=()
 
 # CC and CXX count only on a build tree's first configure, so a tree that was configured
@@ -47,13 +49,15 @@ clang_tree() {
 # failing test's name scrolls far out of it behind the later stages.
 summary=()
 
-# Tests marked PARALLEL in tests/CMakeLists.txt (unit tests, and collectives on loopback that
-# judge no time) run $jobs at a time; every other test runs alone (RUN_SERIAL).
+# One ctest test per test program (tests/CMakeLists.txt), $test_jobs at a time, except those
+# marked SERIAL there, which judge elapsed times and run alone.
 run_ctest() {  # <build dir> <label>
   echo "== ctest ($2)"
-  if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j"$jobs"); then
+  if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j"$test_jobs"); then
     failed+=("$2")
-    summary+=("$2: $(tr '\n' ' ' < "$1/Testing/Temporary/LastTestsFailed.log" 2>/dev/null)")
+    # The failed tests, and the cases inside them that gtest reported failing.
+    summary+=("$2: $(tr '\n' ' ' < "$1/Testing/Temporary/LastTestsFailed.log" 2>/dev/null)" \
+      "$(grep -ho '^\[  FAILED  \] [A-Za-z0-9_/.]*\.[A-Za-z0-9_/.]*' "$1/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u | tr '\n' ' ')")
   fi
 }
 

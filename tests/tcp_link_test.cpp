@@ -178,6 +178,10 @@ TEST(TcpLink, NoPayloadInTheClearUnlessAskedFor) {
     ASSERT_TRUE(every_pair_on_tcp(comms, 3));
     const int fd = ::socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK, htons(ETH_P_ALL));
     ASSERT_GE(fd, 0);
+    // The capture sees every test's loopback traffic, not only ours: a large buffer keeps
+    // our frames from being dropped behind a neighbour's bulk transfer.
+    const int rcvbuf = 64 << 20;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
     std::atomic<bool> stop{false};
     std::atomic<int> seen{0};
     std::thread sniff([&] {

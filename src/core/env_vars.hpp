@@ -96,6 +96,7 @@ inline constexpr EnvVar kEnvVars[] = {
     // the Python tests.
     {"NEXAR_TEST_STAGES", EnvReader::scripts},
     {"NEXAR_JOBS", EnvReader::scripts},
+    {"NEXAR_TEST_JOBS", EnvReader::scripts},
     {"NEXAR_FUZZ_SECONDS", EnvReader::scripts},
     {"NEXAR_PYTHON", EnvReader::scripts},
     {"NEXAR_PYTHON_PATH", EnvReader::scripts},
