@@ -12,8 +12,8 @@
 
 #include <fstream>
 #include <iterator>
-#include <regex>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
