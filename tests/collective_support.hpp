@@ -85,6 +85,25 @@ class PoolEnvironment : public ::testing::Environment {
 };
 [[maybe_unused]] inline const auto* const pool_env = ::testing::AddGlobalTestEnvironment(new PoolEnvironment);
 
+/// Waits for every request of `reqs`, also after one of them failed, then rethrows the
+/// first failure. A rank that gives up at its first failed wait would free the buffers its
+/// other requests still read or write while they run.
+template <typename Range, typename Get>
+void wait_each(Range& reqs, Get&& get) {
+  std::exception_ptr first;
+  for (auto& r : reqs) {
+    try {
+      get(r).wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+inline void wait_each(std::vector<Request>& reqs) {
+  wait_each(reqs, [](Request& r) -> Request& { return r; });
+}
+
 /// Runs fn(rank) on one thread per rank of `comms`. When a rank throws, every communicator
 /// of `comms` is closed (their pending operations fail at once instead of waiting for the
 /// deadline) and the first failure is reported with `ctx`. Returns true when no rank threw.

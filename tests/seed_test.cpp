@@ -74,7 +74,7 @@ class RawSeedClient final : public nexar::quic::ConnectionHandler {
   RawSeedClient(const std::string& seed, Reply reply, std::chrono::milliseconds idle = 10s)
       : reply_(std::move(reply)), tls_(nexar::tls::SeedTrust{}) {
     nexar::quic::ConnectionSettings s;
-    s.alpn = nexar::wire::seed_alpn;
+    s.alpn = {nexar::wire::seed_alpn};
     s.idle_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(idle).count());
     s.handshake_timeout_ns = 5'000'000'000ull;
     const nexar::quic::Address to = nexar::quic::Address::parse(seed);

@@ -6,13 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "stripes_support.hpp"
-#include "quic/address.hpp"
-#include "quic/connection.hpp"
+#include "wire/frame.hpp"
 
-#include <atomic>
 #include <cstdint>
 #include <string>
-#include <thread>
 
 namespace {
 
@@ -34,38 +31,26 @@ TEST(Shard, EveryCollectiveExactOnThreeEngineThreads) {
   }
 }
 
-// A shard's port is no softer door than the first one: a member that dials it other than
-// as the higher rank of a pair that is up (here the lower rank dials the higher's shard) gets
+// A shard's port is no softer door than the first one. A dial that does not say it is an
+// extra connection (ALPN) fails the handshake. One that says so but comes other than from
+// the higher rank of a pair that is up (here the lower rank dials the higher's shard) gets
 // through the handshake, since its certificate is good, and is then closed with the reason.
 // The pair carries on as before.
-struct Probe final : nexar::quic::ConnectionHandler {
-  std::atomic<bool> closed{false};
-  std::string why;
-  std::string on_peer_identity(nexar::quic::Connection&, const std::string&) override { return {}; }
-  void on_established(nexar::quic::Connection&) override {}
-  void on_stream_data(nexar::quic::Connection&, std::int64_t, const std::uint8_t*, std::size_t) override {}
-  void on_closed(nexar::quic::Connection&, Errc, const std::string& w) override {
-    why = w;
-    closed.store(true);
-  }
-};
-
 TEST(Shard, KeepsOnlyExtraConnections) {
-  Probe probe;  // outlives the communicators, whose endpoint calls it
+  Probe first, extra;  // outlive the communicators, whose endpoint calls them
   auto comms = nexar::bootstrap_local(2, config(2, 2));
   on_every_rank(comms, [&](int r) {
     auto v = values(200003, r, 11);
     comms[static_cast<std::size_t>(r)].all_reduce(v, ReduceOp::sum);
     EXPECT_EQ(v, sum_of_all(200003, 2, 11));
   });
-  auto& low = node_of(comms[0]);
   auto& high = node_of(comms[1]);
   nexar::quic::Address to = high.endpoint()->local();
   to.set_port(high.shard_port(0));
-  nexar::testing::on_engine(low.engine(), [&] { low.endpoint()->connect(to, low.peer(1)->name(), &probe); });
-  for (int i = 0; i < 500 && !probe.closed.load(); ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(probe.closed.load()) << "rank 1's shard kept a connection rank 0 dialled";
-  EXPECT_NE(probe.why.find("takes only extra connections from a higher rank"), std::string::npos) << probe.why;
+  const std::string not_extra = refusal(first, comms[0], to, 1, nexar::wire::mesh_alpn);
+  EXPECT_NE(not_extra.find("alert 120"), std::string::npos) << not_extra;  // no_application_protocol
+  const std::string lower = refusal(extra, comms[0], to, 1, nexar::wire::extra_alpn);
+  EXPECT_NE(lower.find("takes only extra connections from a higher rank"), std::string::npos) << lower;
   on_every_rank(comms, [&](int r) {
     auto v = values(200003, r, 12);
     comms[static_cast<std::size_t>(r)].all_reduce(v, ReduceOp::sum);

@@ -332,7 +332,8 @@ TEST_P(Sparse, P2PEveryOrderedPair) {
         outs.push_back(payload(r, dst, sizes[si], si));
         sends.push_back(c.isend(dst, 10 + static_cast<int>(si), outs.back().data(), sizes[si]));
       }
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
+    wait_each(ins, [](In& in) -> Request& { return in.req; });
     for (auto& in : ins) {
       const Status st = in.req.wait();
       check_message(ctx("p2p every pair"), r, st, in.src, in.tag, in.buf,
@@ -396,7 +397,7 @@ TEST_P(Sparse, AnySource) {
       check_message(ctx("any_source posted"), r, st, st.source, 30, bufs[i], payload(st.source, r, size_a(st.source), 30));
     }
     EXPECT_EQ(seen.size(), others) << ctx("any_source posted") << ": rank " << r;
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
     sends.clear();
 
     // B: messages first, then blocking wildcard receives.
@@ -415,7 +416,7 @@ TEST_P(Sparse, AnySource) {
       if (st.source < 0 || st.source >= nr) continue;
       check_message(ctx("any_source unexpected"), r, st, st.source, 31, b, payload(st.source, r, size_b(st.source), 31));
     }
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
     sends.clear();
 
     // C: any_source and any_tag; the tag tells the sender.
@@ -435,7 +436,7 @@ TEST_P(Sparse, AnySource) {
       check_message(ctx("any_tag"), r, st, st.source, 200 + st.source, b,
                     payload(st.source, r, 40 + static_cast<std::size_t>(st.source), 32));
     }
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
     c.barrier();  // nothing of this test is left for the next one on this world
   });
 }
@@ -1049,7 +1050,7 @@ TEST_P(Sparse, OrderThroughRelaysUnderLoad) {
         check_stream(cx + " background", r, st, b, from, kTagBg, i * 3 + 1, static_cast<std::uint64_t>(i), 4000);
       }
     }
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
     c.barrier();
 
     // 3: any_tag receives of two interleaved tags: each tag in its own order.
@@ -1084,7 +1085,7 @@ TEST_P(Sparse, OrderThroughRelaysUnderLoad) {
         ++want;
       }
     }
-    for (auto& s : sends) s.wait();
+    wait_each(sends);
     c.barrier();
   });
 }

@@ -1,6 +1,7 @@
 // What the tests of a pair's extra connections share (stripes_test.cpp, shard_test.cpp):
-// their configuration, a look at a pair from one rank's engine thread, and the collective
-// battery (collective_battery.hpp) with a check that the extra connections carried it.
+// their configuration, a look at a pair from one rank's engine thread, a dial made by hand
+// to see what a port refuses, and the collective battery (collective_battery.hpp) with a
+// check that the extra connections carried it.
 #pragma once
 
 #include <nexar/nexar.hpp>
@@ -11,12 +12,19 @@
 #include "support.hpp"
 #include "comm/communicator_impl.hpp"
 #include "core/access.hpp"
+#include "quic/address.hpp"
+#include "quic/connection.hpp"
 #include "transport/node.hpp"
 #include "transport/peer.hpp"
+#include "wire/frame.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <random>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -54,6 +62,31 @@ inline std::pair<int, std::uint64_t> pair_state(Communicator& c, int peer) {
 inline int hosted_connections(Communicator& c, int peer) {
   auto& node = node_of(c);
   return nexar::testing::on_engine(node.engine(), [&] { return node.peer(peer)->hosted_connections(); });
+}
+
+// A connection dialled by hand, to learn why the far end closes it. It must outlive the
+// communicators, whose endpoints call it.
+struct Probe final : nexar::quic::ConnectionHandler {
+  std::atomic<bool> closed{false};
+  std::string why;
+  std::string on_peer_identity(nexar::quic::Connection&, const std::string&) override { return {}; }
+  void on_established(nexar::quic::Connection&) override {}
+  void on_stream_data(nexar::quic::Connection&, std::int64_t, const std::uint8_t*, std::size_t) override {}
+  void on_closed(nexar::quic::Connection&, Errc, const std::string& w) override {
+    why = w;
+    closed.store(true);
+  }
+};
+
+// Dials `to` from `from`'s endpoint (with its certificate), expecting `to_rank`'s node and
+// offering ALPN `alpn`; returns why the far end closed it, or "(kept)" after 5 s.
+inline std::string refusal(Probe& probe, Communicator& from, nexar::quic::Address to, int to_rank,
+                           const std::string& alpn) {
+  auto& node = node_of(from);
+  nexar::testing::on_engine(node.engine(),
+                            [&] { node.endpoint()->connect(to, node.peer(to_rank)->name(), &probe, alpn); });
+  for (int i = 0; i < 500 && !probe.closed.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return probe.closed.load() ? probe.why : "(kept)";
 }
 
 // Every collective over 4 connections per pair (collective_battery.hpp), and each pair

@@ -2,7 +2,8 @@
 // real QUIC between ranks of one process, shared memory off so every message takes the wire.
 // Every collective gives exactly the reference while its messages take turns among the
 // connections, also with several collectives in flight and under 5% loss; the extra
-// connections are really used; two ranks that ask for different counts use the smaller;
+// connections are really used; two ranks that ask for different counts use the smaller; a
+// rank's port never takes a first connection's dial for an extra one, nor the other way;
 // and a rank whose extra connection breaks is failed, named by its peers. Several of these
 // also run with extra connections on shards (Config::engine_threads; shard_test.cpp).
 #include <nexar/nexar.hpp>
@@ -115,6 +116,40 @@ TEST(Stripes, OneConnectionDialsNoOther) {
     auto& node = node_of(comms[static_cast<std::size_t>(r)]);
     EXPECT_EQ(nexar::testing::on_engine(node.engine(), [&] { return node.endpoint()->live_connections(); }), 1u);
   }
+}
+
+// A rank's first port tells a pair's first connection from an extra one by the ALPN the
+// dialler offers. A first connection's dial from a rank already connected (a lazy dial its
+// rank gave up for ours, which can arrive after the pair is up, its hello sent) is refused
+// as a duplicate, never kept as an extra connection of the pair; an extra one from the
+// lower rank of a pair is refused too. The pair carries on, its connections as they were.
+TEST(Stripes, FirstPortTellsFirstFromExtraConnections) {
+  Probe stale, lower;  // outlive the communicators, whose endpoints call them
+  nexar::Config cfg = config(4);
+  cfg.lazy_connect = true;
+  auto comms = nexar::bootstrap_local(2, cfg);
+  auto exact = [&](std::uint64_t seed) {
+    on_every_rank(comms, [&](int r) {
+      auto v = values(200003, r, seed);
+      comms[static_cast<std::size_t>(r)].all_reduce(v, ReduceOp::sum);
+      EXPECT_EQ(v, sum_of_all(200003, 2, seed));
+    });
+  };
+  exact(13);
+  for (int i = 0; i < 500 && (pair_state(comms[0], 1).first < 4 || pair_state(comms[1], 0).first < 4); ++i)
+    std::this_thread::sleep_for(10ms);
+  const int before = pair_state(comms[0], 1).first;
+  ASSERT_EQ(before, 4);
+  const std::string dup =
+      refusal(stale, comms[1], node_of(comms[0]).endpoint()->local(), 0, nexar::wire::mesh_alpn);
+  EXPECT_NE(dup.find("is already connected"), std::string::npos) << dup;
+  const std::string up =
+      refusal(lower, comms[0], node_of(comms[1]).endpoint()->local(), 1, nexar::wire::extra_alpn);
+  EXPECT_NE(up.find("takes extra connections only from a higher rank"), std::string::npos) << up;
+  exact(14);
+  EXPECT_EQ(pair_state(comms[0], 1).first, before);
+  EXPECT_EQ(pair_state(comms[1], 0).first, before);
+  for (auto& c : comms) EXPECT_TRUE(c.failed_ranks().empty());
 }
 
 // Ranks as processes, 3 connections per pair (the second on another engine thread at each

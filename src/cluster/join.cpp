@@ -393,7 +393,7 @@ Communicator join(const JoinOptions& o, const Config& config) {
 
   auto link = std::make_shared<SeedLink>(tls::SeedTrust{o.seed_fingerprint, o.seed_ca_pem});
   quic::ConnectionSettings s;
-  s.alpn = wire::seed_alpn;
+  s.alpn = {wire::seed_alpn};
   s.udp_payload = config.udp_payload;
   s.idle_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(config.idle_timeout).count());
   s.handshake_timeout_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(kAttempt).count());

@@ -153,7 +153,7 @@ struct Seed::Impl final : quic::ConnectionHandler {
     bound = local.to_string();
 
     quic::ConnectionSettings s;
-    s.alpn = wire::seed_alpn;
+    s.alpn = {wire::seed_alpn};
     s.udp_payload = cfg.udp_payload;
     s.stream_window = 1u << 20;
     s.conn_window = 4u << 20;

@@ -66,7 +66,7 @@ ngtcp2_callbacks Connection::callbacks(bool server) {
   return cb;
 }
 
-void Connection::init_tls(const tls::TlsContext& tls, const std::string& alpn_id) {
+void Connection::init_tls(const tls::TlsContext& tls, const std::vector<std::string>& alpn) {
   unsigned flags = (server_ ? GNUTLS_SERVER : GNUTLS_CLIENT) | GNUTLS_NO_END_OF_EARLY_DATA;
   if (int rv = gnutls_init(&session_, flags); rv != 0)
     throw Error(Errc::tls, std::string("gnutls_init: ") + gnutls_strerror(rv));
@@ -87,11 +87,18 @@ void Connection::init_tls(const tls::TlsContext& tls, const std::string& alpn_id
     gnutls_certificate_send_x509_rdn_sequence(session_, 1);
   }
   gnutls_session_set_verify_function(session_, cb_verify);
-  gnutls_datum_t proto{reinterpret_cast<unsigned char*>(const_cast<char*>(alpn_id.data())),
-                       static_cast<unsigned>(alpn_id.size())};
-  gnutls_alpn_set_protocols(session_, &proto, 1, GNUTLS_ALPN_MANDATORY);
+  std::vector<gnutls_datum_t> protos;
+  for (const std::string& id : alpn)
+    protos.push_back({reinterpret_cast<unsigned char*>(const_cast<char*>(id.data())), static_cast<unsigned>(id.size())});
+  gnutls_alpn_set_protocols(session_, protos.data(), static_cast<unsigned>(protos.size()), GNUTLS_ALPN_MANDATORY);
   gnutls_session_set_ptr(session_, &conn_ref_);
   ngtcp2_conn_set_tls_native_handle(conn_, session_);
+}
+
+std::string Connection::alpn() const {
+  gnutls_datum_t p{};
+  if (session_ == nullptr || gnutls_alpn_get_selected_protocol(session_, &p) != 0) return {};
+  return {reinterpret_cast<const char*>(p.data), p.size};
 }
 
 std::array<std::uint8_t, 32> Connection::export_secret(std::string_view label) const {

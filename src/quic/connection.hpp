@@ -73,9 +73,10 @@ struct ConnectionSettings {
   std::uint64_t conn_window = 64u << 20;
   std::uint64_t idle_timeout_ns = 15'000'000'000ull;
   std::uint64_t handshake_timeout_ns = 20'000'000'000ull;
-  /// The one ALPN protocol id offered and accepted: peers of another protocol (a worker
+  /// The ALPN protocol ids an accepting endpoint takes; a dial offers one of them, the
+  /// first unless Endpoint::connect names another. Peers of another protocol (a worker
   /// dialling a seed port with the mesh protocol, say) fail the handshake.
-  std::string alpn = "nexar/1";
+  std::vector<std::string> alpn{"nexar/1"};
   /// Faults injected on arrival (Config::tuning.impair); inactive by default.
   detail::ImpairSpec impair;
   /// Which of ngtcp2's congestion controllers the connection runs (Config::congestion).
@@ -90,6 +91,9 @@ class Connection {
 
   bool is_server() const noexcept { return server_; }
   bool established() const noexcept { return established_; }
+  /// The ALPN protocol id the handshake settled on; empty before the peer's hello was read
+  /// (the acceptor knows it by the time it checks the dialler's certificate).
+  std::string alpn() const;
   bool closed() const noexcept { return closed_; }
   /// Whether the connection ended because the peer's UDP port answered unreachable: its
   /// process closed the socket (or is gone), as opposed to a silence or an error frame.
@@ -158,7 +162,7 @@ class Connection {
   };
 
   Connection(Endpoint& ep, bool server, const Address& remote);
-  void init_tls(const tls::TlsContext& tls, const std::string& alpn);
+  void init_tls(const tls::TlsContext& tls, const std::vector<std::string>& alpn);
   static ngtcp2_callbacks callbacks(bool server);
 
   int read(const ngtcp2_path& path, const std::uint8_t* pkt, std::size_t len, std::uint64_t ts);

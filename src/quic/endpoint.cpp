@@ -251,7 +251,8 @@ Connection* Endpoint::accept(const Address& from, std::uint8_t* pkt, std::size_t
   return raw;
 }
 
-Connection& Endpoint::connect(const Address& to, const std::string& node, ConnectionHandler* h) {
+Connection& Endpoint::connect(const Address& to, const std::string& node, ConnectionHandler* h,
+                              const std::string& alpn) {
   auto c = std::unique_ptr<Connection>(new Connection(*this, false, to));
   c->id_ = next_id_++;
   c->expected_node_ = node;
@@ -267,7 +268,7 @@ Connection& Endpoint::connect(const Address& to, const std::string& node, Connec
   int rv = ngtcp2_conn_client_new(&c->conn_, &dcid, &scid, &c->path_.path, NGTCP2_PROTO_VER_V1,
                                   &cb, &st, &params, nullptr, c.get());
   if (rv != 0) throw Error(Errc::protocol, std::string("ngtcp2_conn_client_new: ") + ngtcp2_strerror(rv));
-  c->init_tls(tls_, settings_.alpn);
+  c->init_tls(tls_, {alpn.empty() ? settings_.alpn.front() : alpn});
   ngtcp2_conn_set_keep_alive_timeout(c->conn_, settings_.idle_timeout_ns / 3);
   Connection& ref = *c;
   add_cid(scid, &ref);

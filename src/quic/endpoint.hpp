@@ -37,8 +37,10 @@ class Endpoint {
 
   /// Starts reading; incoming connections go to `accept`.
   void start(AcceptFn accept);
-  /// Dials `to`, expecting its certificate to name `node`.
-  Connection& connect(const Address& to, const std::string& node, ConnectionHandler* h);
+  /// Dials `to`, expecting its certificate to name `node`, offering ALPN protocol `alpn`
+  /// (empty: the first of ConnectionSettings::alpn).
+  Connection& connect(const Address& to, const std::string& node, ConnectionHandler* h,
+                      const std::string& alpn = {});
   /// Flushes `c` once the current batch of events is handled.
   void schedule_flush(Connection& c);
   /// While one lives, connections that become dirty are flushed when the outermost one

@@ -23,6 +23,7 @@ using wire::Lane;
 namespace {
 quic::ConnectionSettings settings_from(const Config& cfg) {
   quic::ConnectionSettings s;
+  s.alpn = {wire::mesh_alpn, wire::extra_alpn};
   // 0: each connection sizes its datagrams by its route's MTU (quic::Endpoint::defaults).
   s.udp_payload = cfg.udp_payload;
   s.stream_window = cfg.stream_window;
@@ -41,6 +42,13 @@ quic::ConnectionSettings settings_from(const Config& cfg) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg.failure_timeout).count()));
   return s;
 }
+
+// A shard carries extra connections only: it dials them, and accepts nothing else.
+quic::ConnectionSettings shard_settings(const Config& cfg) {
+  quic::ConnectionSettings s = settings_from(cfg);
+  s.alpn = {wire::extra_alpn};
+  return s;
+}
 }  // namespace
 
 namespace {
@@ -57,8 +65,13 @@ class AcceptRouter final : public quic::ConnectionHandler {
     const int r = n_.rank_of_node(node);
     if (std::string why = n_.refusal_of(node, r); !why.empty()) return why;
     // The higher rank of a pair that is up dials the pair's extra connections
-    // (Config::connections_per_peer).
-    if (r > n_.rank() && n_.peer(r)->up()) return n_.peer(r)->accept_stripe(conn);
+    // (Config::connections_per_peer), and says so in its handshake: a first connection's
+    // dial that reaches a pair already up (a lazy dial its dialler gave up for ours, see
+    // below) is refused as a duplicate, never taken for an extra one.
+    if (conn.alpn() == wire::extra_alpn) {
+      if (r > n_.rank() && n_.peer(r)->up()) return n_.peer(r)->accept_stripe(conn);
+      return "rank " + std::to_string(n_.rank()) + " takes extra connections only from a higher rank it is connected to";
+    }
     if (n_.config().lazy_connect) {
       // Either rank of a pair dials on first use. When both dial at once, the lower rank's
       // connection is kept: the lower one refuses the higher's dial (which then waits for
@@ -160,7 +173,7 @@ void Node::start() {
   // Shards host only extra connections: without those they would have nothing to do.
   if (cfg_.connections_per_peer > 1) {
     for (std::uint32_t i = 1; i < cfg_.engine_threads; ++i) {
-      shards_.push_back(std::make_unique<Shard>(engine_, cfg_, *tls_, settings_from(cfg_), ep_->local()));
+      shards_.push_back(std::make_unique<Shard>(engine_, cfg_, *tls_, shard_settings(cfg_), ep_->local()));
       shards_.back()->start([this](Hosted& h, const std::string& node) { adopt_stripe(h, node); });
     }
   }
@@ -564,7 +577,7 @@ void Node::on_shm_offer(Peer& p, std::string_view payload) {
       if (const auto j = static_cast<std::size_t>(slot) % (ports.size() + 1); j > 0) to.set_port(ports[j - 1]);
       if (const auto k = static_cast<std::size_t>(slot) % (shards_.size() + 1); k > 0)
         return {nullptr, shards_[k - 1]->dial(to, p.name())};
-      return {&ep_->connect(to, p.name(), h), nullptr};
+      return {&ep_->connect(to, p.name(), h, wire::extra_alpn), nullptr};
     });
   }
   // The same answer opens the TCP link, if this rank wants one (the peer says whether it

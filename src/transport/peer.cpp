@@ -69,6 +69,11 @@ quic::Completion Peer::chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op)
 }
 
 void Peer::on_established(quic::Connection& c) {
+  // A lazy dial we gave up for the peer's own (abandon_dial) can still finish its handshake
+  // before its close goes out (the peer refuses it as a duplicate once it reads our
+  // certificate). It is not the pair's connection: nothing is attached to it and nothing
+  // more goes on it.
+  if (quic_.connection() != &c) return;
   attach(c);
   quic_.open_streams(owner_.config().bulk_scavenger);
   const std::string& my_name = owner_.name_of(owner_.rank());
@@ -409,6 +414,7 @@ struct Peer::Reader {
 
 void Peer::on_stream_data(quic::Connection& c, std::int64_t stream, const std::uint8_t* data,
                           std::size_t len) {
+  if (quic_.connection() != &c) return;  // a dial we gave up (see on_established)
   const auto n = on_link_data(quic_, static_cast<std::uint64_t>(stream), data, len);
   if (n && !c.closed()) c.consumed(stream, *n);
 }

@@ -25,6 +25,12 @@ enum class Lane : std::uint8_t {
 };
 inline constexpr int lane_count = 6;
 
+/// ALPN protocol ids between members: a pair's first connection, and its extra ones
+/// (Config::connections_per_peer). The dialler says which it means in its handshake, so the
+/// acceptor never mistakes one for the other.
+inline constexpr const char* mesh_alpn = "nexar/1";
+inline constexpr const char* extra_alpn = "nexar-extra/1";
+
 /// First 8 bytes of every stream: "NXAR", version, lane, two zero bytes.
 inline constexpr std::size_t preamble_size = 8;
 
