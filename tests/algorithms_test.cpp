@@ -2,7 +2,7 @@
 // collective, every algorithm it can be forced to and the automatic choice, the mailbox
 // forms among them, at worlds 1 to 9, against references computed here with plain loops
 // (collective_support.hpp): random data, odd counts, 0 and 1 element, every element type
-// and reduction. No network and no shared memory: it runs in seconds, and under
+// and reduction (fewer pairs under a sanitizer: for_types_and_ops). No network and no shared memory: it runs in seconds, and under
 // `unshare -n` too. The same collectives over QUIC are collective_test.cpp's.
 #include <gtest/gtest.h>
 

@@ -91,8 +91,8 @@ class Connection {
 
   bool is_server() const noexcept { return server_; }
   bool established() const noexcept { return established_; }
-  /// The ALPN protocol id the handshake settled on; empty before the peer's hello was read
-  /// (the acceptor knows it by the time it checks the dialler's certificate).
+  /// The ALPN protocol id the handshake settled on; empty until the TLS hello that settles
+  /// it was read (an acceptor knows it by the time it checks the dialler's certificate).
   std::string alpn() const;
   bool closed() const noexcept { return closed_; }
   /// Whether the connection ended because the peer's UDP port answered unreachable: its
