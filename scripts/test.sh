@@ -20,6 +20,11 @@
 #            The Python package is not built here: an extension module built with ASan only
 #            loads into an interpreter started with the ASan runtime preloaded, and the
 #            torch backend cannot be built with clang at all (pybind11 ABI).
+# The release and asan trees are unity builds (CMAKE_UNITY_BUILD: a module's sources compiled
+# a few at a time as one translation unit): it saves about a third of each build's CPU,
+# most of it headers parsed again for every file (docs/PERFORMANCE.md, "2026-11-30"). What
+# it cannot see, a source file that compiles only after another one's includes, an ordinary
+# build finds; CMake's default, which a developer's tree and the fuzz stage use, is that one.
 # Usage: scripts/test.sh            (from anywhere; build trees go to ./build*)
 #   NEXAR_TEST_STAGES="layers release python fuzz asan"   pick stages (default: all five)
 #   NEXAR_FUZZ_SECONDS=15                   length of the fuzz run
@@ -45,6 +50,12 @@ clang_tree() {
   fi
 }
 
+# The release stage's tree (build/), which the python stage shares.
+release_tree() {
+  cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON \
+    -DCMAKE_UNITY_BUILD=ON >/dev/null
+}
+
 # What failed, kept for the closing summary: CI shows only the tail of the output, and a
 # failing test's name scrolls far out of it behind the later stages.
 summary=()
@@ -68,14 +79,12 @@ for stage in $stages; do
       bash scripts/check_layers.sh || { failed+=(layers); summary+=("layers: see its output above"); }
       ;;
     release)
-      cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON >/dev/null
+      release_tree
       cmake --build build -j"$jobs"
       run_ctest build release
       ;;
     python)
-      if [ ! -f build/CMakeCache.txt ]; then
-        cmake -S "$root" -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DNEXAR_WERROR=ON >/dev/null
-      fi
+      [ -f build/CMakeCache.txt ] || release_tree
       cmake --build build -j"$jobs" --target nexar_python nexar-run
       echo "== python (pytest tests/python, $python)"
       # No bytecode or pytest cache in the source tree.
@@ -103,7 +112,7 @@ for stage in $stages; do
       CC=clang CXX=clang++ cmake -S "$root" -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
         "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -gline-tables-only" "-DCMAKE_C_FLAGS_DEBUG=-O1 -gline-tables-only" \
         -DNEXAR_SANITIZE=ON -DNEXAR_WERROR=ON -DNEXAR_BUILD_TOOLS=ON -DNEXAR_BUILD_EXAMPLES=OFF \
-        -DNEXAR_BUILD_BENCHMARKS=OFF -DNEXAR_BUILD_PYTHON=OFF >/dev/null
+        -DNEXAR_BUILD_BENCHMARKS=OFF -DNEXAR_BUILD_PYTHON=OFF -DCMAKE_UNITY_BUILD=ON >/dev/null
       cmake --build build-asan -j"$jobs"
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_ctest build-asan asan

@@ -15,20 +15,15 @@
 #include <cstring>
 #include <memory>
 
+#include "core/text.hpp"
+
 namespace nexar::cluster {
 namespace {
 
 constexpr const char* kVar = "NEXAR_SOCKET_IFNAME";
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
+using detail::is_space;
+using detail::trim;
 
 [[noreturn]] void bad_spec(std::string_view spec, std::string_view why) {
   throw Error(Errc::invalid_argument, fmt::format("{}='{}': {}", kVar, spec, why));

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "cluster/ifname.hpp"
+#include "core/text.hpp"
 
 namespace nexar::cluster {
 namespace {
@@ -36,9 +37,7 @@ constexpr std::size_t kMaxFileBytes = std::size_t{1} << 20;
   throw Error(Errc::invalid_argument, std::string(who) + ": " + message);
 }
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
+using detail::is_space;
 
 bool all_digits(std::string_view s) {
   if (s.empty()) return false;

@@ -216,7 +216,6 @@ class Connection {
   bool flush_pending_ = false;
   bool fragmenting_ = false;      // the path's MTU shrank below our packets (logged once)
   std::size_t path_payload_ = 0;  // the path's datagram size last seen, to log its growth
-  std::uint64_t timer_at_ = 0;
   std::uint64_t id_ = 0;
   std::uint64_t last_rx_ = 0;
 };

@@ -18,7 +18,7 @@ namespace {
 // The exporter label of the attach proof: keying material of the pair's TLS session.
 constexpr std::string_view kProofLabel = "EXPORTER-nexar-shm-attach";
 // How long one step of an attach may block (connect, request, answer).
-constexpr std::chrono::milliseconds kAttachStep{2000};
+constexpr std::chrono::milliseconds kShmAttachStep{2000};
 }  // namespace
 
 ShmHub::ShmHub(Node& node) : node_(node), host_key_(shm::host_key()) {}
@@ -151,7 +151,7 @@ void ShmHub::on_offer(Peer& p, std::string_view payload) {
     std::shared_ptr<shm::Segment> seg;
     int peer_bell = -1;
     try {
-      shm::Attached a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kAttachStep);
+      shm::Attached a = shm::attach(name, static_cast<std::uint32_t>(me), proof, bell, kShmAttachStep);
       if (!shm::adopt_doorbell(a.doorbell_fd)) throw Error(Errc::protocol, "the peer's doorbell is not an eventfd");
       seg = shm::Segment::open(std::exchange(a.segment_fd, -1), populate);
       // Confirmed, the peer moves its lanes; unconfirmed, neither side does.

@@ -18,7 +18,7 @@ namespace {
 constexpr std::string_view kAttachLabel = "EXPORTER-nexar-tcp-attach";
 constexpr std::string_view kTlsLabel = "EXPORTER-nexar-tcp-tls";
 // How long one step of an attach may block (connect, hello, proof, TLS handshake).
-constexpr std::chrono::milliseconds kAttachStep{2000};
+constexpr std::chrono::milliseconds kTcpAttachStep{2000};
 constexpr wire::Lane kLanes[] = {wire::Lane::data, wire::Lane::bulk, wire::Lane::collective};
 }  // namespace
 
@@ -95,7 +95,7 @@ void TcpHub::offer(Peer& p) {
             }
             hand_over(std::move(a));
           },
-          kAttachStep);
+          kTcpAttachStep);
     }
     const TcpKeys keys = keys_of(p);
     std::lock_guard lk(mu_);
@@ -140,7 +140,7 @@ void TcpHub::on_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) {
   dialer_.run([this, to, self, peer, c, keys] {
     for (wire::Lane lane : kLanes) {
       try {
-        hand_over(tcp_dial(to, self, peer, lane, c, keys, kAttachStep));
+        hand_over(tcp_dial(to, self, peer, lane, c, keys, kTcpAttachStep));
       } catch (const Error& e) {
         log::info("rank {}: lane {} with peer {} stays on QUIC: {}", self, wire::to_string(lane), peer, e.what());
       }
