@@ -18,6 +18,8 @@ packages=(
   # The Python package and the torch.distributed backend (python/), for Debian's own
   # interpreter /usr/bin/python3; scikit-build-core serves `pip install .` without network.
   python3-dev pybind11-dev python3-numpy python3-torch libtorch-dev python3-pytest python3-pip
+  # The test command runs the Python tests two at a time (pytest -n).
+  python3-pytest-xdist
   python3-venv
   python3-scikit-build-core
 )

@@ -9,7 +9,8 @@
 #   python   the Python package (python/) and its torch.distributed backend, as the release
 #            stage built them into build/python (GCC, which the backend needs: it must match
 #            Debian torch's pybind11 ABI): pytest tests/python with Debian's /usr/bin/python3
-#            (NEXAR_PYTHON overrides), which has numpy and torch. Runs under ~1 minute.
+#            (NEXAR_PYTHON overrides), which has numpy and torch; two tests at a time
+#            (pytest-xdist), then those marked `timing` alone. About 1.5 minutes.
 #   fuzz     clang (libFuzzer needs it): builds frame_fuzz only and runs it briefly on the
 #            frame decoder (tests/fuzz_smoke.sh). Build tree: build-fuzz/
 #   asan     clang, Debug (assertions on) at -O1 with line tables, AddressSanitizer +
@@ -87,13 +88,20 @@ for stage in $stages; do
       [ -f build/CMakeCache.txt ] || release_tree
       cmake --build build -j"$jobs" --target nexar_python nexar-run
       echo "== python (pytest tests/python, $python)"
-      # No bytecode or pytest cache in the source tree.
-      # -rfE lists each failure and error with its message in pytest's closing summary.
-      if ! PYTHONPATH="$root/build/python" PYTHONDONTWRITEBYTECODE=1 \
-        "$python" -m pytest -q -rfE -p no:cacheprovider tests/python 2>&1 | tee build/pytest.log; then
-        failed+=(python)
-        summary+=("python: $(grep -E '^(FAILED|ERROR) ' build/pytest.log | cut -c1-400 | tr '\n' ' ')")
-      fi
+      # Two tests at a time (pytest-xdist, where the interpreter has it), then the tests
+      # marked `timing` alone (tests/python/conftest.py). No bytecode or pytest cache in the
+      # source tree. -rfE lists each failure and error with its message in pytest's summary.
+      side_by_side=()
+      if "$python" -c 'import xdist' 2>/dev/null; then side_by_side=(-n 2); fi
+      for part in "not timing" timing; do
+        args=("${side_by_side[@]}")
+        [ "$part" = timing ] && args=()
+        if ! PYTHONPATH="$root/build/python" PYTHONDONTWRITEBYTECODE=1 "$python" -m pytest -q -rfE \
+          -p no:cacheprovider "${args[@]}" -m "$part" tests/python 2>&1 | tee build/pytest.log; then
+          failed+=(python)
+          summary+=("python: $(grep -E '^(FAILED|ERROR) ' build/pytest.log | cut -c1-400 | tr '\n' ' ')")
+        fi
+      done
       ;;
     fuzz)
       clang_tree build-fuzz

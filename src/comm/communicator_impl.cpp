@@ -15,7 +15,7 @@
 namespace nexar::detail {
 
 CommunicatorImpl::Services CommunicatorImpl::attach(Node& node) {
-  Services s{std::make_shared<Rpc>(node), std::make_shared<Agreement>(node), nullptr, nullptr};
+  Services s{std::make_shared<Rpc>(node), Agreement::over(node), nullptr, nullptr};
   s.watchdog = std::make_shared<Watchdog>(node.config().stall_warn, s.rpc);
   if (!node.config().trace.empty())
     s.tracer = std::make_shared<Tracer>(node.config().trace, node.rank(), node.size());

@@ -6,6 +6,8 @@
 #include "core/access.hpp"
 #include "core/error_format.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
+#include "transport/node.hpp"
 
 namespace nexar::detail {
 
@@ -16,12 +18,44 @@ namespace {
 // Decisions and contributions older than this many agreements are forgotten: a live member
 // is never more than one agreement behind another.
 constexpr std::uint64_t kKeep = 4;
+
+// The node's side of its agreements.
+class NodeSide final : public AgreementOwner {
+ public:
+  explicit NodeSide(Node& node) : node_(node) {}
+  int rank() const noexcept override { return node_.rank(); }
+  bool expelled() const noexcept override { return node_.expelled(); }
+  bool is_open() const noexcept override { return node_.is_open(); }
+  bool is_failed(int r) const override { return node_.is_failed(r); }
+  bool peer_left(int r) override { return node_.peer_left(r); }
+  void declare_failed(int r, const std::string& why) override { node_.declare_failed(r, why); }
+  void send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64_t seq, const Ballot& b) override {
+    node_.send_ballot(dest, type, comm, seq, b);
+  }
+  Engine& engine() noexcept override { return node_.engine(); }
+  std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout) override {
+    return node_.new_op(op, timeout);
+  }
+
+ private:
+  Node& node_;
+};
 }  // namespace
+
+std::shared_ptr<Agreement> Agreement::over(Node& node) {
+  struct Both {
+    explicit Both(Node& n) : side(n), agreement(side) {}
+    NodeSide side;
+    Agreement agreement;
+  };
+  auto both = std::make_shared<Both>(node);
+  return std::shared_ptr<Agreement>(both, &both->agreement);
+}
 
 Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const std::vector<int>& members, int rank,
                                  std::uint64_t seq, std::uint64_t value, std::chrono::milliseconds timeout,
                                  Extra extra) {
-  auto op = node_.new_op(op_name, timeout);
+  auto op = owner_.new_op(op_name, timeout);
   auto out = std::make_shared<Result>();
   std::weak_ptr<OpState> weak = op;
   op->canceller = [this, weak, comm, rank](Errc code) {
@@ -37,13 +71,13 @@ Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const 
                                      code == Errc::timeout ? "not every live member joined the agreement in time"
                                                            : "agreement cancelled"));
     };
-    if (node_.engine().stopped()) {
+    if (owner_.engine().stopped()) {
       if (auto s = weak.lock()) s->complete(Errc::closed, std::string(s->op()) + ": communicator closed");
       return;
     }
-    node_.engine().post(give_up);
+    owner_.engine().post(give_up);
   };
-  node_.engine().post([this, comm, members, seq, value, extra = std::move(extra), op, out]() mutable {
+  owner_.engine().post([this, comm, members, seq, value, extra = std::move(extra), op, out]() mutable {
     start(comm, members, seq, value, std::move(extra), op, out);
   });
   Access::make_request(op).wait();
@@ -52,11 +86,11 @@ Agreement::Result Agreement::run(const char* op_name, std::uint64_t comm, const 
 
 void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t seq, std::uint64_t value,
                       Extra extra, std::shared_ptr<OpState> op, std::shared_ptr<Result> out) {
-  if (node_.expelled()) {
+  if (owner_.expelled()) {
     op->complete(Errc::rank_failed, std::string(op->op()) + ": this rank was declared failed by the others");
     return;
   }
-  if (!node_.is_open()) {
+  if (!owner_.is_open()) {
     op->complete(Errc::closed, std::string(op->op()) + ": communicator closed");
     return;
   }
@@ -79,14 +113,14 @@ void Agreement::start(std::uint64_t id, std::vector<int> members, std::uint64_t 
   // nothing: left out, as on_rank_left() does for one that goes while we wait.
   const std::vector<int> members_now = c.members;
   for (int m : members_now)
-    if (m != node_.rank() && node_.peer_left(m))
-      node_.declare_failed(m, "its connection had ended when an agreement began");
+    if (m != owner_.rank() && owner_.peer_left(m))
+      owner_.declare_failed(m, "its connection had ended when an agreement began");
   send_state(id, c);
 }
 
 int Agreement::coordinator(const Comm& c) const {
   for (int m : c.members)
-    if (m == node_.rank() ? !node_.expelled() : !node_.is_failed(m)) return m;
+    if (m == owner_.rank() ? !owner_.expelled() : !owner_.is_failed(m)) return m;
   return -1;
 }
 
@@ -94,10 +128,10 @@ Ballot Agreement::contribution(const Comm& c) const {
   Ballot b;
   b.value = c.value;
   for (int m : c.members)
-    if (node_.is_failed(m)) b.failed.push_back(static_cast<std::uint32_t>(m));
+    if (owner_.is_failed(m)) b.failed.push_back(static_cast<std::uint32_t>(m));
   std::sort(b.failed.begin(), b.failed.end());
   b.joiners.assign(c.extra.joiners.begin(), c.extra.joiners.end());
-  if (c.extra.leaving) b.leaving.push_back(static_cast<std::uint32_t>(node_.rank()));
+  if (c.extra.leaving) b.leaving.push_back(static_cast<std::uint32_t>(owner_.rank()));
   return b;
 }
 
@@ -105,7 +139,7 @@ void Agreement::send_state(std::uint64_t id, Comm& c) {
   const int to = coordinator(c);
   if (to < 0 || to == c.coordinator) return;
   c.coordinator = to;
-  if (to == node_.rank()) {
+  if (to == owner_.rank()) {
     if (c.pending) {
       c.collected[c.seq][to] = contribution(c);
       try_decide(id, c, c.seq);
@@ -116,19 +150,19 @@ void Agreement::send_state(std::uint64_t id, Comm& c) {
   // sending it) adopts it rather than deciding anew.
   if (!c.decided.empty()) {
     auto last = std::prev(c.decided.end());
-    node_.send_ballot(to, FrameType::decided, id, last->first, last->second);
+    owner_.send_ballot(to, FrameType::decided, id, last->first, last->second);
   }
-  if (c.pending) node_.send_ballot(to, FrameType::agree, id, c.seq, contribution(c));
+  if (c.pending) owner_.send_ballot(to, FrameType::agree, id, c.seq, contribution(c));
 }
 
 void Agreement::try_decide(std::uint64_t id, Comm& c, std::uint64_t seq) {
-  if (!c.pending || c.seq != seq || coordinator(c) != node_.rank() || c.decided.count(seq)) return;
+  if (!c.pending || c.seq != seq || coordinator(c) != owner_.rank() || c.decided.count(seq)) return;
   auto& got = c.collected[seq];
   Ballot d;
   d.value = ~std::uint64_t{0};
   bool first = true;
   for (int m : c.members) {
-    if (node_.is_failed(m)) {
+    if (owner_.is_failed(m)) {
       d.failed.push_back(static_cast<std::uint32_t>(m));
       continue;
     }
@@ -151,7 +185,7 @@ void Agreement::try_decide(std::uint64_t id, Comm& c, std::uint64_t seq) {
   }
   std::sort(d.failed.begin(), d.failed.end());
   std::sort(d.leaving.begin(), d.leaving.end());
-  std::erase_if(d.joiners, [&](std::uint32_t j) { return node_.is_failed(static_cast<int>(j)); });
+  std::erase_if(d.joiners, [&](std::uint32_t j) { return owner_.is_failed(static_cast<int>(j)); });
   accept(id, c, seq, d);
 }
 
@@ -161,9 +195,9 @@ void Agreement::accept(std::uint64_t id, Comm& c, std::uint64_t seq, const Ballo
   while (c.decided.size() > kKeep) c.decided.erase(c.decided.begin());
   c.collected.erase(c.collected.begin(), c.collected.upper_bound(seq));
   learn_failures(b, -1);
-  if (!c.members.empty() && coordinator(c) == node_.rank()) {
+  if (!c.members.empty() && coordinator(c) == owner_.rank()) {
     for (int m : c.members)
-      if (m != node_.rank() && !node_.is_failed(m)) node_.send_ballot(m, FrameType::decided, id, seq, b);
+      if (m != owner_.rank() && !owner_.is_failed(m)) owner_.send_ballot(m, FrameType::decided, id, seq, b);
   }
   if (c.pending && c.seq == seq) {
     c.pending = false;
@@ -179,8 +213,8 @@ void Agreement::accept(std::uint64_t id, Comm& c, std::uint64_t seq, const Ballo
 void Agreement::learn_failures(const Ballot& b, int from) {
   for (std::uint32_t r : b.failed) {
     const int w = static_cast<int>(r);
-    if (w == node_.rank() || node_.is_failed(w)) continue;
-    node_.declare_failed(w, from >= 0 ? "named failed by rank " + std::to_string(from) + " in an agreement"
+    if (w == owner_.rank() || owner_.is_failed(w)) continue;
+    owner_.declare_failed(w, from >= 0 ? "named failed by rank " + std::to_string(from) + " in an agreement"
                                       : "named failed by an agreement's decision");
   }
 }
@@ -196,7 +230,7 @@ void Agreement::on_ballot(int src, const wire::FrameHeader& h, Ballot b) {
   }
   if (auto it = c.decided.find(seq); it != c.decided.end()) {
     // A member that missed the decision (its coordinator failed) asks anew: answer it.
-    node_.send_ballot(src, FrameType::decided, id, seq, it->second);
+    owner_.send_ballot(src, FrameType::decided, id, seq, it->second);
     return;
   }
   if (!c.decided.empty() && seq + kKeep <= c.decided.rbegin()->first) return;  // long settled
@@ -217,7 +251,7 @@ void Agreement::on_rank_left(int r, const std::string& why) {
     if (!c.pending || std::find(c.members.begin(), c.members.end(), r) == c.members.end()) continue;
     // It can contribute nothing now. Declared failed, it is left out the same way by every
     // member (the declaration spreads, and decisions carry the failed set).
-    node_.declare_failed(r, "its connection ended while an agreement waited for it: " + why);
+    owner_.declare_failed(r, "its connection ended while an agreement waited for it: " + why);
     return;
   }
 }

@@ -19,6 +19,8 @@
 // members see converge on the lowest live member, which decides; a member contributes to a
 // new coordinator only after the old one is cut off from it, so no two decisions for k are
 // ever accepted by live members. Engine lock held for everything but run().
+//
+// It reaches its node only through AgreementOwner (membership/agreement_owner.hpp).
 #pragma once
 
 #include <chrono>
@@ -29,15 +31,19 @@
 #include <vector>
 
 #include "engine/op_state.hpp"
+#include "membership/agreement_owner.hpp"
 #include "transport/membership_lanes.hpp"
-#include "transport/node.hpp"
 #include "wire/ballot.hpp"
 
 namespace nexar::detail {
 
+class Node;
+
 class Agreement final : public MembershipLanes {
  public:
-  explicit Agreement(Node& node) : node_(node) {}
+  explicit Agreement(AgreementOwner& owner) : owner_(owner) {}
+  /// An Agreement on `node`, with the adapter it reaches the node through (kept alive with it).
+  static std::shared_ptr<Agreement> over(Node& node);
 
   struct Result {
     std::uint64_t value = 0;
@@ -57,6 +63,12 @@ class Agreement final : public MembershipLanes {
   /// declared failed, closed. Any thread but the engine's.
   Result run(const char* op, std::uint64_t comm, const std::vector<int>& members, int rank, std::uint64_t seq,
              std::uint64_t value, std::chrono::milliseconds timeout, Extra extra);
+
+  /// run()'s engine-side half: starts agreement number `seq` of communicator `comm` (of
+  /// world ranks `members`) with `value`. `op` completes once it is decided, with `out`
+  /// filled, or fails (rank_failed when this rank was expelled, closed). Engine lock held.
+  void start(std::uint64_t comm, std::vector<int> members, std::uint64_t seq, std::uint64_t value, Extra extra,
+             std::shared_ptr<OpState> op, std::shared_ptr<Result> out);
 
   // MembershipLanes (engine lock held)
   void on_ballot(int src, const wire::FrameHeader& h, wire::Ballot b) override;
@@ -82,8 +94,6 @@ class Agreement final : public MembershipLanes {
     int coordinator = -1;  // the coordinator our state last went to
   };
 
-  void start(std::uint64_t comm, std::vector<int> members, std::uint64_t seq, std::uint64_t value, Extra extra,
-             std::shared_ptr<OpState> op, std::shared_ptr<Result> out);
   int coordinator(const Comm& c) const;
   wire::Ballot contribution(const Comm& c) const;
   /// Sends this rank's state (last decision, pending contribution) to the coordinator.
@@ -95,7 +105,7 @@ class Agreement final : public MembershipLanes {
   /// Declares every rank `b` names failed that is not yet (news carried by a ballot).
   void learn_failures(const wire::Ballot& b, int from);
 
-  Node& node_;
+  AgreementOwner& owner_;
   std::map<std::uint64_t, Comm> comms_;
 };
 

@@ -258,7 +258,6 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
     bool cancelled = false;
   };
   struct Reader;  // FrameReader handler
-  friend struct Reader;
 
   /// Feeds `len` received bytes of `link`'s stream `stream` to its frame reader (LinkOwner).
   std::optional<std::uint64_t> on_link_data(Link& link, std::uint64_t stream, const std::uint8_t* data,

@@ -22,6 +22,12 @@ import nexar  # noqa: E402
 SIZES = (1, 2, 3, 4)
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "timing: judges how long ranks waited; scripts/test.sh runs these alone, "
+        "after the others ran two at a time (pytest -n 2)")
+
+
 def short_config():
     """Short deadlines, so that a test that would hang fails in seconds instead."""
     c = nexar.Config.from_env()

@@ -16,7 +16,10 @@ from test_multiprocess import NEXAR_RUN, WORKER, launch
 
 TOOL = ROOT / "tools" / "trace" / "nexar-trace"
 
-pytestmark = pytest.mark.skipif(not NEXAR_RUN.exists(), reason=f"{NEXAR_RUN} is not built")
+# timing: the lateness score and the waiting times must tell a rank 30 ms late from the
+# others, which a neighbouring test's load blurs (conftest.py).
+pytestmark = [pytest.mark.skipif(not NEXAR_RUN.exists(), reason=f"{NEXAR_RUN} is not built"),
+              pytest.mark.timing]
 
 
 @pytest.mark.parametrize("shm", ["1", "0"])
