@@ -713,8 +713,9 @@ using HierParam = std::tuple<HostLayout, int>;
 
 // Every world 1..5 with each layout that groups its ranks differently from the layouts
 // before it (host ids renumbered in order of first appearance, since only the grouping
-// matters): at world 1 all five are one host, at world 2 three of them are two hosts of
-// one rank each, so 17 worlds instead of 25.
+// matters): 17 worlds instead of 25. At world 1 all five are one host (4 fewer); at world 2
+// pairs is one_host, and interleaved and uneven are each_alone (3 fewer); at world 3
+// uneven is pairs (1 fewer).
 std::vector<HierParam> hier_params() {
   std::vector<HierParam> v;
   for (int n = 1; n <= 5; ++n) {

@@ -1,6 +1,6 @@
-// ASCII white space, as the parsers of settings and launcher variables understand it. Not
-// std::isspace: that one depends on the C locale, and a setting must read the same
-// everywhere.
+// ASCII white space, as the launcher's parsers understand it (cluster/launch_env.cpp,
+// cluster/ifname.cpp). Not std::isspace: that one depends on the C locale, and a variable
+// must read the same everywhere.
 #pragma once
 #include <string_view>
 

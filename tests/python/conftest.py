@@ -24,8 +24,8 @@ SIZES = (1, 2, 3, 4)
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "timing: judges how long ranks waited; scripts/test.sh runs these alone, "
-        "after the others ran two at a time (pytest -n 2)")
+        "markers", "timing: judges elapsed or waiting times; scripts/test.sh runs these "
+        "alone, after the others ran two at a time (pytest -n 2)")
 
 
 def short_config():

@@ -36,6 +36,7 @@ def test_every_entry_point_across_processes(n):
         assert f"OK {r} {n}" in out, out
 
 
+@pytest.mark.timing  # elapsed-time bounds (conftest.py)
 @pytest.mark.parametrize("mode,limit", [
     ("kill", 2.0),    # the dead process's port answers ICMP unreachable: at once
     ("freeze", 6.0),  # a silent rank: declared failed after the 2 s failure timeout
