@@ -279,7 +279,9 @@ TEST(Agreement, SurvivorsAgreeWhenAMemberCrashesAtAnyMoment) {
         if (!x[r].crashed) x[r].start(9, world(5), 0, value_of(r));
       x.run();
       const Agreement::Result got = same_everywhere(x);
-      if (!got.failed.empty()) EXPECT_EQ(got.failed, std::vector<int>{victim});
+      if (!got.failed.empty()) {
+        EXPECT_EQ(got.failed, std::vector<int>{victim});
+      }
       EXPECT_EQ(got.value, and_without(got.failed));
       if (at != 0) ++(got.failed.empty() ? kept : named);
     }
@@ -301,7 +303,9 @@ TEST(Agreement, SurvivorsAgreeWhenTwoCoordinatorsCrashInTurn) {
     for (int r = 0; r < 5; ++r) x[r].start(6, world(5), 0, value_of(r));
     x.run();
     const Agreement::Result got = same_everywhere(x);
-    for (int f : got.failed) EXPECT_TRUE(f == 0 || f == 1) << f;
+    for (int f : got.failed) {
+      EXPECT_TRUE(f == 0 || f == 1) << f;
+    }
     EXPECT_EQ(got.value, and_without(got.failed));
     both += got.failed.size() == 2;
   }
