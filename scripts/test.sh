@@ -62,16 +62,26 @@ release_tree() {
 # failing test's name scrolls far out of it behind the later stages.
 summary=()
 
-# One ctest test per test program (tests/CMakeLists.txt), $test_jobs at a time, except those
-# marked SERIAL there, which judge elapsed times and run alone.
+# One ctest run over <build dir> with the given ctest arguments; on failure, the stage
+# <label> is marked failed, and the failed tests and the cases inside them that gtest
+# reported failing go to the summary.
+ctest_part() {  # <build dir> <label> <ctest arguments>...
+  local dir=$1 label=$2
+  shift 2
+  (cd "$dir" && ctest --output-on-failure --timeout 900 "$@") && return 0
+  [[ " ${failed[*]} " == *" $label "* ]] || failed+=("$label")
+  summary+=("$label: $(tr '\n' ' ' < "$dir/Testing/Temporary/LastTestsFailed.log" 2>/dev/null || true)" \
+    "$({ grep -ho '^\[  FAILED  \] [A-Za-z0-9_/.]*\.[A-Za-z0-9_/.]*' "$dir/Testing/Temporary/LastTest.log" 2>/dev/null || true; } | sort -u | tr '\n' ' ')")
+}
+
+# One ctest test per test program (tests/CMakeLists.txt), $test_jobs at a time; then, once
+# they have all finished, those labelled `timing` (their cases judge elapsed times or rates)
+# two at a time, each of those marked ALONE there by itself (RUN_SERIAL).
 run_ctest() {  # <build dir> <label>
   echo "== ctest ($2)"
-  if ! (cd "$1" && ctest --output-on-failure --timeout 900 -j"$test_jobs"); then
-    failed+=("$2")
-    # The failed tests, and the cases inside them that gtest reported failing.
-    summary+=("$2: $(tr '\n' ' ' < "$1/Testing/Temporary/LastTestsFailed.log" 2>/dev/null || true)" \
-      "$({ grep -ho '^\[  FAILED  \] [A-Za-z0-9_/.]*\.[A-Za-z0-9_/.]*' "$1/Testing/Temporary/LastTest.log" 2>/dev/null || true; } | sort -u | tr '\n' ' ')")
-  fi
+  ctest_part "$1" "$2" -j"$test_jobs" -LE '^timing$'
+  echo "== ctest ($2, timing tests)"
+  ctest_part "$1" "$2" -j2 -L '^timing$'
 }
 
 for stage in $stages; do

@@ -50,7 +50,10 @@ struct Side final : detail::PeerOwner {
   std::vector<std::string> events;  // upcalls the tests look for
   std::unique_ptr<Peer> peer;       // the other rank
 
-  explicit Side(int rank) : me(rank) { peer = std::make_unique<Peer>(*this, 1 - rank, names[1 - me], quic::Address{}); }
+  explicit Side(int rank) : me(rank) {
+    peer = std::make_unique<Peer>(*this, detail::PeerContext{me, false, cfg, pool_, engine_}, 1 - rank, names[1 - me],
+                                  quic::Address{});
+  }
 
   // A receive as Node::irecv makes it: an unexpected message first, else posted.
   std::shared_ptr<RecvOp> recv(Domain d, Tag tag, std::vector<std::byte>& out, bool exact = false) {
@@ -72,13 +75,8 @@ struct Side final : detail::PeerOwner {
   }
 
   // PeerOwner
-  int rank() const noexcept override { return me; }
   int size() const noexcept override { return 2; }
-  bool elastic() const noexcept override { return false; }
   const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
-  const Config& config() const noexcept override { return cfg; }
-  detail::BufferPool& pool() noexcept override { return pool_; }
-  detail::Engine& engine() noexcept override { return engine_; }
   detail::RpcLanes* rpc() const noexcept override { return nullptr; }
   detail::MatchQueue& queue(Domain d) noexcept override { return queues[static_cast<int>(d)]; }
   bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }

@@ -40,7 +40,7 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, R
       failed_.push_back(0);
       if (joiner) waiting_.push_back(id);  // ids only grow: stays ascending
     }
-    peers_.push_back(std::make_unique<Peer>(*this, id, names_.back(), addrs_.back()));
+    peers_.push_back(std::make_unique<Peer>(*this, peer_context(), id, names_.back(), addrs_.back()));
     if (!direct(id)) {
       try {
         relay_to(id);

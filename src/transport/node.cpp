@@ -134,7 +134,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
   for (int r = 0; r < world; ++r) {
     if (r == rank_) continue;
     peers_[static_cast<std::size_t>(r)] =
-        std::make_unique<Peer>(*this, r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
+        std::make_unique<Peer>(*this, peer_context(), r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
   // Under a sparse topology, peers that are not neighbours are reached through relays.
   if (elastic_) keys_.reserve(wire::max_node_ids);

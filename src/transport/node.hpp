@@ -88,11 +88,11 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// the membership service) goes with it.
   void on_close(std::function<void()> fn);
 
-  int rank() const noexcept override { return rank_; }
+  int rank() const noexcept { return rank_; }
   /// World ranks known here: the formed world, plus the nodes announced since (elastic).
   int size() const noexcept override { return world_.load(std::memory_order_acquire); }
-  bool elastic() const noexcept override { return elastic_; }
-  const Config& config() const noexcept override { return cfg_; }
+  bool elastic() const noexcept { return elastic_; }
+  const Config& config() const noexcept { return cfg_; }
   bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
 
   /// What a point-to-point operation addresses, already validated by the caller
@@ -280,13 +280,15 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   };
 
   // ---- engine-thread internals used by Peer and the RPC module ------------------------
-  Engine& engine() noexcept override { return engine_; }
+  Engine& engine() noexcept { return engine_; }
   /// The endpoint, for its counters (engine thread or the loop's lock); null before start().
   const quic::Endpoint* endpoint() const noexcept { return ep_.get(); }
   quic::Endpoint* endpoint() noexcept { return ep_.get(); }
   /// The UDP port of shard `i` (0 .. engine_threads() - 2).
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
-  BufferPool& pool() noexcept override { return pool_; }
+  BufferPool& pool() noexcept { return pool_; }
+  /// What every Peer of this node keeps for its life.
+  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_}; }
   MatchQueue& queue(Domain d) noexcept override { return match_[static_cast<int>(d)]; }
   const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.

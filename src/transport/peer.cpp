@@ -13,8 +13,9 @@ using wire::FrameHeader;
 using wire::FrameType;
 using wire::Lane;
 
-Peer::Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr)
+Peer::Peer(PeerOwner& owner, const PeerContext& ctx, int rank, std::string name, quic::Address addr)
     : owner_(owner),
+      ctx_(ctx),
       rank_(rank),
       name_(std::move(name)),
       addr_(addr),
@@ -56,11 +57,11 @@ quic::Completion Peer::chunk_done(PooledBuffer buf, std::shared_ptr<OpState> op)
     //
     // Once the engine stopped (the node is closing, and this peer may be being destroyed)
     // nothing runs posted work: the carrier's words have to do.
-    if (owner_.engine().stopped()) {
+    if (ctx_.engine.stopped()) {
       op->complete(code, why);
       return;
     }
-    owner_.engine().post([this, op = std::move(op), code, why] {
+    ctx_.engine.post([this, op = std::move(op), code, why] {
       if (gone()) owner_.fail(op, gone_code_, rank_, gone_why_);
       else if (tcp_grace_) awaiting_verdict_.push_back(op);  // see on_link_closed
       else owner_.fail(op, code, rank_, why);
@@ -75,14 +76,14 @@ void Peer::on_established(quic::Connection& c) {
   // more goes on it.
   if (quic_.connection() != &c) return;
   attach(c);
-  quic_.open_streams(owner_.config().bulk_scavenger);
-  const std::string& my_name = owner_.name_of(owner_.rank());
+  quic_.open_streams(ctx_.config.bulk_scavenger);
+  const std::string& my_name = owner_.name_of(ctx_.rank);
   FrameHeader h;
   h.type = FrameType::hello;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   h.tag = static_cast<std::uint64_t>(owner_.size());
   h.length = my_name.size();
-  PooledBuffer b = owner_.pool().acquire(wire::header_size + my_name.size());
+  PooledBuffer b = ctx_.pool.acquire(wire::header_size + my_name.size());
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
   const auto* hp = reinterpret_cast<const std::uint8_t*>(b.data());
@@ -99,7 +100,7 @@ void Peer::confirm() {
   state_.store(State::up, std::memory_order_release);
   quic_.confirm();
   owner_.on_peer_up(*this);
-  log::debug("rank {}: peer {} ({}) up", owner_.rank(), rank_, addr_text_);
+  log::debug("rank {}: peer {} ({}) up", ctx_.rank, rank_, addr_text_);
 }
 
 void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_ptr<OpState> done, Link* via) {
@@ -148,7 +149,7 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
   // fills the path's queue, and a barrier beside a 1 GiB bulk_send then took 17-23x its
   // idle time instead of 2.4-2.6x (docs/PERFORMANCE.md, "TCP link").
   if (tcp_ && tcp_->sending(lane) && (lane != Lane::collective || bytes >= kStripeMinBytes) &&
-      (lane != Lane::bulk || !owner_.config().bulk_scavenger))
+      (lane != Lane::bulk || !ctx_.config.bulk_scavenger))
     return *tcp_;
   if (lane != Lane::collective || stripes_.active() == 0 || bytes < kStripeMinBytes) return quic_;
   // Every collective message has a tag of its own (collective_message_tag), so any
@@ -164,15 +165,15 @@ Link& Peer::route(Lane lane, Tag tag, std::uint64_t bytes) {
 void Peer::dial_stripes(const Stripes::Dialer& dialer) {
   if (stripes_dialled_ || gone() || relay_ || shm_ || !quic_.connection()) return;
   stripes_dialled_ = true;
-  for (std::uint32_t i = 1; i < owner_.config().connections_per_peer; ++i) stripes_.dial(dialer);
+  for (std::uint32_t i = 1; i < ctx_.config.connections_per_peer; ++i) stripes_.dial(dialer);
 }
 
 std::string Peer::stripe_refusal() const {
-  const std::uint32_t want = owner_.config().connections_per_peer;
+  const std::uint32_t want = ctx_.config.connections_per_peer;
   if (gone() || relay_ || shm_ || !quic_.connection() || quic_.connection()->closed())
-    return "rank " + std::to_string(owner_.rank()) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
+    return "rank " + std::to_string(ctx_.rank) + " takes no extra connection from rank " + std::to_string(rank_) + " now";
   if (static_cast<std::uint32_t>(stripes_.live()) + 1 >= want)
-    return "rank " + std::to_string(owner_.rank()) + " already has " + std::to_string(stripes_.live() + 1) +
+    return "rank " + std::to_string(ctx_.rank) + " already has " + std::to_string(stripes_.live() + 1) +
            " connections with rank " + std::to_string(rank_) + " (connections_per_peer = " + std::to_string(want) + ")";
   return {};
 }
@@ -196,7 +197,7 @@ std::string Peer::on_stripe_identity(const std::string& node) {
 }
 
 void Peer::on_stripe_ready(bool hosted) {
-  log::debug("rank {}: peer {}: an extra connection is up{}", owner_.rank(), rank_, hosted ? " on a shard" : "");
+  log::debug("rank {}: peer {}: an extra connection is up{}", ctx_.rank, rank_, hosted ? " on a shard" : "");
 }
 
 std::optional<std::uint64_t> Peer::on_stripe_data(Link& link, std::uint64_t stream, const std::uint8_t* data,
@@ -213,7 +214,7 @@ void Peer::link_ended(Errc code, const std::string& why) {
   // What was in flight on it is lost with it: the pair cannot go on, as when its first
   // connection ends. A peer that declared us failed closed with rank_failed: we are the
   // failed one.
-  if (code == Errc::rank_failed) owner_.on_failed_notice(rank_, owner_.rank(), why);
+  if (code == Errc::rank_failed) owner_.on_failed_notice(rank_, ctx_.rank, why);
   mark_gone(code == Errc::ok ? Errc::peer_closed : code, why);
 }
 
@@ -228,7 +229,7 @@ void Peer::abandon_dial() {
   drop_connection();
   // Inside the handshake of the incoming connection: close ours once that call unwinds,
   // unless it closed by itself meanwhile (on_closed then forgot it).
-  owner_.engine().post([this, c = abandoned_] {
+  ctx_.engine.post([this, c = abandoned_] {
     if (abandoned_ == c && c) c->close(quic::close_orderly, std::string(simultaneous_open));
   });
 }
@@ -254,7 +255,7 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
   for (int i = 0; i < shm::Segment::lanes; ++i) {
     FrameHeader h;
     h.type = FrameType::shm_switch;
-    h.src = static_cast<std::uint32_t>(owner_.rank());
+    h.src = static_cast<std::uint32_t>(ctx_.rank);
     send_header(ShmLink::lane(i), h);
     shm_->start_sending(i);
     if (shm_in_[i]) shm_->start_reading(i);
@@ -262,7 +263,7 @@ void Peer::attach_shm(std::unique_ptr<ShmLink> link) {
   owner_.on_shm_attached(rank_, *shm_);
   // The peer may have switched and written before we held the segment.
   shm_->ring_self();
-  log::info("rank {}: peer {} is on this host: message lanes through shared memory", owner_.rank(), rank_);
+  log::info("rank {}: peer {} is on this host: message lanes through shared memory", ctx_.rank, rank_);
 }
 
 bool Peer::poll_shm() {
@@ -273,7 +274,7 @@ bool Peer::poll_shm() {
     return true;
   }
   // Lanes left with work: come back (the doorbell wakes a sleeping engine too).
-  if (p.more) owner_.engine().note_activity();
+  if (p.more) ctx_.engine.note_activity();
   return p.moved;
 }
 
@@ -282,7 +283,7 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
   FrameHeader h;
   h.type = type;
   h.check = check;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   h.comm = comm;
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
@@ -291,7 +292,7 @@ FrameHeader Peer::message_header(FrameType type, std::uint64_t comm, Tag tag, st
 }
 
 void Peer::send_header(Lane lane, const FrameHeader& h, Link* via) {
-  PooledBuffer b = owner_.pool().acquire(wire::header_size);
+  PooledBuffer b = ctx_.pool.acquire(wire::header_size);
   wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
   send_frame(lane, std::move(b), wire::header_size, {}, via);
 }
@@ -348,7 +349,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
                              std::uint64_t size) {
   FrameHeader h;
   h.type = FrameType::cts;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   h.comm = r->comm;
   h.tag = static_cast<std::uint64_t>(tag);
   h.seq = seq;
@@ -359,7 +360,7 @@ void Peer::accept_rendezvous(Domain d, std::uint64_t seq, Tag tag, std::shared_p
 void Peer::release_unexpected(Domain d, std::uint64_t bytes) {
   std::uint64_t& held = unexpected_bytes_[static_cast<int>(d)];
   held -= std::min(held, bytes);
-  if (held >= owner_.config().unexpected_limit) return;
+  if (held >= ctx_.config.unexpected_limit) return;
   for (auto& [key, s] : in_) {
     if (s->deferred && domain_of(s->reader.lane()) == d) {
       s->link->consumed(s->stream, s->deferred);
@@ -384,7 +385,7 @@ void Peer::say_goodbye() {
   if (!up()) return;
   FrameHeader h;
   h.type = FrameType::goodbye;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   send_header(Lane::control, h);
 }
 
@@ -424,7 +425,7 @@ std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream
   if (gone()) return std::nullopt;
   auto& slot = in_[{&link, stream}];
   if (!slot) {
-    slot = std::make_unique<InStream>(owner_.config().max_frame_bytes);
+    slot = std::make_unique<InStream>(ctx_.config.max_frame_bytes);
     slot->link = &link;
     slot->stream = stream;
     if (auto lane = link.stream_lane(stream)) slot->reader.start_without_preamble(*lane);
@@ -439,7 +440,7 @@ std::optional<std::uint64_t> Peer::on_link_data(Link& link, std::uint64_t stream
     }
     return std::nullopt;
   }
-  owner_.engine().note_activity();
+  ctx_.engine.note_activity();
   lane_in_[static_cast<int>(s.reader.lane())] += len;
   // Everything not parked as over-budget unexpected data is credited back at once.
   return len - s.deferred_now;
@@ -487,13 +488,13 @@ void Peer::on_link_closed(Link& link, Errc code, const std::string& why) {
   // closes by itself): so one goes now, or with the lanes on TCP QUIC may carry nothing
   // until the grace ends. Operations failed meanwhile wait for the verdict.
   if (gone() || tcp_grace_) return;
-  tcp_grace_ = std::make_unique<asio::steady_timer>(owner_.engine().io(), kTcpGrace);
-  tcp_grace_->async_wait(owner_.engine().guard([this, code, why](asio::error_code ec) {
+  tcp_grace_ = std::make_unique<asio::steady_timer>(ctx_.engine.io(), kTcpGrace);
+  tcp_grace_->async_wait(ctx_.engine.guard([this, code, why](asio::error_code ec) {
     if (!ec) link_ended(code, "the TCP link with the peer ended: " + why);
   }));
   FrameHeader h;
   h.type = FrameType::heartbeat;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   send_header(Lane::control, h);
 }
 
@@ -505,23 +506,23 @@ bool Peer::poll_tcp() {
 void Peer::attach_tcp(TcpAttached a) {
   if (gone() || relay_ || shm_ || !quic_.connection()) return;
   const wire::Lane lane = a.lane;
-  if (!tcp_) tcp_ = std::make_unique<TcpLink>(owner_.engine(), static_cast<LinkOwner&>(*this), owner_.config().stream_window);
+  if (!tcp_) tcp_ = std::make_unique<TcpLink>(ctx_.engine, static_cast<LinkOwner&>(*this), ctx_.config.stream_window);
   if (!tcp_->add(std::move(a))) return;
   // The lane's last QUIC frame is the switch; its later frames go on the TCP connection,
   // which the peer reads only after the switch, so the lane keeps its order.
   FrameHeader h;
   h.type = FrameType::tcp_switch;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   send_header(lane, h, &quic_);
   tcp_->start_sending(lane);
   if (tcp_in_[TcpLink::index(lane)]) tcp_->start_reading(lane);
-  log::info("rank {}: peer {}: lane {} over TCP ({})", owner_.rank(), rank_, wire::to_string(lane),
-            to_string(owner_.config().tcp_cipher));
+  log::info("rank {}: peer {}: lane {} over TCP ({})", ctx_.rank, rank_, wire::to_string(lane),
+            to_string(ctx_.config.tcp_cipher));
 }
 
 void Peer::protocol_error(const std::string& why) {
   if (gone()) return;
-  log::warn("rank {}: protocol error from peer {} ({}): {}", owner_.rank(), rank_, addr_text_, why);
+  log::warn("rank {}: protocol error from peer {} ({}): {}", ctx_.rank, rank_, addr_text_, why);
   mark_gone(Errc::protocol, "protocol error: " + why);
   // We are inside ngtcp2's packet processing here, which must not be re-entered.
   close_later(quic::close_error, "protocol error: " + why);
@@ -537,21 +538,21 @@ void Peer::close_later(std::uint64_t app_code, std::string why) {
   // is no longer ours (on_closed forgot it), and the generation tells a new connection at
   // the same address from it.
   const std::uint64_t gen = quic_.generation();
-  owner_.engine().post([this, c, gen, app_code, why = std::move(why)] {
+  ctx_.engine.post([this, c, gen, app_code, why = std::move(why)] {
     if (quic_.connection() == c && quic_.generation() == gen) c->close(app_code, why);
   });
 }
 
 void Peer::abort(const std::string& why) {
   if (gone()) return;
-  log::warn("rank {}: giving up on peer {} ({}): {}", owner_.rank(), rank_, addr_text_, why);
+  log::warn("rank {}: giving up on peer {} ({}): {}", ctx_.rank, rank_, addr_text_, why);
   mark_gone(Errc::peer_failed, why);
   if (quic::Connection* c = quic_.connection()) c->close(quic::close_error, why);
 }
 
 void Peer::lost(const std::string& why) {
   if (gone()) return;
-  log::info("rank {}: peer {} ({}) out of reach: {}", owner_.rank(), rank_, addr_text_, why);
+  log::info("rank {}: peer {} ({}) out of reach: {}", ctx_.rank, rank_, addr_text_, why);
   mark_gone(Errc::peer_closed, why);
 }
 
@@ -578,7 +579,7 @@ void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {
   last_heartbeat_ = now;
   FrameHeader h;
   h.type = FrameType::heartbeat;
-  h.src = static_cast<std::uint32_t>(owner_.rank());
+  h.src = static_cast<std::uint32_t>(ctx_.rank);
   send_header(Lane::control, h);
 }
 
@@ -633,13 +634,13 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   // its connection). A peer that said goodbye closes its own once its last bytes are in.
   if (stripes_.live() > 0 && gone_code_ != Errc::peer_closed) {
     const std::uint64_t app_code = gone_code_ == Errc::rank_failed ? quic::close_declared_failed : quic::close_error;
-    owner_.engine().post([this, app_code, why = gone_why_] { stripes_.close_all(app_code, why); });
+    ctx_.engine.post([this, app_code, why = gone_why_] { stripes_.close_all(app_code, why); });
   }
   // A frame reader of one of these streams may be running below us: free them later.
   if (!in_.empty()) {
     auto dead = std::make_shared<decltype(in_)>(std::move(in_));
     in_.clear();
-    owner_.engine().post([dead] {});
+    ctx_.engine.post([dead] {});
   }
   owner_.on_peer_closed(*this);
 }
@@ -660,7 +661,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
   // Messages over QUIC are moving (not control frames, nor the switch to shared memory):
   // waiters keep the engine thread from waking for the replies (Engine::settle_delay).
   if (s.link->on_socket() && s.reader.lane() != Lane::control && h.type != FrameType::shm_switch)
-    owner_.engine().note_socket_messages();
+    ctx_.engine.note_socket_messages();
   // Relayed frames name their origin, which need not be this neighbour.
   if (h.type == FrameType::relay || h.type == FrameType::relay_ack) {
     if (s.link == relay_.get()) {
@@ -669,7 +670,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     }
     s.sink = Sink{};
     s.sink.kind = Sink::relay;
-    s.sink.segment = owner_.pool().acquire(wire::header_size + h.length);
+    s.sink.segment = ctx_.pool.acquire(wire::header_size + h.length);
     return true;
   }
   if (h.src != static_cast<std::uint32_t>(rank_)) {
@@ -751,7 +752,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       rdv_out_.erase(it);
       FrameHeader d;
       d.type = FrameType::rdata;
-      d.src = static_cast<std::uint32_t>(owner_.rank());
+      d.src = static_cast<std::uint32_t>(ctx_.rank);
       d.comm = r.comm;
       d.tag = static_cast<std::uint64_t>(r.tag);
       d.seq = h.seq;
@@ -808,7 +809,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::tcp_switch: {
       const int i = TcpLink::index(lane);
       // Only once per lane, on its QUIC stream, and only where this rank wants TCP.
-      if (s.link != &quic_ || i < 0 || tcp_in_[i] || owner_.config().link != LinkKind::tcp) {
+      if (s.link != &quic_ || i < 0 || tcp_in_[i] || ctx_.config.link != LinkKind::tcp) {
         protocol_error("unexpected tcp_switch on lane " + std::string(wire::to_string(lane)));
         return false;
       }
@@ -833,7 +834,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       return true;
     }
     case FrameType::failed:
-      if (h.tag >= static_cast<std::uint64_t>(owner_.size()) && owner_.elastic()) {
+      if (h.tag >= static_cast<std::uint64_t>(owner_.size()) && ctx_.elastic) {
         // A rank announced to the sender and not to us yet: nothing here can involve it.
         s.sink.kind = Sink::discard;
         return true;
@@ -884,7 +885,7 @@ void Peer::on_payload(InStream& s, std::span<const std::byte> chunk) {
         k.unexp->data.insert(k.unexp->data.end(), chunk.begin(), chunk.end());
         std::uint64_t& held = unexpected_bytes_[static_cast<int>(domain_of(s.reader.lane()))];
         held += chunk.size();
-        if (held > owner_.config().unexpected_limit) {
+        if (held > ctx_.config.unexpected_limit) {
           s.deferred += chunk.size();
           s.deferred_now += chunk.size();
         }
@@ -912,7 +913,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::hello: {
       std::string name(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size());
       // An elastic world grows while it runs: its nodes know different sizes of it.
-      if (name != name_ || (h.tag != static_cast<std::uint64_t>(owner_.size()) && !owner_.elastic())) {
+      if (name != name_ || (h.tag != static_cast<std::uint64_t>(owner_.size()) && !ctx_.elastic)) {
         protocol_error("hello from '" + name + "' with world " + std::to_string(h.tag) +
                        ", expected '" + name_ + "' with world " + std::to_string(owner_.size()));
         return false;
@@ -925,7 +926,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     }
     case FrameType::goodbye:
-      log::debug("rank {}: peer {} said goodbye", owner_.rank(), rank_);
+      log::debug("rank {}: peer {} said goodbye", ctx_.rank, rank_);
       // Mark it now so new operations fail fast; the connection close follows.
       mark_gone(Errc::peer_closed, "peer closed its communicator");
       break;
@@ -987,7 +988,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::decided: {
       wire::Ballot b;
       // In an elastic world a ballot may name a joiner not announced here yet.
-      const auto bound = owner_.elastic() ? wire::max_node_ids : static_cast<std::uint32_t>(owner_.size());
+      const auto bound = ctx_.elastic ? wire::max_node_ids : static_cast<std::uint32_t>(owner_.size());
       if (auto err = wire::decode_ballot(k.bytes, bound, b)) {
         protocol_error(std::string(wire::to_string(h.type)) + " frame: " + err.error);
         return false;
@@ -1043,7 +1044,7 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
   }
   quic_.detach();
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
-  if (code == Errc::rank_failed && !gone()) owner_.on_failed_notice(rank_, owner_.rank(), why);
+  if (code == Errc::rank_failed && !gone()) owner_.on_failed_notice(rank_, ctx_.rank, why);
   mark_gone(code, why);
 }
 

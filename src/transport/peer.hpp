@@ -36,7 +36,7 @@ namespace nexar::detail {
 
 class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
-  Peer(PeerOwner& owner, int rank, std::string name, quic::Address addr);
+  Peer(PeerOwner& owner, const PeerContext& ctx, int rank, std::string name, quic::Address addr);
   /// Fails what still waits for a verdict (the node closed meanwhile).
   ~Peer();
 
@@ -294,6 +294,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   void on_stripe_closed(Errc code, const std::string& why) override;
 
   PeerOwner& owner_;
+  const PeerContext ctx_;
   int rank_;
   std::string name_;
   quic::Address addr_;

@@ -1,6 +1,8 @@
-// What a Peer reaches of the node it belongs to. The Node implements it; the unit tests of
-// Peer (tests/peer_test.cpp) implement it with a few lines each, so that a pair of Peers runs
-// over an in-memory link with no node, socket or TLS. Engine thread only, like Peer.
+// What a Peer is given by its node: the things that stay fixed for the node's life
+// (PeerContext, held as references), and the calls it makes upward (PeerOwner). The Node
+// implements PeerOwner; the unit tests of Peer (tests/peer_test.cpp) implement it with a few
+// lines each, so that a pair of Peers runs over an in-memory link with no node, socket or
+// TLS. Engine thread only, like Peer.
 #pragma once
 
 #include <cstdint>
@@ -26,20 +28,25 @@ class Peer;
 class RpcLanes;
 class ShmLink;
 
+/// Fixed for the life of the node a Peer belongs to.
+struct PeerContext {
+  int rank;  // this node's world rank
+  /// Whether the world may grow while it runs (its nodes then know different sizes).
+  bool elastic;
+  const Config& config;
+  BufferPool& pool;
+  Engine& engine;
+};
+
 class PeerOwner {
  public:
-  // ---- what the pair belongs to ----
-  /// This node's world rank, and the world ranks known here.
-  virtual int rank() const noexcept = 0;
+  // ---- what the pair belongs to, where it changes while the node runs ----
+  /// World ranks known here: the formed world, plus the nodes announced since (elastic).
   virtual int size() const noexcept = 0;
-  /// Whether the world may grow while it runs (its nodes then know different sizes).
-  virtual bool elastic() const noexcept = 0;
   /// The node name of world rank `r` (what its certificate names).
   virtual const std::string& name_of(int r) const = 0;
-  virtual const Config& config() const noexcept = 0;
-  virtual BufferPool& pool() noexcept = 0;
-  virtual Engine& engine() noexcept = 0;
-  /// Where RPC frames go; null when no RPC service is attached.
+  /// Where RPC frames go; null when no RPC service is attached (it may attach after the
+  /// Peers exist).
   virtual RpcLanes* rpc() const noexcept = 0;
 
   // ---- matching messages with receives ----
