@@ -158,7 +158,7 @@ TEST(MatchQueue, AnyTagNeverMatchesCollectiveTags) {
 
 TEST(MatchQueue, MatchingIgnoresSizes) {
   // A message larger than the receive still matches it (and is not skipped for a later,
-  // larger receive): Node::finish_recv fails it with Errc::truncated, as MPI does.
+  // larger receive): Matching::finish_recv fails it with Errc::truncated, as MPI does.
   MatchQueue q;
   q.add_unexpected(msg(1, 0, 1, 1, 1u << 20));
   auto small = recv(1, 0, 1, 4);
@@ -213,7 +213,7 @@ TEST(MatchQueue, MessageStillArrivingIsMatchedOnce) {
   auto it = q.find_unexpected(*r1);
   ASSERT_NE(it, q.end());
   EXPECT_EQ((*it)->seq, 1u);
-  // Node::deliver_unexpected: the rest goes to r1's buffer; the entry stays until complete.
+  // Matching::deliver_unexpected: the rest goes to r1's buffer; the entry stays until complete.
   (*it)->waiter = r1;
   EXPECT_TRUE(q.awaits_arrival(r1->op.get()));
   auto r2 = recv(1, 0, 1);

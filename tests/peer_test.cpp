@@ -1,6 +1,7 @@
 // transport/peer.*: two Peers, rank 0's view of rank 1 and rank 1's view of rank 0, joined by
 // an in-memory link (memory_link.hpp) wired in through the routing rule (Peer::use_link),
-// each owned by a few lines of PeerOwner instead of a Node. No socket, TLS or engine thread:
+// each owned by a few lines of PeerOwner instead of a Node, with the node's real matching
+// (transport/matching.hpp). No socket, TLS or engine thread:
 // every order of arrival is a seed, and each test runs in milliseconds.
 //
 // Checked: eager messages match posted receives oldest first, and arrive whole however the
@@ -18,8 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "core/call_check.hpp"
 #include "engine/engine.hpp"
 #include "memory_link.hpp"
+#include "transport/matching.hpp"
 #include "transport/peer.hpp"
 
 using namespace nexar;
@@ -38,22 +41,25 @@ std::shared_ptr<OpState> op_state(const char* name) {
   return std::make_shared<OpState>(name, OpState::Clock::now() + std::chrono::hours(1));
 }
 
-// One rank's side: what a Node would be to its Peer, and that Peer.
-struct Side final : detail::PeerOwner {
+// One rank's side: what a Node would be to its Peer and to its matching, the real matching
+// (transport/matching.hpp), and the Peer.
+struct Side final : detail::PeerOwner, detail::Matching::Owner {
   Config cfg;
   detail::BufferPool pool_;
   detail::Engine engine_{std::chrono::microseconds(0)};
-  detail::MatchQueue queues[detail::domain_count];
   int me;
+  detail::Matching matching{*this, me};
   std::vector<std::string> names{"node-0", "node-1"};
   std::set<std::uint64_t> revoked_comms;
   std::vector<std::string> events;  // upcalls the tests look for
-  std::unique_ptr<Peer> peer;       // the other rank
+  std::unique_ptr<Peer> other;      // this rank's Peer of the other rank
 
   explicit Side(int rank) : me(rank) {
-    peer = std::make_unique<Peer>(*this, detail::PeerContext{me, false, cfg, pool_, engine_}, 1 - rank, names[1 - me],
-                                  quic::Address{});
+    other = std::make_unique<Peer>(*this, detail::PeerContext{me, false, cfg, pool_, engine_, matching}, 1 - rank,
+                                  names[1 - me], quic::Address{});
   }
+
+  detail::MatchQueue& queue(Domain d) { return matching.queue(d); }
 
   // A receive as Node::irecv makes it: an unexpected message first, else posted.
   std::shared_ptr<RecvOp> recv(Domain d, Tag tag, std::vector<std::byte>& out, bool exact = false) {
@@ -67,18 +73,17 @@ struct Side final : detail::PeerOwner {
     r->exact = exact;
     auto& q = queue(d);
     if (auto it = q.find_unexpected(*r); it != q.end()) {
-      deliver_unexpected(d, r, it);
+      matching.deliver_unexpected(d, r, it);
     } else {
       q.post(r);
     }
     return r;
   }
 
-  // PeerOwner
+  // PeerOwner and Matching::Owner
   int size() const noexcept override { return 2; }
   const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
   detail::RpcLanes* rpc() const noexcept override { return nullptr; }
-  detail::MatchQueue& queue(Domain d) noexcept override { return queues[static_cast<int>(d)]; }
   bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }
   bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) override {
     if (!revoked(comm)) return false;
@@ -88,42 +93,12 @@ struct Side final : detail::PeerOwner {
   void fail(const std::shared_ptr<OpState>& op, Errc code, int p, std::string_view why) override {
     if (op && !op->done()) op->complete(code, "rank " + std::to_string(p) + ": " + std::string(why));
   }
-  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t bytes) override {
-    if (bytes > r.cap || (r.exact && bytes != r.cap)) {
-      fail(r.op, Errc::truncated, source, std::to_string(bytes) + " bytes for " + std::to_string(r.cap));
-    } else {
-      r.op->succeed(r.status(source, tag, static_cast<std::size_t>(bytes)));
-    }
+  // Matching::Owner
+  Peer* peer(int r) noexcept override { return r == 1 - me ? other.get() : nullptr; }
+  void revoke_everywhere(std::uint64_t comm, const std::string& why) override {
+    events.push_back("revoke everywhere " + std::to_string(comm) + ": " + why);
   }
-  void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
-                          std::list<std::shared_ptr<detail::Unexpected>>::iterator it) override {
-    auto u = *it;
-    if (u->rendezvous) {
-      queue(d).erase(it);
-      peer->accept_rendezvous(d, u->seq, u->tag, r, u->size);
-      return;
-    }
-    if (!u->complete) {
-      if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
-      peer->release_unexpected(d, u->data.size());
-      u->data.clear();
-      u->waiter = r;
-      return;
-    }
-    queue(d).erase(it);
-    if (u->size <= r->cap && !u->data.empty()) std::memcpy(r->buf, u->data.data(), u->data.size());
-    finish_recv(*r, u->source, u->tag, u->size);
-    peer->release_unexpected(d, u->data.size());
-  }
-  void repost(Domain d, std::shared_ptr<RecvOp> r) override {
-    events.push_back("repost");
-    auto& q = queue(d);
-    if (auto it = q.find_unexpected(*r); it != q.end()) {
-      deliver_unexpected(d, r, it);
-      return;
-    }
-    q.post_first(std::move(r));
-  }
+  // PeerOwner
   void on_peer_up(Peer&) override { events.push_back("up"); }
   void on_peer_closed(Peer& p) override { events.push_back("closed " + std::to_string(static_cast<int>(p.gone_code()))); }
   void connect_lazily(int) override { events.push_back("connect_lazily"); }
@@ -133,16 +108,6 @@ struct Side final : detail::PeerOwner {
   void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
   void on_revoke_notice(int, std::uint64_t comm, Errc, const std::string& why) override {
     events.push_back("revoke " + std::to_string(comm) + (why.empty() ? "" : ": " + why));
-  }
-  bool calls_agree(const RecvOp& r, int, detail::Tag, std::uint16_t theirs) override {
-    if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
-    events.push_back("mismatch " + std::to_string(r.check) + " " + std::to_string(theirs));
-    r.op->complete(Errc::invalid_argument, "calls differ");
-    return false;
-  }
-  bool unawaited(std::uint64_t, int, detail::Tag, std::uint16_t theirs) override {
-    events.push_back("unawaited " + std::to_string(theirs));
-    return true;
   }
   void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
   void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
@@ -159,8 +124,8 @@ struct Pair {
   MemoryLink la, lb;
   explicit Pair(std::uint64_t seed, std::size_t max_piece = 4096) : la(seed, 1 << 20, max_piece), lb(seed ^ 0x9e37, 1 << 20, max_piece) {
     MemoryLink::join(la, lb);
-    la.bind(a.peer->use_link(la));
-    lb.bind(b.peer->use_link(lb));
+    la.bind(a.other->use_link(la));
+    lb.bind(b.other->use_link(lb));
   }
   // Moves bytes until neither link has any to move, then runs what the peers posted to
   // their engines (no engine thread here), and again while that moved anything.
@@ -187,7 +152,7 @@ std::vector<std::byte> bytes_of(std::size_t n, std::uint64_t seed) {
 // Sends `msg` from `from` eagerly: header and payload, zero-copy.
 std::shared_ptr<OpState> send_eager(Side& from, Domain d, Tag tag, const std::vector<std::byte>& msg) {
   auto op = op_state("send");
-  from.peer->send_eager_in_place(d, kComm, tag, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), op);
+  from.other->send_eager_in_place(d, kComm, tag, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), op);
   return op;
 }
 
@@ -213,7 +178,7 @@ TEST(Peer, EagerMessagesMatchPostedReceivesOldestFirstAcrossSeeds) {
       EXPECT_EQ(outs[i], msgs[i]) << "seed " << seed << ": receive " << i << " got another message";
       EXPECT_TRUE(sends[i]->done() && sends[i]->code() == Errc::ok);
     }
-    EXPECT_EQ(p.a.peer->unacked(), 0u);
+    EXPECT_EQ(p.a.other->unacked(), 0u);
   }
 }
 
@@ -229,15 +194,24 @@ TEST(Peer, AMessageOfAnotherCallIsRefused) {
   auto r_next = p.b.recv(Domain::collective, 6, out_next, true);
   r->check = r_big->check = r_next->check = 0x8888;
   auto eager = op_state("send"), announced = op_state("send"), fine = op_state("send");
-  p.a.peer->send_eager_in_place(Domain::collective, kComm, 4, 0x8890, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), eager);
-  p.a.peer->start_rendezvous(Domain::collective, kComm, 5, 0x8c88, {ConstBuffer{big.data(), big.size()}}, big.size(), announced);
-  p.a.peer->send_eager_in_place(Domain::collective, kComm, 6, 0x8888, {ConstBuffer{next.data(), next.size()}}, next.size(), fine);
+  p.a.other->send_eager_in_place(Domain::collective, kComm, 4, 0x8890, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), eager);
+  p.a.other->start_rendezvous(Domain::collective, kComm, 5, 0x8c88, {ConstBuffer{big.data(), big.size()}}, big.size(), announced);
+  p.a.other->send_eager_in_place(Domain::collective, kComm, 6, 0x8888, {ConstBuffer{next.data(), next.size()}}, next.size(), fine);
   p.run();
   EXPECT_EQ(r->op->code(), Errc::invalid_argument);
   EXPECT_EQ(r_big->op->code(), Errc::invalid_argument);
+  // Each refusal revokes the communicator on every member, in the words each error carries.
+  auto refused = [](Tag tag, std::uint16_t theirs) {
+    return "revoke everywhere " + std::to_string(kComm) + ": " +
+           detail::calls_differ("collective #" + std::to_string(detail::collective_number(tag)), kComm, 1, 0x8888, 0,
+                                theirs, 2);
+  };
   const auto& ev = p.b.events;
-  EXPECT_NE(std::find(ev.begin(), ev.end(), "mismatch 34952 34960"), ev.end());
-  EXPECT_NE(std::find(ev.begin(), ev.end(), "mismatch 34952 35976"), ev.end());
+  EXPECT_NE(std::find(ev.begin(), ev.end(), refused(4, 0x8890)), ev.end()) << ev.size() << " events";
+  EXPECT_NE(std::find(ev.begin(), ev.end(), refused(5, 0x8c88)), ev.end()) << ev.size() << " events";
+  EXPECT_NE(r->op->message().find(refused(4, 0x8890).substr(std::string("revoke everywhere 7: ").size())),
+            std::string::npos)
+      << r->op->message();
   EXPECT_EQ(out, std::vector<std::byte>(msg.size())) << "a refused payload reached the buffer";
   ASSERT_TRUE(r_next->op->done());
   EXPECT_EQ(r_next->op->code(), Errc::ok) << r_next->op->message();
@@ -274,13 +248,13 @@ TEST(Peer, RendezvousMovesTheMessageOnlyOnceTheReceiverAsks) {
     Pair p(seed);
     const auto msg = bytes_of(300000 + seed, seed);
     auto send = op_state("send");
-    p.a.peer->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+    p.a.other->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
     p.run();
     // Only the announcement came: nothing is sent before a receive asks.
     ASSERT_EQ(p.b.queue(Domain::data).unexpected().size(), 1u);
     EXPECT_TRUE(p.b.queue(Domain::data).unexpected().front()->rendezvous);
     EXPECT_FALSE(send->done());
-    EXPECT_EQ(p.a.peer->unacked(), 0u) << "the data stays with the sender until asked";
+    EXPECT_EQ(p.a.other->unacked(), 0u) << "the data stays with the sender until asked";
     std::vector<std::byte> out(msg.size());
     auto r = p.b.recv(Domain::data, 3, out);
     p.run();
@@ -296,15 +270,15 @@ TEST(Peer, AWithdrawnRendezvousSendPutsTheReceiveBackFirst) {
   Pair p(42);
   const auto msg = bytes_of(200000, 1);
   auto send = op_state("send");
-  p.a.peer->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.a.other->start_rendezvous(Domain::data, kComm, 3, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
   p.run();
-  EXPECT_TRUE(p.a.peer->cancel_rendezvous(send.get()));
+  EXPECT_TRUE(p.a.other->cancel_rendezvous(send.get()));
   std::vector<std::byte> out(msg.size()), later(msg.size());
   auto r = p.b.recv(Domain::data, 3, out);  // matches the announcement: asks for the data
   auto r2 = p.b.recv(Domain::data, 3, later);
   p.run();
   EXPECT_FALSE(r->op->done()) << "a withdrawn send was never sent: its receive waits on";
-  EXPECT_EQ(p.b.events, std::vector<std::string>{"repost"});
+  EXPECT_TRUE(p.b.events.empty()) << "nothing failed or was revoked";
   ASSERT_EQ(p.b.queue(Domain::data).posted().size(), 2u);
   EXPECT_EQ(p.b.queue(Domain::data).posted().front(), r) << "ahead of the receive posted after it";
   // The next message goes to the first receive.
@@ -322,18 +296,18 @@ TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
   const auto msg = bytes_of(5000, 3);
   auto sent = send_eager(p.a, Domain::collective, 11, msg);
   auto rdv = op_state("send");
-  p.a.peer->start_rendezvous(Domain::collective, kComm, 12, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), rdv);
+  p.a.other->start_rendezvous(Domain::collective, kComm, 12, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), rdv);
   p.run();
   EXPECT_TRUE(p.b.queue(Domain::collective).unexpected().empty()) << "nobody will receive them";
   EXPECT_TRUE(sent->done() && sent->code() == Errc::ok) << "the bytes reached the receiver, which dropped them";
   EXPECT_FALSE(rdv->done()) << "never asked for: the sender withdraws it when it learns of the revocation";
   // The sender learns; what it still holds of that communicator fails.
   p.a.revoked_comms.insert(kComm);
-  p.a.peer->fail_comm(kComm, [&](const std::shared_ptr<OpState>& op) { p.a.fail(op, Errc::revoked, 1, "revoked"); });
+  p.a.other->fail_comm(kComm, [&](const std::shared_ptr<OpState>& op) { p.a.fail(op, Errc::revoked, 1, "revoked"); });
   EXPECT_TRUE(rdv->done());
   EXPECT_EQ(rdv->code(), Errc::revoked);
   auto late = op_state("send");
-  p.a.peer->send_eager_in_place(Domain::collective, kComm, 13, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), late);
+  p.a.other->send_eager_in_place(Domain::collective, kComm, 13, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), late);
   EXPECT_EQ(late->code(), Errc::revoked) << "a send on a revoked communicator fails at once";
 }
 
@@ -343,11 +317,11 @@ TEST(Peer, ALostLinkFailsEverythingInFlightNamingThePeer) {
   auto r = p.b.recv(Domain::data, 1, out);
   const auto msg = bytes_of(100000, 4);
   auto send = op_state("send");
-  p.a.peer->start_rendezvous(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
+  p.a.other->start_rendezvous(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), msg.size()}}, msg.size(), send);
   p.la.cut_after(60000);  // somewhere in the data
   p.run();
-  EXPECT_TRUE(p.a.peer->gone());
-  EXPECT_TRUE(p.b.peer->gone());
+  EXPECT_TRUE(p.a.other->gone());
+  EXPECT_TRUE(p.b.other->gone());
   ASSERT_TRUE(send->done()) << "its data was on the way";
   EXPECT_EQ(send->code(), Errc::peer_failed) << send->message();
   EXPECT_NE(send->message().find("rank 1"), std::string::npos)
@@ -357,7 +331,7 @@ TEST(Peer, ALostLinkFailsEverythingInFlightNamingThePeer) {
   EXPECT_NE(r->op->message().find("rank 0"), std::string::npos) << r->op->message();
   // Later operations fail at once.
   auto late = op_state("send");
-  p.a.peer->send_eager_in_place(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), 8}}, 8, late);
+  p.a.other->send_eager_in_place(Domain::data, kComm, 1, 0, {ConstBuffer{msg.data(), 8}}, 8, late);
   EXPECT_EQ(late->code(), Errc::peer_failed);
 }
 

@@ -1,5 +1,5 @@
 // The collectives each communicator runs on this rank, for the messages no receive awaits.
-// The fingerprint check at a receive (Node::calls_agree) sees only messages that some
+// The fingerprint check at a receive (Matching::calls_agree) sees only messages that some
 // receive matches; ranks that disagree on a call's root or algorithm send messages that
 // nobody ever receives: in a broadcast where two ranks each believe they are the root, both
 // send and both complete. So a collective message that arrives unawaited is judged here:

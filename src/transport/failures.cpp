@@ -179,7 +179,7 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
   if (known && first) {
     const RevokeError err = revoke_error(w, code, failed_world, why);
     auto fail = [&err](const std::shared_ptr<OpState>& op) { err.fail(op); };
-    for (auto& q : match_) {
+    for (auto& q : matching_.queues()) {
       auto& posted = q.posted();
       for (auto it = posted.begin(); it != posted.end();) {
         if ((*it)->comm == id) {
@@ -283,7 +283,7 @@ void Node::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::
 void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
   // A joiner in a communicator made here was admitted, whichever grow admitted it.
   admitted(members);
-  calls_.watch(id, members, rank);
+  matching_.calls().watch(id, members, rank);
   submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
     int dead = -1;
     {
@@ -304,7 +304,7 @@ void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, Comm
 }
 
 void Node::unwatch_comm(std::uint64_t id) {
-  calls_.forget(id);
+  matching_.calls().forget(id);
   std::lock_guard lk(fail_mu_);
   comms_.erase(id);
 }

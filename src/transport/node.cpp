@@ -393,7 +393,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
   if (liveness_timer_) liveness_timer_->cancel();
   ep_->shutdown("communicator closed");
   // Receives that only a peer could have satisfied failed with it; fail the rest.
-  for (auto& q : match_) {
+  for (auto& q : matching_.queues()) {
     for (auto& r : q.posted()) fail(r->op, Errc::closed, -1, "communicator closed");
     q.posted().clear();
     q.unexpected().clear();
@@ -479,7 +479,7 @@ void Node::on_peer_closed(Peer& p) {
     std::erase(waiting_, p.rank());
   }
   // Receives naming this peer can never complete now. Any-source receives stay posted.
-  for (auto& q : match_) {
+  for (auto& q : matching_.queues()) {
     auto& posted = q.posted();
     for (auto it = posted.begin(); it != posted.end();) {
       if ((*it)->source == p.rank()) {
@@ -735,107 +735,13 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
   return Access::make_request(st);
 }
 
-void Node::deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
-                                  std::list<std::shared_ptr<Unexpected>>::iterator it) {
-  auto u = *it;
-  Peer* p = peer(u->source);
-  // Disagreeing calls revoke the communicator, which drops its unreceived messages.
-  if (!calls_agree(*r, u->source, u->tag, u->check)) return;
-  // Counted once: a message still arriving comes here again when its last byte does.
-  if (u->check != 0 && u->waiter == nullptr) calls_.matched(u->comm, collective_number(u->tag));
-  if (u->rendezvous) {
-    queue(d).erase(it);
-    if (p->gone()) {
-      fail(r->op, p->gone_code(), u->source, p->gone_why());
-      return;
-    }
-    p->accept_rendezvous(d, u->seq, u->tag, r, u->size);
-    return;
-  }
-  if (!u->complete) {
-    if (p->gone()) {  // the rest will never come
-      queue(d).erase(it);
-      fail(r->op, p->gone_code(), u->source, p->gone_why());
-      return;
-    }
-    // Still arriving: the rest goes straight to the receive buffer.
-    if (u->size <= r->cap) std::memcpy(r->buf, u->data.data(), u->data.size());
-    p->release_unexpected(d, u->data.size());
-    u->data.clear();
-    u->data.shrink_to_fit();
-    u->waiter = r;
-    return;
-  }
-  queue(d).erase(it);
-  if (u->size <= r->cap && u->waiter == nullptr && !u->data.empty())
-    std::memcpy(r->buf, u->data.data(), u->data.size());
-  finish_recv(*r, u->source, u->tag, u->size);
-  if (p && !u->data.empty()) p->release_unexpected(d, u->data.size());
-}
-
-bool Node::unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) {
-  const std::string why = calls_.unawaited(comm, collective_number(tag), source, theirs);
-  if (why.empty()) return true;
-  revoke_everywhere(comm, why);
-  return false;
-}
-
 void Node::collective_started(std::uint64_t comm, Tag tag, std::uint16_t check) {
-  if (std::string why = calls_.started(comm, collective_number(tag), check); !why.empty())
+  if (std::string why = matching_.calls().started(comm, collective_number(tag), check); !why.empty())
     revoke_comm(comm, std::move(why));
 }
 
 void Node::collective_ended(std::uint64_t comm, Tag tag, bool ok) {
-  if (std::string why = calls_.ended(comm, collective_number(tag), ok); !why.empty()) revoke_comm(comm, std::move(why));
-}
-
-bool Node::calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) {
-  if (r.check == 0 || theirs == 0 || r.check == theirs) return true;
-  // The communicator's size decides whether roots show exactly (its members' local ranks).
-  const int members = r.local_of ? static_cast<int>(std::count_if(r.local_of->begin(), r.local_of->end(),
-                                                                  [](int l) { return l >= 0; }))
-                                 : size();
-  const std::string why = calls_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
-                                      r.local(rank_), r.check, r.local(source), theirs, members);
-  fail(r.op, Errc::invalid_argument, source, why);
-  // Every member's operations on it fail with the same words, within a round trip: the
-  // others may wait for a message from a rank that gave up, and would hear nothing else.
-  revoke_everywhere(r.comm, why);
-  return false;
-}
-
-void Node::finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) {
-  if (r.exact && size != r.cap) {
-    // Collectives know the exact size of every message: a difference means the ranks
-    // called the collective with different counts or types. Every member hears of it, as
-    // of calls that differ (calls_agree): the others may wait for this rank's messages.
-    const std::string why = sizes_differ("collective #" + std::to_string(collective_number(tag)), r.comm,
-                                         r.local(rank_), r.cap, r.local(source), size);
-    fail(r.op, Errc::invalid_argument, source, why);
-    if (r.check != 0) revoke_everywhere(r.comm, why);
-  } else if (size > r.cap) {
-    fail(r.op, Errc::truncated, source,
-         "message of " + std::to_string(size) + " bytes (tag " + std::to_string(tag) +
-             ") does not fit the receive buffer of " + std::to_string(r.cap) + " bytes");
-  } else {
-    r.op->succeed(r.status(source, tag, static_cast<std::size_t>(size)));
-  }
-}
-
-void Node::repost(Domain d, std::shared_ptr<RecvOp> r) {
-  if (r->op->done()) return;
-  auto& q = queue(d);
-  auto it = q.find_unexpected(*r);
-  if (it != q.end()) {
-    deliver_unexpected(d, r, it);
-    return;
-  }
-  if (r->source != any_source && peer(r->source)->gone()) {
-    Peer* p = peer(r->source);
-    fail(r->op, p->gone_code(), r->source, p->gone_why());
-    return;
-  }
-  q.post_first(std::move(r));
+  if (std::string why = matching_.calls().ended(comm, collective_number(tag), ok); !why.empty()) revoke_comm(comm, std::move(why));
 }
 
 bool Node::receiving(Domain d, const OpState* op) const {
@@ -879,7 +785,7 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
       auto& q = queue(d);
       auto it = q.find_unexpected(*r);
       if (it != q.end()) {
-        deliver_unexpected(d, r, it);
+        matching_.deliver_unexpected(d, r, it);
         return;
       }
       if (p->gone()) {
@@ -894,7 +800,7 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
     auto& q = queue(d);
     auto it = q.find_unexpected(*r);
     if (it != q.end()) {
-      deliver_unexpected(d, r, it);
+      matching_.deliver_unexpected(d, r, it);
       return;
     }
     if (!is_open()) {

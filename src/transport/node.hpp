@@ -34,6 +34,7 @@
 #include "tls/tls_context.hpp"
 #include "transport/call_registry.hpp"
 #include "transport/match_queue.hpp"
+#include "transport/matching.hpp"
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/peer_owner.hpp"
@@ -76,7 +77,7 @@ struct NodeOptions {
 class ShmHub;
 class TcpHub;
 
-class Node : public Progress, public PeerOwner, public std::enable_shared_from_this<Node> {
+class Node : public Progress, public PeerOwner, private Matching::Owner, public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
   ~Node() override;
@@ -288,12 +289,12 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
   BufferPool& pool() noexcept { return pool_; }
   /// What every Peer of this node keeps for its life.
-  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_}; }
-  MatchQueue& queue(Domain d) noexcept override { return match_[static_cast<int>(d)]; }
-  const MatchQueue& queue(Domain d) const noexcept { return match_[static_cast<int>(d)]; }
+  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_}; }
+  MatchQueue& queue(Domain d) noexcept { return matching_.queue(d); }
+  const MatchQueue& queue(Domain d) const noexcept { return matching_.queue(d); }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
   bool receiving(Domain d, const OpState* op) const;
-  Peer* peer(int rank) noexcept { return peers_[static_cast<std::size_t>(rank)].get(); }
+  Peer* peer(int rank) noexcept override { return peers_[static_cast<std::size_t>(rank)].get(); }
   /// The peer of world rank `r`, or null (out of the table, or the node closed). Engine
   /// lock held.
   Peer* peer_locked(int r) noexcept;
@@ -302,16 +303,6 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
   PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   int rank_of_node(const std::string& node) const;
-  /// A receive was matched with an unexpected message (or a peer's data): deliver.
-  void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
-                          std::list<std::shared_ptr<Unexpected>>::iterator it) override;
-  /// Completes a receive whose message of `size` bytes has landed (or was discarded).
-  void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) override;
-  bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) override;
-  bool unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) override;
-  /// A receive whose matched message was withdrawn by its sender: match it again, with
-  /// the priority it had.
-  void repost(Domain d, std::shared_ptr<RecvOp> r) override;
   /// Completes `op` with an error formatted with this node's context.
   void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) override;
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
@@ -496,7 +487,7 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   void revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why);
   /// revoke_comm on the engine thread: revokes `id` here and tells its members, with `why`
   /// if given (then the code is Errc::invalid_argument). Engine lock held.
-  void revoke_everywhere(std::uint64_t id, const std::string& why);
+  void revoke_everywhere(std::uint64_t id, const std::string& why) override;
   struct Watch;
   /// What the operations of a revoked communicator fail with: built once per revocation,
   /// formatted per operation by fail().
@@ -552,7 +543,8 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   int hop_limit_ = 0;
   std::vector<std::pair<int, wire::Lane>> acks_owed_;
   bool acks_posted_ = false;
-  MatchQueue match_[domain_count];
+  // The match queues and the collectives running here (after rank_: it is given it).
+  Matching matching_{*this, rank_};
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
   std::shared_ptr<MembershipLanes> membership_;
@@ -571,7 +563,6 @@ class Node : public Progress, public PeerOwner, public std::enable_shared_from_t
   mutable std::mutex fail_mu_;
   std::vector<char> failed_;
   std::map<std::uint64_t, Watch> comms_;
-  CallRegistry calls_;  // the collectives running here, for unawaited messages (own lock)
   std::unordered_map<std::uint64_t, Revoked> revoked_;
   std::atomic<bool> expelled_{false};
   bool judging_ = false;  // engine thread: set once the mesh is up

@@ -4,6 +4,7 @@
 
 #include "core/log.hpp"
 #include "engine/engine.hpp"
+#include "transport/matching.hpp"
 #include "transport/rpc_lanes.hpp"
 #include "wire/ballot.hpp"
 
@@ -618,7 +619,7 @@ void Peer::mark_gone(Errc code, const std::string& why) {
   // Messages from it that will never be completed (eager ones cut off mid-way, announced
   // rendezvous ones) must not be matched by later receives; whole ones stay receivable.
   for (int di = 0; di < domain_count; ++di) {
-    auto& list = owner_.queue(static_cast<Domain>(di)).unexpected();
+    auto& list = ctx_.matching.queue(static_cast<Domain>(di)).unexpected();
     std::uint64_t& held = unexpected_bytes_[di];
     for (auto it = list.begin(); it != list.end();) {
       const Unexpected& u = **it;
@@ -692,8 +693,8 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       }
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
-      if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
-        if (!owner_.calls_agree(*r, rank_, tag, h.check)) {
+      if (auto r = ctx_.matching.queue(d).take_posted(h.comm, rank_, tag)) {
+        if (!ctx_.matching.calls_agree(*r, rank_, tag, h.check)) {
           s.sink.kind = Sink::discard;
           return true;
         }
@@ -702,7 +703,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         s.sink.recv = std::move(r);
       } else {
         // Nobody awaits it (yet): its collective may show the ranks disagree.
-        if (h.check != 0 && !owner_.unawaited(h.comm, rank_, tag, h.check)) {
+        if (h.check != 0 && !ctx_.matching.unawaited(h.comm, rank_, tag, h.check)) {
           s.sink.kind = Sink::discard;
           return true;
         }
@@ -715,7 +716,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         u.data.reserve(static_cast<std::size_t>(std::min<std::uint64_t>(h.length, 1u << 20)));
         u.complete = h.length == 0;
         s.sink.kind = Sink::unexpected;
-        s.sink.unexp = owner_.queue(d).add_unexpected(std::move(u));
+        s.sink.unexp = ctx_.matching.queue(d).add_unexpected(std::move(u));
       }
       return true;
     }
@@ -725,11 +726,11 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       if (owner_.revoked(h.comm)) return true;
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
-      if (auto r = owner_.queue(d).take_posted(h.comm, rank_, tag)) {
+      if (auto r = ctx_.matching.queue(d).take_posted(h.comm, rank_, tag)) {
         // Disagreeing calls revoke the communicator, which withdraws the sender's announcement.
-        if (owner_.calls_agree(*r, rank_, tag, h.check)) accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
+        if (ctx_.matching.calls_agree(*r, rank_, tag, h.check)) accept_rendezvous(d, h.seq, tag, std::move(r), h.length);
       } else {
-        if (h.check != 0 && !owner_.unawaited(h.comm, rank_, tag, h.check)) return true;  // revoked: withdrawn
+        if (h.check != 0 && !ctx_.matching.unawaited(h.comm, rank_, tag, h.check)) return true;  // revoked: withdrawn
         Unexpected u;
         u.comm = h.comm;
         u.source = rank_;
@@ -738,7 +739,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
         u.rendezvous = true;
         u.seq = h.seq;
         u.size = h.length;
-        owner_.queue(d).add_unexpected(std::move(u));
+        ctx_.matching.queue(d).add_unexpected(std::move(u));
       }
       return true;
     }
@@ -788,7 +789,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
       if (h.flags & wire::flag_cancelled) {
         // As with MPI_Cancel, a withdrawn send was never sent: the receive it had matched
         // goes back to waiting, ahead of receives posted after it.
-        owner_.repost(d, std::move(r));
+        ctx_.matching.repost(d, std::move(r));
         return true;
       }
       s.sink.kind = Sink::user;
@@ -933,16 +934,16 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
     case FrameType::eager:
     case FrameType::rdata:
       if (k.kind == Sink::user) {
-        owner_.finish_recv(*k.recv, rank_, static_cast<Tag>(h.tag), h.length);
+        ctx_.matching.finish_recv(*k.recv, rank_, static_cast<Tag>(h.tag), h.length);
       } else if (k.kind == Sink::unexpected) {
         auto u = k.unexp;
         u->complete = true;
         if (u->waiter) {
           Domain d = domain_of(s.reader.lane());
-          auto& q = owner_.queue(d);
+          auto& q = ctx_.matching.queue(d);
           for (auto it = q.unexpected().begin(); it != q.unexpected().end(); ++it) {
             if (it->get() == u.get()) {
-              owner_.deliver_unexpected(d, u->waiter, it);
+              ctx_.matching.deliver_unexpected(d, u->waiter, it);
               break;
             }
           }

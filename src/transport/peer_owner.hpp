@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,7 +16,6 @@
 
 #include "engine/buffer_pool.hpp"
 #include "engine/op_state.hpp"
-#include "transport/match_queue.hpp"
 #include "wire/ballot.hpp"
 #include "wire/frame.hpp"
 
@@ -26,6 +24,7 @@ namespace nexar::detail {
 class Engine;
 class Peer;
 class RpcLanes;
+class Matching;
 class ShmLink;
 
 /// Fixed for the life of the node a Peer belongs to.
@@ -36,6 +35,8 @@ struct PeerContext {
   const Config& config;
   BufferPool& pool;
   Engine& engine;
+  /// Where arriving messages meet receives.
+  Matching& matching;
 };
 
 class PeerOwner {
@@ -49,31 +50,13 @@ class PeerOwner {
   /// Peers exist).
   virtual RpcLanes* rpc() const noexcept = 0;
 
-  // ---- matching messages with receives ----
-  virtual MatchQueue& queue(Domain d) noexcept = 0;
+  // ---- revocations and errors ----
   /// Whether communicator `comm` was revoked: its messages are dropped as they come.
   virtual bool revoked(std::uint64_t comm) const = 0;
   /// Fails `op` with the revocation's error if `comm` was revoked; returns whether it did.
   virtual bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) = 0;
   /// Fails `op` (unless done) with `code`, its message naming world rank `peer` and `why`.
   virtual void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) = 0;
-  /// A receive's message of `size` bytes has landed (or was dropped): complete it.
-  virtual void finish_recv(const RecvOp& r, int source, Tag tag, std::uint64_t size) = 0;
-  /// Whether receive `r` and the message from world rank `source` matched to it belong to
-  /// the same collective call: `theirs` is the fingerprint the message carries. If they do
-  /// not, `r` fails, and so does every operation on its communicator on every member,
-  /// each error naming both calls; the message is to be dropped.
-  virtual bool calls_agree(const RecvOp& r, int source, Tag tag, std::uint16_t theirs) = 0;
-  /// A collective's message from world rank `source` with fingerprint `theirs` (not 0)
-  /// arrived and no receive awaits it. If its collective shows the ranks disagree
-  /// (transport/call_registry.hpp), the communicator is revoked everywhere and the message
-  /// is to be dropped: returns false.
-  virtual bool unawaited(std::uint64_t comm, int source, Tag tag, std::uint16_t theirs) = 0;
-  /// Receive `r` matched unexpected message `it` (whole, still arriving, or announced).
-  virtual void deliver_unexpected(Domain d, const std::shared_ptr<RecvOp>& r,
-                                  std::list<std::shared_ptr<Unexpected>>::iterator it) = 0;
-  /// The message receive `r` had matched was withdrawn by its sender: match it again.
-  virtual void repost(Domain d, std::shared_ptr<RecvOp> r) = 0;
 
   // ---- the pair's life ----
   /// The pair works both ways now.
