@@ -32,7 +32,6 @@
 #include "quic/endpoint.hpp"
 #include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
-#include "transport/call_registry.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/matching.hpp"
 #include "transport/membership_lanes.hpp"
