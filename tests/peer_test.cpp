@@ -1,7 +1,7 @@
 // transport/peer.*: two Peers, rank 0's view of rank 1 and rank 1's view of rank 0, joined by
 // an in-memory link (memory_link.hpp) wired in through the routing rule (Peer::use_link),
 // each owned by a few lines of PeerOwner instead of a Node, with the node's real matching
-// (transport/matching.hpp). No socket, TLS or engine thread:
+// (memory_node.hpp). No socket, TLS or engine thread:
 // every order of arrival is a seed, and each test runs in milliseconds.
 //
 // Checked: eager messages match posted receives oldest first, and arrive whole however the
@@ -22,6 +22,7 @@
 #include "core/call_check.hpp"
 #include "engine/engine.hpp"
 #include "memory_link.hpp"
+#include "memory_node.hpp"
 #include "transport/matching.hpp"
 #include "transport/peer.hpp"
 
@@ -41,81 +42,17 @@ std::shared_ptr<OpState> op_state(const char* name) {
   return std::make_shared<OpState>(name, OpState::Clock::now() + std::chrono::hours(1));
 }
 
-// One rank's side: what a Node would be to its Peer and to its matching, the real matching
-// (transport/matching.hpp), and the Peer.
-struct Side final : detail::PeerOwner, detail::Matching::Owner {
-  Config cfg;
-  detail::BufferPool pool_;
-  detail::Engine engine_{std::chrono::microseconds(0)};
-  int me;
-  detail::Matching matching{*this, me};
-  std::vector<std::string> names{"node-0", "node-1"};
-  std::set<std::uint64_t> revoked_comms;
-  std::vector<std::string> events;  // upcalls the tests look for
-  std::unique_ptr<Peer> other;      // this rank's Peer of the other rank
+// One rank's side (memory_node.hpp): rank `rank` of two, and its Peer of the other rank.
+struct Side : test::MemoryNode {
+  Peer* other;  // this rank's Peer of the other rank
 
-  explicit Side(int rank) : me(rank) {
-    other = std::make_unique<Peer>(*this, detail::PeerContext{me, false, cfg, pool_, engine_, matching}, 1 - rank,
-                                  names[1 - me], quic::Address{});
-  }
+  explicit Side(int rank) : MemoryNode(rank, 2), other(peers[static_cast<std::size_t>(1 - rank)].get()) {}
 
   detail::MatchQueue& queue(Domain d) { return matching.queue(d); }
 
-  // A receive as Node::irecv makes it: an unexpected message first, else posted.
   std::shared_ptr<RecvOp> recv(Domain d, Tag tag, std::vector<std::byte>& out, bool exact = false) {
-    auto r = std::make_shared<RecvOp>();
-    r->op = op_state("recv");
-    r->comm = kComm;
-    r->source = 1 - me;
-    r->tag = tag;
-    r->buf = out.data();
-    r->cap = out.size();
-    r->exact = exact;
-    auto& q = queue(d);
-    if (auto it = q.find_unexpected(*r); it != q.end()) {
-      matching.deliver_unexpected(d, r, it);
-    } else {
-      q.post(r);
-    }
-    return r;
+    return post_recv(d, kComm, 1 - me, tag, out, exact);
   }
-
-  // PeerOwner and Matching::Owner
-  int size() const noexcept override { return 2; }
-  const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
-  detail::RpcLanes* rpc() const noexcept override { return nullptr; }
-  bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }
-  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) override {
-    if (!revoked(comm)) return false;
-    op->complete(Errc::revoked, "communicator revoked");
-    return true;
-  }
-  void fail(const std::shared_ptr<OpState>& op, Errc code, int p, std::string_view why) override {
-    if (op && !op->done()) op->complete(code, "rank " + std::to_string(p) + ": " + std::string(why));
-  }
-  // Matching::Owner
-  Peer* peer(int r) noexcept override { return r == 1 - me ? other.get() : nullptr; }
-  void revoke_everywhere(std::uint64_t comm, const std::string& why) override {
-    events.push_back("revoke everywhere " + std::to_string(comm) + ": " + why);
-  }
-  // PeerOwner
-  void on_peer_up(Peer&) override { events.push_back("up"); }
-  void on_peer_closed(Peer& p) override { events.push_back("closed " + std::to_string(static_cast<int>(p.gone_code()))); }
-  void connect_lazily(int) override { events.push_back("connect_lazily"); }
-  void redial_later(int, int) override { events.push_back("redial_later"); }
-  bool judging_failures() const noexcept override { return false; }
-  void declare_failed(int r, const std::string&) override { events.push_back("declare " + std::to_string(r)); }
-  void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
-  void on_revoke_notice(int, std::uint64_t comm, Errc, const std::string& why) override {
-    events.push_back("revoke " + std::to_string(comm) + (why.empty() ? "" : ": " + why));
-  }
-  void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
-  void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
-  void on_shm_offer(Peer&, std::string_view) override { events.push_back("shm_offer"); }
-  void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
-  void on_tcp_offer(Peer&, std::uint16_t, std::uint64_t) override { events.push_back("tcp_offer"); }
-  bool on_relay(Peer&, wire::Lane, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
-  bool on_relay_ack(Peer&, const wire::FrameHeader&, detail::PooledBuffer) override { return false; }
 };
 
 // Ranks 0 and 1 joined by one in-memory link drawn from `seed`.
@@ -133,10 +70,7 @@ struct Pair {
     for (;;) {
       MemoryLink::run(la, lb);
       std::size_t ran = 0;
-      for (Side* s : {&a, &b}) {
-        ran += s->engine_.io().poll();
-        s->engine_.io().restart();
-      }
+      for (Side* s : {&a, &b}) ran += s->poll();
       if (ran == 0) return;
     }
   }

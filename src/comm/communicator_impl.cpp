@@ -130,7 +130,7 @@ std::vector<int> CommunicatorImpl::connected_peers() const {
 }
 
 std::vector<int> CommunicatorImpl::neighbours() const {
-  return other_members("neighbours", [this](int w) { return node_->direct(w); });
+  return other_members("neighbours", [this](int w) { return node_->routing().direct(w); });
 }
 
 void CommunicatorImpl::check_rank(const char* op, int r, bool allow_any) const {

@@ -68,7 +68,7 @@ class CommunicatorImpl final : public CollectivePort, public std::enable_shared_
   int world_of(int r) const noexcept { return members_[static_cast<std::size_t>(r)]; }
   const std::shared_ptr<const std::vector<int>>& local_of() const noexcept { return local_of_; }
   /// Communicator ranks, ascending, whose world rank has a direct connection to ours
-  /// (Node::direct). Throws Errc::closed once the communicator or the node is closed.
+  /// (Routing::direct). Throws Errc::closed once the communicator or the node is closed.
   std::vector<int> neighbours() const;
   std::vector<int> connected_peers() const;
   bool is_world() const noexcept { return id_ == 0; }

@@ -34,7 +34,7 @@ RpcCall Rpc::call(std::uint64_t comm, int dest, std::uint64_t fn, std::span<cons
                      "arguments of " + std::to_string(args.size()) + " bytes exceed max_frame_bytes " +
                          std::to_string(cfg.max_frame_bytes));
   }
-  if (std::string why = node_.beyond_hop_limit(dest); !why.empty()) {
+  if (std::string why = node_.routing().beyond_hop_limit(dest); !why.empty()) {
     ErrorContext ctx{op, node_.rank(), dest, {}, {}};
     throw make_error(Errc::invalid_argument, ctx, why);
   }

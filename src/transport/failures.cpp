@@ -82,7 +82,7 @@ void Node::liveness_tick() {
   }
   // Relayed bytes that no acknowledgement moved on for a heartbeat period or more: a relay
   // on the way lost them (it died before it heard of an earlier failure). Sent again.
-  if (!late) resend_stalled(now, 2 * period);
+  if (!late) routing_.resend_stalled(now, 2 * period);
   liveness_timer_->expires_after(std::chrono::nanoseconds(period));
   liveness_timer_->async_wait(engine_.guard([this](asio::error_code ec) {
     if (!ec) liveness_tick();
@@ -111,8 +111,7 @@ void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
     // Neighbours only: each forwards it once, so it reaches every rank of a connected
     // topology without crossing relays.
     if (!p || !p->up() || p->relayed()) continue;
-    p->send_frame(wire::Lane::control, encode_frame(h, std::as_bytes(std::span(payload))),
-                  wire::header_size + payload.size());
+    p->send_frame(wire::Lane::control, h, std::as_bytes(std::span(payload)));
   }
 }
 
@@ -267,7 +266,7 @@ void Node::revoke_everywhere(std::uint64_t id, const std::string& why) {
   for (int m : members) {
     if (m == rank_) continue;
     if (Peer* p = peer(m); p && p->up())
-      p->send_frame(wire::Lane::control, encode_frame(h, std::as_bytes(std::span(said))), wire::header_size + said.size());
+      p->send_frame(wire::Lane::control, h, std::as_bytes(std::span(said)));
   }
 }
 
@@ -320,7 +319,7 @@ bool Node::send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64
   h.src = static_cast<std::uint32_t>(rank_);
   h.comm = comm;
   h.seq = seq;
-  p->send_frame(wire::Lane::control, encode_frame(h, payload), wire::header_size + payload.size());
+  p->send_frame(wire::Lane::control, h, payload);
   return true;
 }
 

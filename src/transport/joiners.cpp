@@ -33,28 +33,25 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, R
     }
     names_.push_back(std::move(name));
     addrs_.push_back(addr);
-    keys_.resize(static_cast<std::size_t>(id));
-    keys_.push_back(key);
+    routing_.add_rank(id, key);
     {
       std::lock_guard lk(fail_mu_);
       failed_.push_back(0);
       if (joiner) waiting_.push_back(id);  // ids only grow: stays ascending
     }
     peers_.push_back(std::make_unique<Peer>(*this, peer_context(), id, names_.back(), addrs_.back()));
-    if (!direct(id)) {
+    if (!routing_.direct(id)) {
       try {
-        relay_to(id);
+        routing_.relay_to(*peers_.back());
       } catch (const Error& e) {
         log::warn("rank {}: world rank {}: {}", rank_, id, e.what());
       }
     }
     world_.store(n + 1, std::memory_order_release);
-    down_.resize(static_cast<std::size_t>(n + 1), 0);
-    routes_ = Routes(cfg_.topology, n + 1, rank_, down_);
+    routing_.grown(n + 1);
     log::info("rank {}: world rank {} ({}, {}) {}", rank_, id, names_.back(), addr.to_string(),
               joiner ? "waits to join" : "announced");
-    if (id > rank_ && direct(id)) dial(id);
-    unpark();
+    if (id > rank_ && routing_.direct(id)) dial(id);
   });
 }
 
@@ -110,7 +107,7 @@ void Node::send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::ve
     h.src = static_cast<std::uint32_t>(rank_);
     h.comm = comm;
     h.seq = seq;
-    p->send_frame(wire::Lane::control, encode_frame(h, payload), wire::header_size + payload.size());
+    p->send_frame(wire::Lane::control, h, payload);
   });
 }
 

@@ -86,7 +86,7 @@ class AcceptRouter final : public quic::ConnectionHandler {
       // Lower ranks dial higher ones; a higher rank dialling us breaks that rule.
       return "node '" + node + "' has a higher rank: it is dialled, not accepted";
     }
-    if (!n_.direct(r)) {
+    if (!n_.routing().direct(r)) {
       return "node '" + node + "' (rank " + std::to_string(r) + ") is no neighbour of rank " +
              std::to_string(n_.rank()) + " under topology " + n_.config().topology.to_string();
     }
@@ -115,10 +115,9 @@ Node::Node(NodeOptions opts, const Config& cfg)
       late_(opts.late),
       names_(std::move(opts.names)),
       addrs_(std::move(opts.addrs)),
-      keys_(std::move(opts.relay_keys)),
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
       engine_(cfg.spin, cfg.yield_when_idle),
-      formed_(opts.world),
+      routing_(*this, opts.rank, opts.world, opts.elastic, cfg_, std::move(opts.relay_keys), pool_, engine_),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
   const int world = opts.world;
@@ -137,13 +136,8 @@ Node::Node(NodeOptions opts, const Config& cfg)
         std::make_unique<Peer>(*this, peer_context(), r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
   }
   // Under a sparse topology, peers that are not neighbours are reached through relays.
-  if (elastic_) keys_.reserve(wire::max_node_ids);
   for (int r = 0; r < world; ++r)
-    if (r != rank_ && !direct(r)) relay_to(r);
-  down_.assign(static_cast<std::size_t>(world), 0);
-  routes_ = Routes(cfg_.topology, world, rank_, down_);
-  plain_routes_ = routes_;
-  hop_limit_ = hop_limit(cfg_.topology, world, cfg_.relay_hop_limit);
+    if (r != rank_ && !routing_.direct(r)) routing_.relay_to(*peers_[static_cast<std::size_t>(r)]);
   for (int j : opts.joiners)
     if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
   std::sort(waiting_.begin(), waiting_.end());
@@ -196,7 +190,7 @@ void Node::start() {
     ep_->start([this](quic::Connection&) -> quic::ConnectionHandler* { return router_.get(); });
     if (!cfg_.lazy_connect) {
       for (int r = rank_ + 1; r < size(); ++r)
-        if (direct(r)) dial(r);
+        if (routing_.direct(r)) dial(r);
     }
     // A joiner of a running job awaits nobody (the members dial it as they learn of it),
     // and lazy connections are made on first use: failures are judged from now on.
@@ -255,7 +249,7 @@ void Node::start() {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  log::info("rank {}: connected to {} neighbours of {} peers ({}) on {}", rank_, direct_peers().size(), world - 1,
+  log::info("rank {}: connected to {} neighbours of {} peers ({}) on {}", rank_, routing_.direct_peers().size(), world - 1,
             cfg_.topology.to_string(), ep_->local().to_string());
   if (shm_) wait_shm_settled();
 }
@@ -322,7 +316,7 @@ void Node::on_peer_up(Peer& p) {
     FrameHeader h;
     h.type = FrameType::ports;
     h.src = static_cast<std::uint32_t>(rank_);
-    p.send_frame(Lane::control, encode_frame(h, ports), wire::header_size + ports.size());
+    p.send_frame(Lane::control, h, ports);
   }
   offer_shm(p);
   if (!cfg_.lazy_connect) return;
@@ -331,8 +325,7 @@ void Node::on_peer_up(Peer& p) {
   for (int r = 0; r < size(); ++r) {
     if (r == rank_ || r == p.rank() || !is_failed(r)) continue;
     const std::string why = "known failed at rank " + std::to_string(rank_);
-    p.send_frame(Lane::control, encode_frame(failed_header(r), std::as_bytes(std::span(why))),
-                 wire::header_size + why.size());
+    p.send_frame(Lane::control, failed_header(r), std::as_bytes(std::span(why)));
   }
 }
 
@@ -367,7 +360,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
   if (membership_) membership_->on_close();
   std::uint64_t pending = 0;
   for (auto& p : peers_)
-    if (p && routable(p->rank())) pending += p->unacked();
+    if (p && routing_.routable(p->rank())) pending += p->unacked();
   const auto now = std::chrono::steady_clock::now();
   if (!said_goodbye && (pending == 0 || now >= until)) {
     // Every byte we promised is acknowledged (or we gave up on it): say goodbye, and linger
@@ -376,7 +369,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
     // peer whose last send we received sees it complete, instead of failing when our
     // connection close overtakes the acknowledgement.
     for (auto& p : peers_)
-      if (p && routable(p->rank())) p->say_goodbye();
+      if (p && routing_.routable(p->rank())) p->say_goodbye();
     said_goodbye = true;
     until = std::min(until, now + kGoodbyeWait);
     pending = 1;  // check again once the goodbyes are out
@@ -496,7 +489,7 @@ void Node::on_peer_closed(Peer& p) {
     departed_.emplace(p.rank(), std::make_pair(p.gone_code(), p.gone_why()));
   }
   // Routes avoid it from now on (a failed relay's bytes are sent again around it).
-  route_around(p.rank(), p.gone_code() == Errc::rank_failed);
+  routing_.route_around(p.rank(), p.gone_code() == Errc::rank_failed);
   // A peer that went away in an orderly way is no failure, but an agreement waiting for it
   // would wait until op_timeout: the membership module decides (last: it may declare it).
   if (membership_ && judging_failures() && p.gone_code() != Errc::rank_failed && !is_failed(p.rank()))
@@ -666,7 +659,7 @@ Request Node::isend(const P2p& a, int dest, std::span<const ConstBuffer> parts) 
                      "message of " + std::to_string(size) + " bytes exceeds max_frame_bytes " +
                          std::to_string(cfg_.max_frame_bytes));
   }
-  if (std::string why = beyond_hop_limit(dest); !why.empty()) {
+  if (std::string why = routing_.beyond_hop_limit(dest); !why.empty()) {
     ErrorContext ctx{op, rank_, dest, {}, {}};
     throw make_error(Errc::invalid_argument, ctx, why);
   }
@@ -818,7 +811,7 @@ bool Node::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
                               std::span<const std::byte> payload) {
   Peer* p = peer(dest);
   if (!p || p->gone()) return false;
-  PooledBuffer b = encode_frame(h, payload);
+  PooledBuffer b = encode_frame(pool_, h, payload);
   const std::size_t len = wire::header_size + payload.size();
   submit([this, dest, lane, b = std::move(b), len]() mutable {
     // A peer that went away meanwhile was reported to on_peer_gone: nothing to send.
@@ -827,12 +820,5 @@ bool Node::send_rpc_frame(int dest, wire::Lane lane, const FrameHeader& h,
   return true;
 }
 
-PooledBuffer Node::encode_frame(FrameHeader h, std::span<const std::byte> payload) {
-  h.length = payload.size();
-  PooledBuffer b = pool_.acquire(wire::header_size + payload.size());
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-  if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
-  return b;
-}
 
 }  // namespace nexar::detail

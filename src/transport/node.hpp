@@ -37,6 +37,7 @@
 #include "transport/membership_lanes.hpp"
 #include "transport/peer.hpp"
 #include "transport/peer_owner.hpp"
+#include "transport/routing.hpp"
 #include "transport/rpc_lanes.hpp"
 #include "transport/shard.hpp"
 #include "transport/shm_presence.hpp"
@@ -48,10 +49,6 @@ namespace nexar::detail {
 /// What an operation's error says about member `local` of its communicator (world rank
 /// `world`) failing for `why`: "rank 2 failed: why", or "rank 2 (world rank 5) failed: why".
 std::string describe_failure(int local, int world, const std::string& why);
-
-/// A secret shared by one pair of ranks and by nobody else: it authenticates the frames
-/// they relay to each other (docs/SECURITY.md, "Relays"). Issued by the seed.
-using RelayKey = std::array<std::uint8_t, 32>;
 
 struct NodeOptions {
   int rank = 0;
@@ -76,7 +73,11 @@ struct NodeOptions {
 class ShmHub;
 class TcpHub;
 
-class Node : public Progress, public PeerOwner, private Matching::Owner, public std::enable_shared_from_this<Node> {
+class Node : public Progress,
+             public PeerOwner,
+             private Matching::Owner,
+             private Routing::Owner,
+             public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
   ~Node() override;
@@ -173,7 +174,7 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   /// called different collectives, calls_agree) rather than with Errc::revoked.
   void revoke_comm(std::uint64_t id, std::string why = {});
   /// Whether world rank `r` was declared failed (known here). Any thread.
-  bool is_failed(int r) const;
+  bool is_failed(int r) const override;
   /// World rank r's connection ended without r being declared failed (engine thread).
   bool peer_left(int r);
   /// Whether the other ranks declared this one failed. Any thread.
@@ -288,7 +289,7 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
   BufferPool& pool() noexcept { return pool_; }
   /// What every Peer of this node keeps for its life.
-  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_}; }
+  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_, routing_}; }
   MatchQueue& queue(Domain d) noexcept { return matching_.queue(d); }
   const MatchQueue& queue(Domain d) const noexcept { return matching_.queue(d); }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
@@ -296,11 +297,9 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   Peer* peer(int rank) noexcept override { return peers_[static_cast<std::size_t>(rank)].get(); }
   /// The peer of world rank `r`, or null (out of the table, or the node closed). Engine
   /// lock held.
-  Peer* peer_locked(int r) noexcept;
+  Peer* peer_locked(int r) noexcept override;
   /// The node name of world rank `r` (what its certificate names).
   const std::string& name_of(int r) const override { return names_.at(static_cast<std::size_t>(r)); }
-  /// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
-  PooledBuffer encode_frame(wire::FrameHeader h, std::span<const std::byte> payload);
   int rank_of_node(const std::string& node) const;
   /// Completes `op` with an error formatted with this node's context.
   void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) override;
@@ -359,76 +358,11 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   /// share memory.
   std::uint64_t host_id() const noexcept { return host_id_; }
 
-  // ---- relaying (transport/relay.cpp) -------------------------------------------------
-  //
-  // Under a sparse Config::topology a node connects only to its neighbours; every other
-  // peer is relayed: its lanes travel end to end (RelayLink) in relay frames that each
-  // neighbour on the way forwards toward the destination (docs/ARCHITECTURE.md, "Sparse
-  // topologies").
-
-  /// Whether world rank `r` is our neighbour (has a connection of its own). Any thread.
-  bool direct(int r) const noexcept;
-  /// Sends what the credit allows of relayed peer `dest`'s `lane` toward it. Engine lock held.
-  void relay_pump(Peer& dest, wire::Lane lane);
-  /// A relay frame `h` arrived whole from neighbour `from` on `lane` (`seg`: header and
-  /// payload): delivered here or forwarded. False: `from` broke the protocol (and is gone).
-  bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg) override;
-  /// A relay_ack frame arrived from neighbour `from` (`seg`, whole): taken here or forwarded.
-  bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg) override;
-  /// Relayed peer `origin` is owed an acknowledgement of `lane`: it goes out once the
-  /// current batch of work is done, one for all the segments that batch took.
-  void owe_relay_ack(int origin, wire::Lane lane);
-  /// Whether `r` can be reached now: a neighbour, or a relayed peer with a route of live
-  /// ranks within the hop limit (nothing sent to any other rank arrives, and nothing is
-  /// waited for from it). Engine lock held.
-  bool routable(int r) const noexcept {
-    if (!direct(r)) {
-      const int h = routes_.hops(r);
-      return h > 0 && h <= hop_limit_;
-    }
-    return true;
-  }
-  /// Why `dest` cannot be reached within the hop limit (for an operation's error), or empty.
-  /// Any thread.
-  std::string beyond_hop_limit(int dest) const;
-  /// Direct neighbours, ascending (for tools' headers). Any thread.
-  std::vector<int> direct_peers() const;
+  /// Neighbours, routes and relaying (Config::topology). Its any-thread members may be
+  /// called from any thread.
+  const Routing& routing() const noexcept { return routing_; }
 
  private:
-  /// World rank `r` went down (failed, or its connection ended): routes avoid it from now
-  /// on, and relayed lanes whose first hop changed (every one, when `failed`: a relay in
-  /// the middle may have held their bytes) send their unacknowledged bytes again.
-  void route_around(int r, bool failed);
-  void send_relay_acks();
-  /// Passes a relay or relay_ack frame (`seg`, whole) from neighbour `from` on toward its
-  /// destination, on `lane`, one hop more.
-  void forward(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg);
-  /// Sends again what relayed peers have had in flight for `rto` ns without an
-  /// acknowledgement moving: bytes a relay lost by dying before it knew of an earlier
-  /// failure, after the origin had already rerouted (the destination drops duplicates).
-  void resend_stalled(std::uint64_t now, std::uint64_t rto);
-  /// Sends relayed peer `p`'s unacknowledged bytes again, from the first, on every lane.
-  void resend_relayed(Peer& p);
-  /// Keeps a relayed frame naming a rank not announced here yet (elastic); true if kept.
-  bool park_unknown(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer& seg);
-  /// Handles the kept frames again (a rank was announced).
-  void unpark();
-  struct Parked {
-    int from;
-    wire::Lane lane;
-    wire::FrameHeader h;
-    PooledBuffer seg;
-  };
-  std::vector<Parked> parked_;  // engine thread
-  /// The key shared with relayed peer `r` (engine thread); its presence is checked when the
-  /// peer is made.
-  const RelayKey& key_of(int r) const { return keys_[static_cast<std::size_t>(r)]; }
-  /// Makes world rank `r`'s peer relayed; throws Errc::invalid_argument without a key.
-  void relay_to(int r);
-  /// The world size that decides whether ranks `a` and `b` are neighbours: the formed
-  /// world's, or for a rank added later, the world it made.
-  int link_world(int a, int b) const noexcept { return std::max(formed_, std::max(a, b) + 1); }
-
   /// Lets a waiter give `st` up (deadline or cancel()): on the engine, `withdraw` removes
   /// the operation if nothing has moved yet, and then it fails naming `peer_rank`.
   template <class Withdraw>
@@ -517,11 +451,11 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   bool late_;
   std::vector<std::string> names_;
   std::vector<quic::Address> addrs_;
-  std::vector<RelayKey> keys_;  // by world rank; grown with names_ (elastic)
   std::unique_ptr<tls::TlsContext> tls_;
   BufferPool pool_;
   ShmPresence presence_;  // outlives the engine: its hooks run on user threads until the end
   Engine engine_;
+  Routing routing_;  // after engine_ and pool_: it is given them
   std::unique_ptr<quic::Endpoint> ep_;
   // The extra engine threads (Config::engine_threads), hosting extra connections.
   std::vector<std::unique_ptr<Shard>> shards_;
@@ -535,13 +469,6 @@ class Node : public Progress, public PeerOwner, private Matching::Owner, public 
   std::vector<Mailboxes> mailboxes_;  // by world rank, under mailbox_mu_
   std::map<int, std::pair<Errc, std::string>> departed_;  // under mailbox_mu_
   std::uint64_t host_id_ = 0;
-  int formed_;                  // world size at formation (topology)
-  std::vector<char> down_;      // engine thread: ranks routes avoid
-  Routes routes_;               // engine thread
-  Routes plain_routes_;         // nobody down; read by user threads, set before start()
-  int hop_limit_ = 0;
-  std::vector<std::pair<int, wire::Lane>> acks_owed_;
-  bool acks_posted_ = false;
   // The match queues and the collectives running here (after rank_: it is given it).
   Matching matching_{*this, rank_};
   std::unique_ptr<quic::ConnectionHandler> router_;

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "transport/matching.hpp"
+#include "transport/routing.hpp"
 #include "transport/rpc_lanes.hpp"
 #include "wire/ballot.hpp"
 
@@ -114,6 +115,19 @@ void Peer::send_frame(Lane lane, PooledBuffer buf, std::size_t len, std::shared_
   }
   const auto* p = reinterpret_cast<const std::uint8_t*>(buf.data());
   push(lane, quic::Chunk{p, len, chunk_done(std::move(buf), std::move(done))}, via);
+}
+
+PooledBuffer encode_frame(BufferPool& pool, FrameHeader h, std::span<const std::byte> payload) {
+  h.length = payload.size();
+  PooledBuffer b = pool.acquire(wire::header_size + payload.size());
+  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
+  if (!payload.empty()) std::memcpy(b.data() + wire::header_size, payload.data(), payload.size());
+  return b;
+}
+
+void Peer::send_frame(Lane lane, FrameHeader h, std::span<const std::byte> payload) {
+  PooledBuffer b = encode_frame(ctx_.pool, h, payload);
+  send_frame(lane, std::move(b), wire::header_size + payload.size());
 }
 
 void Peer::push(Lane lane, quic::Chunk c, Link* via) {
@@ -1014,10 +1028,10 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
         owner_.rpc()->on_response(rank_, h.seq, static_cast<wire::RpcStatus>(h.flags), std::move(k.bytes));
       break;
     case FrameType::relay:
-      if (!owner_.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
+      if (!ctx_.routing.on_relay(*this, s.reader.lane(), h, std::move(k.segment))) return false;
       break;
     case FrameType::relay_ack:
-      if (!owner_.on_relay_ack(*this, h, std::move(k.segment))) return false;
+      if (!ctx_.routing.on_relay_ack(*this, h, std::move(k.segment))) return false;
       break;
     default:
       break;
@@ -1047,6 +1061,28 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
   if (code == Errc::rank_failed && !gone()) owner_.on_failed_notice(rank_, ctx_.rank, why);
   mark_gone(code, why);
+}
+
+void Peer::make_relayed(std::unique_ptr<RelayLink> link) {
+  relay_ = std::move(link);
+  hello_seen_ = true;
+  state_.store(State::up, std::memory_order_release);
+}
+
+void Peer::relay_in(Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len) {
+  if (gone()) return;
+  if (!relay_) {
+    protocol_error("relayed bytes from a neighbour, which never relays to us");
+    return;
+  }
+  const bool ok = relay_->on_segment(lane, offset, data, len, [&](const std::uint8_t* p, std::size_t n) {
+    return on_link_data(*relay_, static_cast<std::uint64_t>(lane), p, n);
+  });
+  if (!ok) {
+    if (!gone()) protocol_error(std::string("relayed lane ") + wire::to_string(lane) + ": segment at offset " +
+                                std::to_string(offset) + " lies beyond the credit granted");
+    return;
+  }
 }
 
 }  // namespace nexar::detail

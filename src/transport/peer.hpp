@@ -34,6 +34,9 @@
 
 namespace nexar::detail {
 
+/// A frame in a pooled buffer: `h` (its length set to the payload's) followed by `payload`.
+PooledBuffer encode_frame(BufferPool& pool, wire::FrameHeader h, std::span<const std::byte> payload);
+
 class Peer final : public quic::ConnectionHandler, private Stripes::Owner, private LinkOwner {
  public:
   Peer(PeerOwner& owner, const PeerContext& ctx, int rank, std::string name, quic::Address addr);
@@ -58,6 +61,9 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// `done`, if set, succeeds once the peer acknowledged it.
   void send_frame(wire::Lane lane, PooledBuffer buf, std::size_t len,
                   std::shared_ptr<OpState> done = {}, Link* via = nullptr);
+  /// Queues a small frame on `lane`: header `h` (its length set to the payload's) followed
+  /// by a copy of `payload`.
+  void send_frame(wire::Lane lane, wire::FrameHeader h, std::span<const std::byte> payload);
   /// A message frame's header from this rank.
   wire::FrameHeader message_header(wire::FrameType type, std::uint64_t comm, Tag tag, std::uint64_t seq,
                                    std::uint64_t length, std::uint16_t check = 0) const;
@@ -209,7 +215,7 @@ class Peer final : public quic::ConnectionHandler, private Stripes::Owner, priva
   /// Lanes that moved to the TCP link both ways (0 .. 3; diagnostics, tests).
   int tcp_lanes() const noexcept { return tcp_ ? tcp_->lanes() : 0; }
 
-  // ---- relaying (transport/relay.cpp), engine thread ----
+  // ---- relaying (Routing makes a peer relayed: transport/routing.hpp), engine thread ----
   /// This rank is not our neighbour (Config::topology): every lane travels through relays,
   /// end to end over `link`. The peer counts as up from now on.
   void make_relayed(std::unique_ptr<RelayLink> link);

@@ -1,8 +1,8 @@
 // What a Peer is given by its node: the things that stay fixed for the node's life
 // (PeerContext, held as references), and the calls it makes upward (PeerOwner). The Node
-// implements PeerOwner; the unit tests of Peer (tests/peer_test.cpp) implement it with a few
-// lines each, so that a pair of Peers runs over an in-memory link with no node, socket or
-// TLS. Engine thread only, like Peer.
+// implements PeerOwner; the unit tests (tests/memory_node.hpp) implement it with a few lines
+// each, so that Peers run over in-memory links with no node, socket or TLS. Engine thread
+// only, like Peer.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@ class Engine;
 class Peer;
 class RpcLanes;
 class Matching;
+class Routing;
 class ShmLink;
 
 /// Fixed for the life of the node a Peer belongs to.
@@ -37,6 +38,8 @@ struct PeerContext {
   Engine& engine;
   /// Where arriving messages meet receives.
   Matching& matching;
+  /// Where relay frames go, and what makes a peer that is no neighbour relayed.
+  Routing& routing;
 };
 
 class PeerOwner {
@@ -84,10 +87,6 @@ class PeerOwner {
   /// A tcp_offer frame: `port` 0 declines ours, else the peer's port to dial with `cipher`
   /// (cipher_code, transport/tcp_attach.hpp).
   virtual void on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) = 0;
-  /// A relay frame from neighbour `from`: delivered here or forwarded. False: `from` broke
-  /// the protocol (it is gone).
-  virtual bool on_relay(Peer& from, wire::Lane lane, const wire::FrameHeader& h, PooledBuffer seg) = 0;
-  virtual bool on_relay_ack(Peer& from, const wire::FrameHeader& h, PooledBuffer seg) = 0;
 
  protected:
   ~PeerOwner() = default;

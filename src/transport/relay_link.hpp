@@ -29,7 +29,7 @@ namespace nexar::detail {
 class RelayLink final : public Link {
  public:
   /// What the node does for a lane of this link: send what the credit allows towards the
-  /// next hop (Node::relay_pump), or acknowledge what arrived (Node::owe_relay_ack).
+  /// next hop, or acknowledge what arrived (transport/routing.hpp).
   using LaneWork = std::function<void(wire::Lane)>;
   /// `pump` runs after every push, `ack` whenever an acknowledgement becomes owed by
   /// consumed().

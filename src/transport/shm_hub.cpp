@@ -49,8 +49,7 @@ void ShmHub::offer(Peer& p) {
   h.type = wire::FrameType::shm_offer;
   h.src = static_cast<std::uint32_t>(node_.rank());
   p.expect_shm();
-  p.send_frame(wire::Lane::control, node_.encode_frame(h, std::as_bytes(std::span(payload))),
-               wire::header_size + payload.size());
+  p.send_frame(wire::Lane::control, h, std::as_bytes(std::span(payload)));
 }
 
 void ShmHub::say_no(Node& node, Peer& p) {
@@ -59,7 +58,7 @@ void ShmHub::say_no(Node& node, Peer& p) {
   wire::FrameHeader h;
   h.type = wire::FrameType::shm_offer;
   h.src = static_cast<std::uint32_t>(node.rank());
-  p.send_frame(wire::Lane::control, node.encode_frame(h, {}), wire::header_size);
+  p.send_frame(wire::Lane::control, h, {});
 }
 
 void ShmHub::declined(Peer& p) {

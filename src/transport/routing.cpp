@@ -1,12 +1,16 @@
-// The relaying half of a node (node.hpp, "relaying"): sending a relayed peer's lanes
-// toward it, forwarding what passes through, taking what arrives for us, and routing
-// around ranks that went down. Byte layout in docs/PROTOCOL.md, "Relay".
+// Routing (routing.hpp): neighbours and routes, sending a relayed peer's lanes toward it,
+// forwarding what passes through, taking what arrives for us, and routing around ranks
+// that went down. Byte layout in docs/PROTOCOL.md, "Relay".
+#include "transport/routing.hpp"
+
 #include <cstring>
 
 #include "core/error_format.hpp"
 #include "core/log.hpp"
+#include "engine/engine.hpp"
+#include "quic/endpoint.hpp"
 #include "tls/mac.hpp"
-#include "transport/node.hpp"
+#include "transport/peer.hpp"
 
 namespace nexar::detail {
 
@@ -35,7 +39,26 @@ std::array<std::byte, 32> mac_fields(FrameType type, Lane lane, std::uint32_t sr
 
 }  // namespace
 
-void Node::relay_to(int r) {
+Routing::Routing(Owner& owner, int rank, int world, bool elastic, const Config& cfg, std::vector<RelayKey> keys,
+                 BufferPool& pool, Engine& engine)
+    : owner_(owner),
+      rank_(rank),
+      elastic_(elastic),
+      cfg_(cfg),
+      pool_(pool),
+      engine_(engine),
+      formed_(world),
+      keys_(std::move(keys)),
+      down_(static_cast<std::size_t>(world), 0),
+      routes_(cfg.topology, world, rank, down_),
+      plain_routes_(routes_),
+      hop_limit_(hop_limit(cfg.topology, world, cfg.relay_hop_limit)) {
+  // Elastic: the keys of the ranks announced later are appended (add_rank).
+  if (elastic_) keys_.reserve(wire::max_node_ids);
+}
+
+void Routing::relay_to(Peer& p) {
+  const int r = p.rank();
   const auto i = static_cast<std::size_t>(r);
   if (i >= keys_.size() || keys_[i] == RelayKey{}) {
     ErrorContext ctx{"connect", rank_, r, {}, {}};
@@ -43,24 +66,51 @@ void Node::relay_to(int r) {
                      "rank " + std::to_string(r) + " is no neighbour under topology " + cfg_.topology.to_string() +
                          " and no relay key was issued for it (NodeOptions::relay_keys)");
   }
-  Peer* p = peers_[i].get();
-  p->make_relayed(std::make_unique<RelayLink>(
-      cfg_.relay_window, [this, p](Lane lane) { relay_pump(*p, lane); },
-      [this, r](Lane lane) { owe_relay_ack(r, lane); }));
+  p.make_relayed(std::make_unique<RelayLink>(
+      cfg_.relay_window, [this, q = &p](Lane lane) { pump(*q, lane); }, [this, r](Lane lane) { owe_ack(r, lane); }));
 }
 
-bool Node::direct(int r) const noexcept {
+void Routing::add_rank(int id, const RelayKey& key) {
+  keys_.resize(static_cast<std::size_t>(id));
+  keys_.push_back(key);
+}
+
+void Routing::grown(int world) {
+  down_.resize(static_cast<std::size_t>(world), 0);
+  routes_ = Routes(cfg_.topology, world, rank_, down_);
+  // Frames kept for a rank unknown until now are handled again.
+  auto parked = std::move(parked_);
+  parked_.clear();
+  for (auto& p : parked) {
+    Peer* from = owner_.peer_locked(p.from);
+    if (!from || from->gone()) continue;
+    if (p.h.type == FrameType::relay)
+      on_relay(*from, p.lane, p.h, std::move(p.seg));
+    else
+      on_relay_ack(*from, p.h, std::move(p.seg));
+  }
+}
+
+bool Routing::direct(int r) const noexcept {
   return r != rank_ && neighbours(cfg_.topology, link_world(rank_, r), rank_, r);
 }
 
-std::vector<int> Node::direct_peers() const {
+std::vector<int> Routing::direct_peers() const {
   std::vector<int> out;
-  for (int r = 0; r < size(); ++r)
+  for (int r = 0; r < owner_.size(); ++r)
     if (direct(r)) out.push_back(r);
   return out;
 }
 
-std::string Node::beyond_hop_limit(int dest) const {
+bool Routing::routable(int r) const noexcept {
+  if (!direct(r)) {
+    const int h = routes_.hops(r);
+    return h > 0 && h <= hop_limit_;
+  }
+  return true;
+}
+
+std::string Routing::beyond_hop_limit(int dest) const {
   const int hops = plain_routes_.hops(dest);
   if (hops <= hop_limit_) return {};
   return "rank " + std::to_string(dest) + " is " + std::to_string(hops) + " hops away under topology " +
@@ -68,34 +118,12 @@ std::string Node::beyond_hop_limit(int dest) const {
          " (Config::relay_hop_limit, NEXAR_RELAY_HOPS)";
 }
 
-void Peer::make_relayed(std::unique_ptr<RelayLink> link) {
-  relay_ = std::move(link);
-  hello_seen_ = true;
-  state_.store(State::up, std::memory_order_release);
-}
-
-void Peer::relay_in(Lane lane, std::uint64_t offset, const std::uint8_t* data, std::size_t len) {
-  if (gone()) return;
-  if (!relay_) {
-    protocol_error("relayed bytes from a neighbour, which never relays to us");
-    return;
-  }
-  const bool ok = relay_->on_segment(lane, offset, data, len, [&](const std::uint8_t* p, std::size_t n) {
-    return on_link_data(*relay_, static_cast<std::uint64_t>(lane), p, n);
-  });
-  if (!ok) {
-    if (!gone()) protocol_error(std::string("relayed lane ") + wire::to_string(lane) + ": segment at offset " +
-                                std::to_string(offset) + " lies beyond the credit granted");
-    return;
-  }
-}
-
-void Node::relay_pump(Peer& dest, Lane lane) {
+void Routing::pump(Peer& dest, Lane lane) {
   RelayLink* link = dest.relay_link();
   if (!link || dest.gone()) return;
   const int next = routes_.next(dest.rank());
   if (next < 0) return;  // route_around() decides what an unreachable rank means
-  Peer* hop = peer(next);
+  Peer* hop = owner_.peer_locked(next);
   if (!hop || hop->gone()) return;
   std::vector<RelayLink::Piece> pieces;
   std::uint64_t offset = 0;
@@ -126,11 +154,11 @@ void Node::relay_pump(Peer& dest, Lane lane) {
   }
 }
 
-bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
+bool Routing::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
   const std::uint32_t dest = wire::relay_dest(h.comm);
   const unsigned hops = wire::relay_hops(h.comm);
   if (park_unknown(from, lane, h, seg)) return true;
-  const int world = size();
+  const int world = owner_.size();
   if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) ||
       h.src == dest || h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || wire::relay_lane(h.comm) != 0) {
     from.protocol_error("relay frame from rank " + std::to_string(h.src) + " to rank " + std::to_string(dest) +
@@ -139,8 +167,8 @@ bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer se
   }
   const int origin = static_cast<int>(h.src);
   if (dest == static_cast<std::uint32_t>(rank_)) {
-    Peer* o = peer(origin);
-    if (!o || o->gone() || is_failed(origin) || !o->relayed()) return true;
+    Peer* o = owner_.peer_locked(origin);
+    if (!o || o->gone() || owner_.is_failed(origin) || !o->relayed()) return true;
     const std::size_t len = static_cast<std::size_t>(h.length - wire::relay_mac_size);
     const std::byte* data = seg.data() + wire::header_size;
     const auto fields = mac_fields(FrameType::relay, lane, h.src, dest, h.seq, h.tag);
@@ -159,7 +187,7 @@ bool Node::on_relay(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer se
   return true;
 }
 
-void Node::forward(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
+void Routing::forward(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg) {
   // Dropped when it has gone as far as allowed (routes disagree while news of a failure
   // spreads), or when nothing leads on but back: the origin sends again once it learns of
   // the failure that rerouted it, or when no acknowledgement moves (resend_stalled).
@@ -172,7 +200,7 @@ void Node::forward(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg
     return;
   }
   const int next = routes_.next(static_cast<int>(dest));
-  Peer* hop = next >= 0 ? peer(next) : nullptr;
+  Peer* hop = next >= 0 ? owner_.peer_locked(next) : nullptr;
   if (!hop || next == from.rank()) return;
   FrameHeader f = h;
   f.comm = wire::relay_route(dest, hops + 1, static_cast<Lane>(wire::relay_lane(h.comm)));
@@ -180,12 +208,12 @@ void Node::forward(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer seg
   hop->send_frame(lane, std::move(seg), wire::header_size + static_cast<std::size_t>(h.length));
 }
 
-bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
+bool Routing::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
   const std::uint32_t dest = wire::relay_dest(h.comm);
   const unsigned hops = wire::relay_hops(h.comm);
   const std::uint8_t lane = wire::relay_lane(h.comm);
   if (park_unknown(from, Lane::control, h, seg)) return true;
-  const int world = size();
+  const int world = owner_.size();
   if (h.src >= static_cast<std::uint32_t>(world) || dest >= static_cast<std::uint32_t>(world) || h.src == dest ||
       h.src == static_cast<std::uint32_t>(rank_) || hops == 0 || lane >= wire::lane_count) {
     from.protocol_error("relay_ack frame from rank " + std::to_string(h.src) + " to rank " +
@@ -193,7 +221,7 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
     return false;
   }
   if (dest == static_cast<std::uint32_t>(rank_)) {
-    Peer* d = peer(static_cast<int>(h.src));
+    Peer* d = owner_.peer_locked(static_cast<int>(h.src));
     if (!d || d->gone() || !d->relay_link()) return true;
     const auto fields = mac_fields(FrameType::relay_ack, static_cast<Lane>(lane), h.src, dest, h.seq, h.tag);
     if (!tls::mac_matches(key_of(d->rank()), {fields},
@@ -207,17 +235,17 @@ bool Node::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
       d->abort("protocol error: relay_ack for bytes never sent");
       return true;
     }
-    relay_pump(*d, static_cast<Lane>(lane));
+    pump(*d, static_cast<Lane>(lane));
     return true;
   }
   forward(from, Lane::control, h, std::move(seg));
   return true;
 }
 
-bool Node::park_unknown(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer& seg) {
+bool Routing::park_unknown(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer& seg) {
   // In an elastic world a rank may relay for (or hear from) a node announced to others but
   // not to it yet: keep the frame until the announcement comes (add_peer), within reason.
-  const int world = size();
+  const int world = owner_.size();
   const auto known = [world](std::uint32_t r) { return r < static_cast<std::uint32_t>(world); };
   const std::uint32_t dest = wire::relay_dest(h.comm);
   if (!elastic_ || (known(h.src) && known(dest)) || h.src >= wire::max_node_ids || dest >= wire::max_node_ids)
@@ -232,42 +260,29 @@ bool Node::park_unknown(Peer& from, Lane lane, const FrameHeader& h, PooledBuffe
   return true;
 }
 
-void Node::unpark() {
-  auto parked = std::move(parked_);
-  parked_.clear();
-  for (auto& p : parked) {
-    Peer* from = peer_locked(p.from);
-    if (!from || from->gone()) continue;
-    if (p.h.type == FrameType::relay)
-      on_relay(*from, p.lane, p.h, std::move(p.seg));
-    else
-      on_relay_ack(*from, p.h, std::move(p.seg));
-  }
-}
-
-void Node::owe_relay_ack(int origin, Lane lane) {
+void Routing::owe_ack(int origin, Lane lane) {
   for (const auto& [o, l] : acks_owed_)
     if (o == origin && l == lane) return;
   acks_owed_.emplace_back(origin, lane);
   if (acks_posted_) return;
   acks_posted_ = true;
-  engine_.post([this] { send_relay_acks(); });
+  engine_.post([this] { send_acks(); });
 }
 
-void Node::send_relay_acks() {
+void Routing::send_acks() {
   acks_posted_ = false;
   auto owed = std::move(acks_owed_);
   acks_owed_.clear();
   // Acknowledgements still go out while this node closes: the peers' closes wait for them.
-  if (!ep_) return;
+  // (Once it closed, owner_.peer_locked finds nobody.)
   for (const auto& [origin, lane] : owed) {
     // Even to a peer gone meanwhile: its goodbye, say, waits for this acknowledgement.
-    Peer* o = peer_locked(origin);
+    Peer* o = owner_.peer_locked(origin);
     if (!o || !o->relay_link()) continue;
     std::uint64_t received = 0, limit = 0;
     if (!o->relay_link()->take_ack(lane, received, limit)) continue;
     const int next = routes_.next(origin);
-    Peer* hop = next >= 0 ? peer(next) : nullptr;
+    Peer* hop = next >= 0 ? owner_.peer_locked(next) : nullptr;
     if (!hop) continue;
     FrameHeader h;
     h.type = FrameType::relay_ack;
@@ -277,38 +292,38 @@ void Node::send_relay_acks() {
     h.tag = limit;
     const auto fields = mac_fields(FrameType::relay_ack, lane, h.src, static_cast<std::uint32_t>(origin), h.seq, h.tag);
     const tls::Mac tag = tls::mac(key_of(origin), {fields});
-    hop->send_frame(Lane::control, encode_frame(h, std::as_bytes(std::span(tag))), wire::header_size + tag.size());
+    hop->send_frame(Lane::control, h, std::as_bytes(std::span(tag)));
   }
 }
 
-void Node::resend_stalled(std::uint64_t now, std::uint64_t rto) {
-  for (int d = 0; d < size(); ++d) {
-    Peer* p = peer_locked(d);
+void Routing::resend_stalled(std::uint64_t now, std::uint64_t rto) {
+  for (int d = 0; d < owner_.size(); ++d) {
+    Peer* p = owner_.peer_locked(d);
     if (!p || !p->relayed() || p->gone() || !p->relay_link()->stalled(now, rto)) continue;
-    resend_relayed(*p);
+    resend(*p);
   }
 }
 
-void Node::resend_relayed(Peer& p) {
+void Routing::resend(Peer& p) {
   p.relay_link()->rewind();
-  for (int l = 0; l < wire::lane_count; ++l) relay_pump(p, static_cast<Lane>(l));
+  for (int l = 0; l < wire::lane_count; ++l) pump(p, static_cast<Lane>(l));
 }
 
-void Node::route_around(int r, bool failed) {
-  if (r < 0 || r >= size() || r == rank_) return;
-  if (down_.size() < static_cast<std::size_t>(size())) down_.resize(static_cast<std::size_t>(size()), 0);
+void Routing::route_around(int r, bool failed) {
+  if (r < 0 || r >= owner_.size() || r == rank_) return;
+  if (down_.size() < static_cast<std::size_t>(owner_.size())) down_.resize(static_cast<std::size_t>(owner_.size()), 0);
   if (down_[static_cast<std::size_t>(r)]) return;
   down_[static_cast<std::size_t>(r)] = 1;
   Routes before = std::move(routes_);
-  routes_ = Routes(cfg_.topology, size(), rank_, down_);
-  for (int d = 0; d < size(); ++d) {
-    Peer* p = peer_locked(d);
+  routes_ = Routes(cfg_.topology, owner_.size(), rank_, down_);
+  for (int d = 0; d < owner_.size(); ++d) {
+    Peer* p = owner_.peer_locked(d);
     if (!p || !p->relayed() || p->gone()) continue;
     if (!routable(d)) {
       // Every path to it runs through ranks that are down, or is longer than relays carry:
       // nothing sent to it can arrive. (While this node closes, its own connections end:
       // nothing to tell.)
-      if (judging_failures()) {
+      if (owner_.judging_failures()) {
         const std::string why = routes_.next(d) < 0
                                     ? "unreachable: every route to it runs through failed or departed ranks"
                                     : "unreachable: its shortest route around failed or departed ranks takes " +
@@ -325,7 +340,7 @@ void Node::route_around(int r, bool failed) {
       }
       continue;
     }
-    if (failed || routes_.next(d) != before.next(d)) resend_relayed(*p);
+    if (failed || routes_.next(d) != before.next(d)) resend(*p);
   }
 }
 

@@ -1,0 +1,129 @@
+// One rank's transport for unit tests, without a Node: the real matching
+// (transport/matching.hpp), the real routing (transport/routing.hpp) and a Peer for every
+// other rank, and a few lines for each call they make upward (PeerOwner, Matching::Owner,
+// Routing::Owner). Ranks are joined by in-memory links (memory_link.hpp); no socket, TLS or
+// engine thread: the test steps the links and polls the engines (MemoryNode::poll).
+//
+// Upcalls that a test looks for are written to `events`; a communicator is revoked by
+// putting it in `revoked_comms`, and a rank failed by putting it in `failed`.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nexar/config.hpp>
+
+#include "engine/engine.hpp"
+#include "transport/matching.hpp"
+#include "transport/peer.hpp"
+#include "transport/routing.hpp"
+
+namespace nexar::test {
+
+struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing::Owner {
+  Config cfg;
+  detail::BufferPool pool;
+  detail::Engine engine{std::chrono::microseconds(0)};
+  int me;
+  int world;
+  std::vector<std::string> names;
+  std::set<std::uint64_t> revoked_comms;
+  std::set<int> failed;
+  bool judging = false;             // judging_failures()
+  std::vector<std::string> events;  // upcalls the tests look for
+  detail::Matching matching{*this, me};
+  detail::Routing routing;
+  std::vector<std::unique_ptr<detail::Peer>> peers;  // by world rank; none for `me`
+
+  /// World rank `rank` of `world`, under `config` (its topology decides which peers are
+  /// relayed: those get `keys`, by world rank).
+  MemoryNode(int rank, int n, Config config = {}, std::vector<detail::RelayKey> keys = {})
+      : cfg(std::move(config)),
+        me(rank),
+        world(n),
+        routing(*this, rank, n, false, cfg, std::move(keys), pool, engine) {
+    for (int r = 0; r < n; ++r) names.push_back("node-" + std::to_string(r));
+    for (int r = 0; r < n; ++r) {
+      peers.push_back(r == me ? nullptr
+                              : std::make_unique<detail::Peer>(*this, detail::PeerContext{me, false, cfg, pool, engine, matching, routing},
+                                                               r, names[static_cast<std::size_t>(r)], quic::Address{}));
+      if (r != me && !routing.direct(r)) routing.relay_to(*peers.back());
+    }
+  }
+
+  virtual ~MemoryNode() = default;
+  MemoryNode(const MemoryNode&) = delete;
+  MemoryNode& operator=(const MemoryNode&) = delete;
+
+  /// A receive as Node::irecv makes it, from world rank `source` into `out`: it takes an
+  /// unexpected message if one waits, else it is posted.
+  std::shared_ptr<detail::RecvOp> post_recv(detail::Domain d, std::uint64_t comm, int source, detail::Tag tag,
+                                            std::vector<std::byte>& out, bool exact = false) {
+    auto r = std::make_shared<detail::RecvOp>();
+    r->op = std::make_shared<detail::OpState>("recv", detail::OpState::Clock::now() + std::chrono::hours(1));
+    r->comm = comm;
+    r->source = source;
+    r->tag = tag;
+    r->buf = out.data();
+    r->cap = out.size();
+    r->exact = exact;
+    auto& q = matching.queue(d);
+    if (auto it = q.find_unexpected(*r); it != q.end()) {
+      matching.deliver_unexpected(d, r, it);
+    } else {
+      q.post(r);
+    }
+    return r;
+  }
+
+  /// Runs what the peers and the routing posted to the engine; returns how much ran.
+  std::size_t poll() {
+    const std::size_t ran = engine.io().poll();
+    engine.io().restart();
+    return ran;
+  }
+
+  // PeerOwner, Matching::Owner, Routing::Owner
+  int size() const noexcept override { return world; }
+  const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
+  detail::RpcLanes* rpc() const noexcept override { return nullptr; }
+  bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }
+  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<detail::OpState>& op) override {
+    if (!revoked(comm)) return false;
+    op->complete(Errc::revoked, "communicator revoked");
+    return true;
+  }
+  void fail(const std::shared_ptr<detail::OpState>& op, Errc code, int p, std::string_view why) override {
+    if (op && !op->done()) op->complete(code, "rank " + std::to_string(p) + ": " + std::string(why));
+  }
+  detail::Peer* peer(int r) noexcept override { return peer_locked(r); }
+  detail::Peer* peer_locked(int r) noexcept override {
+    return r >= 0 && r < world ? peers[static_cast<std::size_t>(r)].get() : nullptr;
+  }
+  bool is_failed(int r) const override { return failed.count(r) != 0; }
+  void revoke_everywhere(std::uint64_t comm, const std::string& why) override {
+    events.push_back("revoke everywhere " + std::to_string(comm) + ": " + why);
+  }
+  void on_peer_up(detail::Peer&) override { events.push_back("up"); }
+  void on_peer_closed(detail::Peer& p) override {
+    events.push_back("closed " + std::to_string(p.rank()) + " " + std::to_string(static_cast<int>(p.gone_code())));
+  }
+  void connect_lazily(int) override { events.push_back("connect_lazily"); }
+  void redial_later(int, int) override { events.push_back("redial_later"); }
+  bool judging_failures() const noexcept override { return judging; }
+  void declare_failed(int r, const std::string&) override { events.push_back("declare " + std::to_string(r)); }
+  void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
+  void on_revoke_notice(int, std::uint64_t comm, Errc, const std::string& why) override {
+    events.push_back("revoke " + std::to_string(comm) + (why.empty() ? "" : ": " + why));
+  }
+  void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
+  void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
+  void on_shm_offer(detail::Peer&, std::string_view) override { events.push_back("shm_offer"); }
+  void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
+  void on_tcp_offer(detail::Peer&, std::uint16_t, std::uint64_t) override { events.push_back("tcp_offer"); }
+};
+
+}  // namespace nexar::test
