@@ -1,41 +1,41 @@
 // One rank's transport for unit tests, without a Node: the real matching
-// (transport/matching.hpp), the real routing (transport/routing.hpp) and a Peer for every
-// other rank, and a few lines for each call they make upward (PeerOwner, Matching::Owner,
-// Routing::Owner). Ranks are joined by in-memory links (memory_link.hpp); no socket, TLS or
-// engine thread: the test steps the links and polls the engines (MemoryNode::poll).
+// (transport/matching.hpp), routing (transport/routing.hpp) and failures
+// (transport/failures.hpp), a Peer for every other rank, and a few lines for each call they
+// make upward (PeerOwner, Matching::Owner, Routing::Owner, Failures::Owner). Ranks are
+// joined by in-memory links (memory_link.hpp); no socket, TLS or engine thread: the test
+// steps the links and polls the engines (MemoryNode::poll). Nothing judges liveness (there
+// is no endpoint), and no membership module is attached.
 //
-// Upcalls that a test looks for are written to `events`; a communicator is revoked by
-// putting it in `revoked_comms`, and a rank failed by putting it in `failed`.
+// Upcalls that a test looks for are written to `events`.
 #pragma once
 
 #include <chrono>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
 #include <nexar/config.hpp>
 
 #include "engine/engine.hpp"
+#include "transport/failures.hpp"
 #include "transport/matching.hpp"
 #include "transport/peer.hpp"
 #include "transport/routing.hpp"
 
 namespace nexar::test {
 
-struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing::Owner {
+struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing::Owner, detail::Failures::Owner {
   Config cfg;
   detail::BufferPool pool;
   detail::Engine engine{std::chrono::microseconds(0)};
   int me;
   int world;
   std::vector<std::string> names;
-  std::set<std::uint64_t> revoked_comms;
-  std::set<int> failed;
-  bool judging = false;             // judging_failures()
+  bool open = true;                 // is_open()
   std::vector<std::string> events;  // upcalls the tests look for
   detail::Matching matching{*this, me};
   detail::Routing routing;
+  detail::Failures failures;
   std::vector<std::unique_ptr<detail::Peer>> peers;  // by world rank; none for `me`
 
   /// World rank `rank` of `world`, under `config` (its topology decides which peers are
@@ -44,11 +44,12 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
       : cfg(std::move(config)),
         me(rank),
         world(n),
-        routing(*this, rank, n, false, cfg, std::move(keys), pool, engine) {
+        routing(*this, rank, n, false, cfg, std::move(keys), pool, engine),
+        failures(*this, rank, n, cfg, engine, matching, routing) {
     for (int r = 0; r < n; ++r) names.push_back("node-" + std::to_string(r));
     for (int r = 0; r < n; ++r) {
       peers.push_back(r == me ? nullptr
-                              : std::make_unique<detail::Peer>(*this, detail::PeerContext{me, false, cfg, pool, engine, matching, routing},
+                              : std::make_unique<detail::Peer>(*this, detail::PeerContext{me, false, cfg, pool, engine, matching, routing, failures},
                                                                r, names[static_cast<std::size_t>(r)], quic::Address{}));
       if (r != me && !routing.direct(r)) routing.relay_to(*peers.back());
     }
@@ -86,16 +87,10 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
     return ran;
   }
 
-  // PeerOwner, Matching::Owner, Routing::Owner
+  // PeerOwner, Matching::Owner, Routing::Owner, Failures::Owner
   int size() const noexcept override { return world; }
   const std::string& name_of(int r) const override { return names.at(static_cast<std::size_t>(r)); }
   detail::RpcLanes* rpc() const noexcept override { return nullptr; }
-  bool revoked(std::uint64_t comm) const override { return revoked_comms.count(comm) != 0; }
-  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<detail::OpState>& op) override {
-    if (!revoked(comm)) return false;
-    op->complete(Errc::revoked, "communicator revoked");
-    return true;
-  }
   void fail(const std::shared_ptr<detail::OpState>& op, Errc code, int p, std::string_view why) override {
     if (op && !op->done()) op->complete(code, "rank " + std::to_string(p) + ": " + std::string(why));
   }
@@ -103,7 +98,11 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
   detail::Peer* peer_locked(int r) noexcept override {
     return r >= 0 && r < world ? peers[static_cast<std::size_t>(r)].get() : nullptr;
   }
-  bool is_failed(int r) const override { return failed.count(r) != 0; }
+  bool is_failed(int r) const override { return failures.is_failed(r); }
+  bool judging_failures() const noexcept override { return failures.judging(); }
+  bool is_open() const noexcept override { return open; }
+  quic::Endpoint* endpoint() noexcept override { return nullptr; }
+  detail::MembershipLanes* membership() const noexcept override { return nullptr; }
   void revoke_everywhere(std::uint64_t comm, const std::string& why) override {
     events.push_back("revoke everywhere " + std::to_string(comm) + ": " + why);
   }
@@ -113,12 +112,6 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
   }
   void connect_lazily(int) override { events.push_back("connect_lazily"); }
   void redial_later(int, int) override { events.push_back("redial_later"); }
-  bool judging_failures() const noexcept override { return judging; }
-  void declare_failed(int r, const std::string&) override { events.push_back("declare " + std::to_string(r)); }
-  void on_failed_notice(int, int r, const std::string&) override { events.push_back("failed " + std::to_string(r)); }
-  void on_revoke_notice(int, std::uint64_t comm, Errc, const std::string& why) override {
-    events.push_back("revoke " + std::to_string(comm) + (why.empty() ? "" : ": " + why));
-  }
   void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
   void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
   void on_shm_offer(detail::Peer&, std::string_view) override { events.push_back("shm_offer"); }

@@ -226,7 +226,7 @@ TEST(Peer, AWithdrawnRendezvousSendPutsTheReceiveBackFirst) {
 
 TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
   Pair p(7);
-  p.b.revoked_comms.insert(kComm);
+  p.b.failures.on_revoke_notice(0, kComm, Errc::revoked, "");
   const auto msg = bytes_of(5000, 3);
   auto sent = send_eager(p.a, Domain::collective, 11, msg);
   auto rdv = op_state("send");
@@ -236,7 +236,7 @@ TEST(Peer, ARevokedCommunicatorsMessagesAreDropped) {
   EXPECT_TRUE(sent->done() && sent->code() == Errc::ok) << "the bytes reached the receiver, which dropped them";
   EXPECT_FALSE(rdv->done()) << "never asked for: the sender withdraws it when it learns of the revocation";
   // The sender learns; what it still holds of that communicator fails.
-  p.a.revoked_comms.insert(kComm);
+  p.a.failures.on_revoke_notice(1, kComm, Errc::revoked, "");
   p.a.other->fail_comm(kComm, [&](const std::shared_ptr<OpState>& op) { p.a.fail(op, Errc::revoked, 1, "revoked"); });
   EXPECT_TRUE(rdv->done());
   EXPECT_EQ(rdv->code(), Errc::revoked);

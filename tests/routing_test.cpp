@@ -266,12 +266,17 @@ TEST(Routing, BytesInFlightThroughADeadRelayArriveAroundIt) {
 }
 
 // Ranks 1 and 4, rank 0's two neighbours, go down: no route of live ranks leads from 0 to
-// 2 or 3 any more. When they failed, 2 and 3 count as failed from 0 (what waits for them
-// fails); when they left in order, 2 and 3 are only out of reach.
+// 2 or 3 any more. When they failed, 2 and 3 are declared failed from 0 (its failures, run
+// for real: a communicator containing them is revoked naming one); when they left in
+// order, 2 and 3 are only out of reach, and nothing is declared.
 TEST(Routing, ARankNoRouteReachesIsGivenUp) {
   for (const bool failed : {true, false}) {
     MemoryNode n(0, 5, ring_config(), keys_of(0, 5));
-    n.judging = true;
+    n.failures.start_liveness();  // judging from now on (no endpoint: nothing is timed)
+    std::vector<std::string> heard;
+    n.failures.watch(kComm, {0, 1, 2, 3, 4}, 0, [&](int r, Errc code, const std::string&) {
+      heard.push_back(std::to_string(r) + " " + std::to_string(static_cast<int>(code)));
+    });
     n.routing.route_around(1, failed);
     EXPECT_FALSE(n.peers[2]->gone()) << "2 is still reached through 3 and 4";
     EXPECT_TRUE(n.routing.routable(2));
@@ -280,12 +285,24 @@ TEST(Routing, ARankNoRouteReachesIsGivenUp) {
       const auto& p = *n.peers[static_cast<std::size_t>(d)];
       EXPECT_TRUE(p.gone()) << d;
       EXPECT_FALSE(n.routing.routable(d)) << d;
-      EXPECT_EQ(p.gone_code(), failed ? Errc::peer_failed : Errc::peer_closed) << d;
+      EXPECT_EQ(p.gone_code(), failed ? Errc::rank_failed : Errc::peer_closed) << d << ": " << p.gone_why();
+      EXPECT_EQ(n.failures.is_failed(d), failed) << d;
       EXPECT_NE(p.gone_why().find("unreachable: every route to it runs through failed or departed ranks"),
                 std::string::npos)
           << p.gone_why();
     }
     EXPECT_FALSE(n.peers[1]->gone()) << "routing declares nothing about the rank that went down itself";
+    EXPECT_FALSE(n.failures.is_failed(1));
+    auto op = std::make_shared<OpState>("all_reduce", OpState::Clock::now() + std::chrono::hours(1));
+    EXPECT_EQ(n.failures.fail_if_revoked(kComm, op), failed);
+    if (failed) {
+      const auto rank_failed = std::to_string(static_cast<int>(Errc::rank_failed));
+      EXPECT_EQ(heard, (std::vector<std::string>{"2 " + rank_failed, "3 " + rank_failed}));
+      EXPECT_EQ(op->code(), Errc::rank_failed);
+      EXPECT_NE(op->message().find("rank 2 failed: unreachable"), std::string::npos) << op->message();
+    } else {
+      EXPECT_TRUE(heard.empty());
+    }
   }
 }
 

@@ -123,7 +123,7 @@ CommunicatorImpl& CommunicatorImpl::current() {
       std::lock_guard lk(g->rebuild_mu_);
       if (!g->successor_ && g->is_revoked() && g->seen_.load(std::memory_order_acquire) &&
           g->config().on_failure == FailurePolicy::automatic &&
-          !g->node_->expelled() && !g->closed_.load(std::memory_order_acquire)) {
+          !g->node_->failures().expelled() && !g->closed_.load(std::memory_order_acquire)) {
         // Every survivor gets here: its operations on the revoked communicator fail, and its next
         // call rebuilds. Other threads of this rank wait for the one rebuilding.
         std::shared_ptr<CommunicatorImpl> s = g->shrink();

@@ -24,11 +24,11 @@ class NodeSide final : public AgreementOwner {
  public:
   explicit NodeSide(Node& node) : node_(node) {}
   int rank() const noexcept override { return node_.rank(); }
-  bool expelled() const noexcept override { return node_.expelled(); }
+  bool expelled() const noexcept override { return node_.failures().expelled(); }
   bool is_open() const noexcept override { return node_.is_open(); }
-  bool is_failed(int r) const override { return node_.is_failed(r); }
+  bool is_failed(int r) const override { return node_.failures().is_failed(r); }
   bool peer_left(int r) override { return node_.peer_left(r); }
-  void declare_failed(int r, const std::string& why) override { node_.declare_failed(r, why); }
+  void declare_failed(int r, const std::string& why) override { node_.failures().declare_failed(r, why); }
   void send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64_t seq, const Ballot& b) override {
     node_.send_ballot(dest, type, comm, seq, b);
   }

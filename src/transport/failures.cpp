@@ -1,5 +1,5 @@
-// The failure half of a node: liveness of each peer, declaring a rank failed, spreading the
-// news, and revoking the communicators that contain it (node.hpp, "failures").
+// Failures (failures.hpp): liveness of each peer, declaring a rank failed, spreading the
+// news, and revoking the communicators that contain it.
 //
 // Detection is receive-based: every authenticated packet from a peer proves it alive
 // (quic::Connection::last_rx), whatever lane or traffic it belongs to, so a link saturated
@@ -11,9 +11,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "transport/failures.hpp"
+
 #include "core/error_format.hpp"
 #include "core/log.hpp"
-#include "transport/node.hpp"
+#include "engine/engine.hpp"
+#include "quic/endpoint.hpp"
+#include "transport/matching.hpp"
+#include "transport/membership_lanes.hpp"
+#include "transport/peer.hpp"
+#include "transport/routing.hpp"
 
 namespace nexar::detail {
 
@@ -39,17 +46,32 @@ std::string describe_failure(int local, int world, const std::string& why) {
   return who + " failed: " + why;
 }
 
+Failures::Failures(Owner& owner, int rank, int world, const Config& cfg, Engine& engine, Matching& matching,
+                   Routing& routing)
+    : owner_(owner),
+      rank_(rank),
+      cfg_(cfg),
+      engine_(engine),
+      matching_(matching),
+      routing_(routing),
+      failed_(static_cast<std::size_t>(world), 0) {}
+
 // ---- liveness ------------------------------------------------------------------------------
 
-void Node::start_liveness() {
+void Failures::start_liveness() {
   judging_ = true;
   last_tick_ = quic::Endpoint::now();
   liveness_timer_ = std::make_unique<asio::steady_timer>(engine_.io());
   liveness_tick();
 }
 
-void Node::liveness_tick() {
-  if (!is_open() || !ep_) return;
+void Failures::stop_liveness() {
+  if (liveness_timer_) liveness_timer_->cancel();
+}
+
+void Failures::liveness_tick() {
+  quic::Endpoint* ep = owner_.endpoint();
+  if (!owner_.is_open() || !ep) return;
   const std::uint64_t timeout = to_ns(cfg_.failure_timeout);
   const std::uint64_t period = std::max<std::uint64_t>(timeout / 10, 5'000'000u);
   std::uint64_t now = quic::Endpoint::now();
@@ -58,16 +80,16 @@ void Node::liveness_tick() {
   // nothing about the peers, so nobody is judged this time.
   const bool late = age(now, last_tick_) > timeout / 2;
   last_tick_ = now;
-  quic::Endpoint::Batch batch(*ep_);
+  quic::Endpoint::Batch batch(*ep);
   bool drained = false;
-  for (int r = 0; r < size(); ++r) {
-    Peer* p = peer(r);
+  for (int r = 0; r < owner_.size(); ++r) {
+    Peer* p = owner_.peer_locked(r);
     if (!p || !p->up() || !p->connection()) continue;
     if (!late && age(now, p->connection()->last_rx()) >= timeout) {
       if (!drained) {
         // Datagrams still waiting in the socket count: read them before judging anyone.
         drained = true;
-        ep_->poll();
+        ep->poll();
         now = quic::Endpoint::now();
         if (!p->up() || !p->connection()) continue;
       }
@@ -91,12 +113,17 @@ void Node::liveness_tick() {
 
 // ---- declaring and spreading ---------------------------------------------------------------
 
-bool Node::is_failed(int r) const {
-  std::lock_guard lk(fail_mu_);
+bool Failures::is_failed(int r) const {
+  std::lock_guard lk(mu_);
   return r >= 0 && static_cast<std::size_t>(r) < failed_.size() && failed_[static_cast<std::size_t>(r)];
 }
 
-FrameHeader Node::failed_header(int r) const {
+void Failures::add_rank() {
+  std::lock_guard lk(mu_);
+  failed_.push_back(0);
+}
+
+FrameHeader Failures::failed_header(int r) const {
   FrameHeader h;
   h.type = FrameType::failed;
   h.src = static_cast<std::uint32_t>(rank_);
@@ -104,10 +131,10 @@ FrameHeader Node::failed_header(int r) const {
   return h;
 }
 
-void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
-  for (int r = 0; r < size(); ++r) {
+void Failures::flood(const FrameHeader& h, std::string_view payload, int except) {
+  for (int r = 0; r < owner_.size(); ++r) {
     if (r == rank_ || r == except) continue;
-    Peer* p = peer(r);
+    Peer* p = owner_.peer_locked(r);
     // Neighbours only: each forwards it once, so it reaches every rank of a connected
     // topology without crossing relays.
     if (!p || !p->up() || p->relayed()) continue;
@@ -115,17 +142,25 @@ void Node::flood(const FrameHeader& h, std::string_view payload, int except) {
   }
 }
 
-void Node::declare_failed(int r, const std::string& why) {
-  if (r < 0 || r >= size() || r == rank_ || !is_open()) return;
+void Failures::tell_failed(Peer& p) {
+  for (int r = 0; r < owner_.size(); ++r) {
+    if (r == rank_ || r == p.rank() || !is_failed(r)) continue;
+    const std::string why = "known failed at rank " + std::to_string(rank_);
+    p.send_frame(wire::Lane::control, failed_header(r), std::as_bytes(std::span(why)));
+  }
+}
+
+void Failures::declare_failed(int r, const std::string& why) {
+  Peer* p = owner_.peer_locked(r);
+  if (!p || !owner_.is_open()) return;
   std::vector<std::uint64_t> hit;
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(mu_);
     if (failed_[static_cast<std::size_t>(r)]) return;
     failed_[static_cast<std::size_t>(r)] = 1;
     for (auto& [id, w] : comms_)
       if (contains(w.members, r)) hit.push_back(id);
   }
-  Peer* p = peer(r);
   log::warn("rank {}: rank {} ({}) failed: {}", rank_, r, p->addr_text(), why);
   // Revoke first, so every pending operation of those communicators fails naming the rank
   // in the communicator's own numbering; what is left with the peer (RPC calls, operations
@@ -134,10 +169,10 @@ void Node::declare_failed(int r, const std::string& why) {
   p->cut_off("rank " + std::to_string(r) + " failed: " + why);
   // Everyone is told, and forwards it once: the news outlives our own death half-way.
   flood(failed_header(r), std::string_view(why).substr(0, 1000), r);
-  if (membership_) membership_->on_rank_failed(r);
+  if (MembershipLanes* m = owner_.membership()) m->on_rank_failed(r);
 }
 
-void Node::on_failed_notice(int from, int r, const std::string& why) {
+void Failures::on_failed_notice(int from, int r, const std::string& why) {
   if (r == rank_) {
     // The others gave up on us (we were silent too long for them): we are out of every
     // communicator. Operations fail naming this rank; nothing more is sent.
@@ -146,13 +181,13 @@ void Node::on_failed_notice(int from, int r, const std::string& why) {
     log::error("rank {}: {}", rank_, text);
     std::vector<std::uint64_t> all;
     {
-      std::lock_guard lk(fail_mu_);
+      std::lock_guard lk(mu_);
       for (auto& [id, w] : comms_) all.push_back(id);
     }
     for (std::uint64_t id : all) revoke_local(id, Errc::rank_failed, rank_, text);
-    if (membership_) membership_->on_expelled(text);
-    for (auto& q : peers_)
-      if (q) q->cut_off(text);
+    if (MembershipLanes* m = owner_.membership()) m->on_expelled(text);
+    for (int q = 0; q < owner_.size(); ++q)
+      if (Peer* p = owner_.peer_locked(q)) p->cut_off(text);
     return;
   }
   if (is_failed(r)) return;
@@ -161,11 +196,11 @@ void Node::on_failed_notice(int from, int r, const std::string& why) {
 
 // ---- revocation ---------------------------------------------------------------------------
 
-void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why) {
+void Failures::revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why) {
   Watch w;
   bool known = false;
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(mu_);
     if (auto it = comms_.find(id); it != comms_.end()) {
       w = it->second;
       known = true;
@@ -189,15 +224,16 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
         }
       }
     }
-    for (auto& p : peers_)
-      if (p) p->fail_comm(id, fail);
+    for (int r = 0; r < owner_.size(); ++r)
+      if (Peer* p = owner_.peer_locked(r)) p->fail_comm(id, fail);
     // Messages of the communicator nobody received yet will never be: free their credit.
     for (int di = 0; di < domain_count; ++di) {
-      auto& list = queue(static_cast<Domain>(di)).unexpected();
+      auto& list = matching_.queue(static_cast<Domain>(di)).unexpected();
       for (auto it = list.begin(); it != list.end();) {
         const Unexpected& u = **it;
         if (u.comm == id && !u.waiter) {
-          if (Peer* src = peer(u.source); src && !u.data.empty()) src->release_unexpected(static_cast<Domain>(di), u.data.size());
+          if (Peer* src = owner_.peer_locked(u.source); src && !u.data.empty())
+            src->release_unexpected(static_cast<Domain>(di), u.data.size());
           it = list.erase(it);
         } else {
           ++it;
@@ -207,48 +243,45 @@ void Node::revoke_local(std::uint64_t id, Errc code, int failed_world, const std
   }
 }
 
-Node::RevokeError Node::revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const {
+Failures::RevokeError Failures::revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) {
   RevokeError e;
   e.code = code;
   e.rank = w.rank;
   for (std::size_t i = 0; i < w.members.size(); ++i)
     if (w.members[i] == failed_world) e.peer = static_cast<int>(i);
   e.detail = code == Errc::rank_failed && failed_world != rank_ ? describe_failure(e.peer, failed_world, why) : why;
-  if (failed_world >= 0 && failed_world != rank_) e.addr = addrs_[static_cast<std::size_t>(failed_world)].to_string();
-  std::lock_guard lk(fail_mu_);
+  if (failed_world != rank_)
+    if (const Peer* p = owner_.peer_locked(failed_world)) e.addr = p->addr_text();
+  std::lock_guard lk(mu_);
   for (std::size_t i = 0; i < w.members.size(); ++i)
     if (failed_[static_cast<std::size_t>(w.members[i])] || (w.members[i] == rank_ && expelled_.load()))
       e.failed.push_back(static_cast<int>(i));
   return e;
 }
 
-void Node::RevokeError::fail(const std::shared_ptr<OpState>& op) const {
+void Failures::RevokeError::fail(const std::shared_ptr<OpState>& op) const {
   if (!op || op->done()) return;
   ErrorContext ctx{op->op(), rank, peer, addr, op->start()};
   op->fail_ranks(code, format_error(code, ctx, detail), failed);
 }
 
-bool Node::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) {
+bool Failures::fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) {
   if (revoked_.empty()) return false;
   auto it = revoked_.find(comm);
   if (it == revoked_.end()) return false;
   Watch w;
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(mu_);
     if (auto c = comms_.find(comm); c != comms_.end()) w = c->second;
   }
   revoke_error(w, it->second.code, it->second.failed_world, it->second.why).fail(op);
   return true;
 }
 
-void Node::revoke_comm(std::uint64_t id, std::string why) {
-  submit([this, id, why = std::move(why)] { revoke_everywhere(id, why); });
-}
-
-void Node::revoke_everywhere(std::uint64_t id, const std::string& why) {
+void Failures::revoke_everywhere(std::uint64_t id, const std::string& why) {
   std::vector<int> members;
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(mu_);
     auto it = comms_.find(id);
     if (it == comms_.end()) return;
     members = it->second.members;
@@ -265,12 +298,12 @@ void Node::revoke_everywhere(std::uint64_t id, const std::string& why) {
   const std::string_view said = why.size() <= wire::max_revoke_payload ? std::string_view(why) : std::string_view();
   for (int m : members) {
     if (m == rank_) continue;
-    if (Peer* p = peer(m); p && p->up())
+    if (Peer* p = owner_.peer_locked(m); p && p->up())
       p->send_frame(wire::Lane::control, h, std::as_bytes(std::span(said)));
   }
 }
 
-void Node::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) {
+void Failures::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) {
   if (revoked_.count(comm)) return;
   // Remembered even for a communicator not made here yet (a split still under way): it is
   // revoked as soon as it is.
@@ -279,52 +312,27 @@ void Node::on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::
 
 // ---- communicators ---------------------------------------------------------------------------
 
-void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
-  // A joiner in a communicator made here was admitted, whichever grow admitted it.
-  admitted(members);
-  matching_.calls().watch(id, members, rank);
-  submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
-    int dead = -1;
-    {
-      std::lock_guard lk(fail_mu_);
-      for (int m : members)
-        if (failed_[static_cast<std::size_t>(m)]) dead = m;
-      comms_[id] = Watch{std::move(members), rank, std::move(on_event)};
-    }
-    if (auto it = revoked_.find(id); it != revoked_.end()) {
-      // Revoked before it existed here: apply it now.
-      Revoked r = it->second;
-      revoked_.erase(it);
-      revoke_local(id, r.code, r.failed_world, r.why);
-    } else if (dead >= 0) {
-      revoke_local(id, Errc::rank_failed, dead, "it had failed before this communicator was made");
-    }
-  });
+void Failures::watch(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
+  int dead = -1;
+  {
+    std::lock_guard lk(mu_);
+    for (int m : members)
+      if (failed_[static_cast<std::size_t>(m)]) dead = m;
+    comms_[id] = Watch{std::move(members), rank, std::move(on_event)};
+  }
+  if (auto it = revoked_.find(id); it != revoked_.end()) {
+    // Revoked before it existed here: apply it now.
+    Revoked r = it->second;
+    revoked_.erase(it);
+    revoke_local(id, r.code, r.failed_world, r.why);
+  } else if (dead >= 0) {
+    revoke_local(id, Errc::rank_failed, dead, "it had failed before this communicator was made");
+  }
 }
 
-void Node::unwatch_comm(std::uint64_t id) {
-  matching_.calls().forget(id);
-  std::lock_guard lk(fail_mu_);
+void Failures::unwatch(std::uint64_t id) {
+  std::lock_guard lk(mu_);
   comms_.erase(id);
-}
-
-// ---- membership frames -------------------------------------------------------------------
-
-bool Node::send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64_t seq, const wire::Ballot& b) {
-  Peer* p = peer(dest);
-  if (!p || !p->up() || is_failed(dest)) return false;
-  const std::vector<std::byte> payload = wire::encode_ballot(b);
-  FrameHeader h;
-  h.type = type;
-  h.src = static_cast<std::uint32_t>(rank_);
-  h.comm = comm;
-  h.seq = seq;
-  p->send_frame(wire::Lane::control, h, payload);
-  return true;
-}
-
-void Node::on_ballot(int from, const FrameHeader& h, wire::Ballot b) {
-  if (membership_) membership_->on_ballot(from, h, std::move(b));
 }
 
 }  // namespace nexar::detail

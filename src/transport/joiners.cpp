@@ -34,10 +34,10 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, R
     names_.push_back(std::move(name));
     addrs_.push_back(addr);
     routing_.add_rank(id, key);
-    {
-      std::lock_guard lk(fail_mu_);
-      failed_.push_back(0);
-      if (joiner) waiting_.push_back(id);  // ids only grow: stays ascending
+    failures_.add_rank();
+    if (joiner) {
+      std::lock_guard lk(join_mu_);
+      waiting_.push_back(id);  // ids only grow: stays ascending
     }
     peers_.push_back(std::make_unique<Peer>(*this, peer_context(), id, names_.back(), addrs_.back()));
     if (!routing_.direct(id)) {
@@ -56,10 +56,12 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, R
 }
 
 std::vector<int> Node::waiting_joiners() const {
-  std::lock_guard lk(fail_mu_);
   std::vector<int> v;
-  for (int j : waiting_)
-    if (!failed_[static_cast<std::size_t>(j)]) v.push_back(j);
+  {
+    std::lock_guard lk(join_mu_);
+    v = waiting_;
+  }
+  std::erase_if(v, [this](int j) { return failures_.is_failed(j); });
   return v;
 }
 
@@ -93,14 +95,14 @@ int Node::joiners_connecting() {
 }
 
 void Node::admitted(const std::vector<int>& ids) {
-  std::lock_guard lk(fail_mu_);
+  std::lock_guard lk(join_mu_);
   std::erase_if(waiting_, [&](int j) { return std::find(ids.begin(), ids.end(), j) != ids.end(); });
 }
 
 void Node::send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::vector<std::uint32_t> members) {
   submit([this, dest, comm, seq, members = std::move(members)] {
     Peer* p = dest < size() ? peer(dest) : nullptr;
-    if (!p || !p->up() || is_failed(dest)) return;
+    if (!p || !p->up() || failures_.is_failed(dest)) return;
     const std::vector<std::byte> payload = wire::encode_members(members);
     FrameHeader h;
     h.type = FrameType::welcome;
@@ -112,7 +114,7 @@ void Node::send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::ve
 }
 
 void Node::on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) {
-  std::lock_guard lk(fail_mu_);
+  std::lock_guard lk(join_mu_);
   if (!late_ || welcome_) return;  // every member of the grow sends one: the first counts
   auto names = [&](int r) {
     return std::find(members.begin(), members.end(), static_cast<std::uint32_t>(r)) != members.end();
@@ -131,7 +133,7 @@ void Node::on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> m
 Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
   Welcome w;
   {
-    std::unique_lock lk(fail_mu_);
+    std::unique_lock lk(join_mu_);
     welcome_cv_.wait_until(lk, until, [&] { return welcome_.has_value() || !is_open(); });
     if (!is_open()) throw make_error(Errc::closed, ErrorContext{"join", rank_, -1, {}, {}}, "communicator closed");
     if (!welcome_) {
@@ -157,7 +159,7 @@ Node::Welcome Node::wait_welcome(std::chrono::steady_clock::time_point until) {
         // is revoked as soon as it is made, like any with a failed member, and a shrink of
         // everyone, this rank included, removes it. Leaving instead would hold the
         // members' shrink up until their op_timeout, waiting for this rank.
-        if (is_failed(m)) continue;
+        if (failures_.is_failed(m)) continue;
         Peer* p = peer_locked(m);
         if (p && p->gone()) {
           missing = m;

@@ -118,6 +118,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
       tls_(std::make_unique<tls::TlsContext>(opts.creds)),
       engine_(cfg.spin, cfg.yield_when_idle),
       routing_(*this, opts.rank, opts.world, opts.elastic, cfg_, std::move(opts.relay_keys), pool_, engine_),
+      failures_(*this, opts.rank, opts.world, cfg_, engine_, matching_, routing_),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
   const int world = opts.world;
@@ -128,7 +129,6 @@ Node::Node(NodeOptions opts, const Config& cfg)
     addrs_.reserve(wire::max_node_ids);
     peers_.reserve(wire::max_node_ids);
   }
-  failed_.assign(static_cast<std::size_t>(world), 0);
   peers_.resize(static_cast<std::size_t>(world));
   for (int r = 0; r < world; ++r) {
     if (r == rank_) continue;
@@ -194,7 +194,7 @@ void Node::start() {
     }
     // A joiner of a running job awaits nobody (the members dial it as they learn of it),
     // and lazy connections are made on first use: failures are judged from now on.
-    if (late_ || cfg_.lazy_connect) start_liveness();
+    if (late_ || cfg_.lazy_connect) failures_.start_liveness();
     started.set_value();
   });
   started.get_future().wait();
@@ -229,7 +229,7 @@ void Node::start() {
       // Every peer is up: failures are judged from here on. Started in this same step, not
       // posted for later, so a peer that misbehaves the moment start() returns is already
       // declared failed (posted work can run after packets a user thread processes inline).
-      start_liveness();
+      failures_.start_liveness();
       probe.set_value({-1, {}});
     });
     auto [missing, why] = probe.get_future().get();
@@ -291,7 +291,7 @@ void Node::connect_lazily(int r) {
   // lock), and close() delivers what was sent before the goodbye.
   if (!cfg_.lazy_connect || !ep_ || ep_->stopped()) return;
   Peer* p = peer_locked(r);
-  if (!p || p->gone() || p->relayed() || p->connection() || is_failed(r)) return;
+  if (!p || p->gone() || p->relayed() || p->connection() || failures_.is_failed(r)) return;
   dial(r);
 }
 
@@ -322,11 +322,7 @@ void Node::on_peer_up(Peer& p) {
   if (!cfg_.lazy_connect) return;
   // A failure flood reaches only the ranks connected at the time: a rank connected later
   // hears of what it missed now, so it never waits on a member the others know is dead.
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank_ || r == p.rank() || !is_failed(r)) continue;
-    const std::string why = "known failed at rank " + std::to_string(rank_);
-    p.send_frame(Lane::control, failed_header(r), std::as_bytes(std::span(why)));
-  }
+  failures_.tell_failed(p);
 }
 
 std::vector<int> Node::connected_peers() {
@@ -383,7 +379,7 @@ void Node::drain_then_shutdown(std::chrono::steady_clock::time_point until,
     }));
     return;
   }
-  if (liveness_timer_) liveness_timer_->cancel();
+  failures_.stop_liveness();
   ep_->shutdown("communicator closed");
   // Receives that only a peer could have satisfied failed with it; fail the rest.
   for (auto& q : matching_.queues()) {
@@ -398,7 +394,7 @@ void Node::close() {
   if (closed_.exchange(true)) return;
   std::vector<std::function<void()>> closers;
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(join_mu_);
     closers.swap(closers_);
     welcome_cv_.notify_all();
   }
@@ -433,7 +429,7 @@ void Node::close() {
 
 void Node::on_close(std::function<void()> fn) {
   {
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(join_mu_);
     if (!closed_.load(std::memory_order_acquire)) {
       closers_.push_back(std::move(fn));
       return;
@@ -460,7 +456,7 @@ void Node::fail(const std::shared_ptr<OpState>& op, Errc code, int peer_rank, st
 bool Node::peer_left(int r) {
   if (r < 0 || r >= size() || r == rank_) return false;
   Peer* p = peer(r);
-  return p && p->gone() && !is_failed(r);
+  return p && p->gone() && !failures_.is_failed(r);
 }
 
 void Node::on_peer_closed(Peer& p) {
@@ -468,7 +464,7 @@ void Node::on_peer_closed(Peer& p) {
     // A joiner that went away before a grow took it in never will be (one that comes back
     // joins anew, as another world rank): it waits no more, so grows stop waiting for it to
     // get ready.
-    std::lock_guard lk(fail_mu_);
+    std::lock_guard lk(join_mu_);
     std::erase(waiting_, p.rank());
   }
   // Receives naming this peer can never complete now. Any-source receives stay posted.
@@ -492,7 +488,7 @@ void Node::on_peer_closed(Peer& p) {
   routing_.route_around(p.rank(), p.gone_code() == Errc::rank_failed);
   // A peer that went away in an orderly way is no failure, but an agreement waiting for it
   // would wait until op_timeout: the membership module decides (last: it may declare it).
-  if (membership_ && judging_failures() && p.gone_code() != Errc::rank_failed && !is_failed(p.rank()))
+  if (membership_ && failures_.judging() && p.gone_code() != Errc::rank_failed && !failures_.is_failed(p.rank()))
     membership_->on_rank_left(p.rank(), p.gone_why());
 }
 
@@ -772,7 +768,7 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
                       return c.queue(d).remove_posted(s) || (code == Errc::timeout && c.receiving(d, s));
                     });
   submit([this, d, r] {
-    if (fail_if_revoked(r->comm, r->op)) return;
+    if (failures_.fail_if_revoked(r->comm, r->op)) return;
     if (r->source != any_source) {
       Peer* p = peer(r->source);
       auto& q = queue(d);
@@ -803,6 +799,43 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
     q.post(r);
   });
   return Access::make_request(st);
+}
+
+// ---- communicators and membership frames -------------------------------------------------
+
+void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
+  // A joiner in a communicator made here was admitted, whichever grow admitted it.
+  admitted(members);
+  matching_.calls().watch(id, members, rank);
+  submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
+    failures_.watch(id, std::move(members), rank, std::move(on_event));
+  });
+}
+
+void Node::unwatch_comm(std::uint64_t id) {
+  matching_.calls().forget(id);
+  failures_.unwatch(id);
+}
+
+void Node::revoke_comm(std::uint64_t id, std::string why) {
+  submit([this, id, why = std::move(why)] { failures_.revoke_everywhere(id, why); });
+}
+
+bool Node::send_ballot(int dest, FrameType type, std::uint64_t comm, std::uint64_t seq, const wire::Ballot& b) {
+  Peer* p = peer(dest);
+  if (!p || !p->up() || failures_.is_failed(dest)) return false;
+  const std::vector<std::byte> payload = wire::encode_ballot(b);
+  FrameHeader h;
+  h.type = type;
+  h.src = static_cast<std::uint32_t>(rank_);
+  h.comm = comm;
+  h.seq = seq;
+  p->send_frame(wire::Lane::control, h, payload);
+  return true;
+}
+
+void Node::on_ballot(int from, const FrameHeader& h, wire::Ballot b) {
+  if (membership_) membership_->on_ballot(from, h, std::move(b));
 }
 
 // ---- RPC lanes ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@
 #include "quic/endpoint.hpp"
 #include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
+#include "transport/failures.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/matching.hpp"
 #include "transport/membership_lanes.hpp"
@@ -45,10 +46,6 @@
 #include "wire/ballot.hpp"
 
 namespace nexar::detail {
-
-/// What an operation's error says about member `local` of its communicator (world rank
-/// `world`) failing for `why`: "rank 2 failed: why", or "rank 2 (world rank 5) failed: why".
-std::string describe_failure(int local, int world, const std::string& why);
 
 struct NodeOptions {
   int rank = 0;
@@ -77,6 +74,7 @@ class Node : public Progress,
              public PeerOwner,
              private Matching::Owner,
              private Routing::Owner,
+             private Failures::Owner,
              public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
@@ -94,7 +92,7 @@ class Node : public Progress,
   int size() const noexcept override { return world_.load(std::memory_order_acquire); }
   bool elastic() const noexcept { return elastic_; }
   const Config& config() const noexcept { return cfg_; }
-  bool is_open() const noexcept { return !closed_.load(std::memory_order_acquire); }
+  bool is_open() const noexcept override { return !closed_.load(std::memory_order_acquire); }
 
   /// What a point-to-point operation addresses, already validated by the caller
   /// (CommunicatorImpl checks ranks and tags); ranks below are world ranks.
@@ -143,20 +141,15 @@ class Node : public Progress,
   /// to RpcLanes::on_peer_gone either way).
   bool send_rpc_frame(int dest, wire::Lane lane, const wire::FrameHeader& h,
                       std::span<const std::byte> payload);
-  // ---- failures (transport/failures.cpp) ---------------------------------------------
+  // ---- failures and communicators ----------------------------------------------------
   //
-  // Once the mesh is up, each peer's liveness is judged by what arrives from it; a peer
-  // silent for Config::failure_timeout, or whose connection broke, is declared failed. The
-  // declaration is sent to every other peer (which forward it once), so every live rank
-  // learns it; each communicator containing the failed rank is then revoked here: its
-  // pending operations fail naming the rank in the communicator's numbering, and later
-  // ones fail at once. Failed ranks stay failed: their connections are closed and nothing
-  // from them is taken any more.
+  // Which ranks failed and which communicators are revoked: the node's Failures
+  // (transport/failures.hpp). Its any-thread members may be called from any thread, the
+  // others with the engine lock held.
+  Failures& failures() noexcept { return failures_; }
+  const Failures& failures() const noexcept { return failures_; }
 
-  /// Failure events of one communicator, delivered with the engine lock held: world rank
-  /// `failed` was declared failed, or (`failed` < 0, Errc::revoked) the communicator was
-  /// revoked by the application. Must not block.
-  using CommListener = std::function<void(int failed, Errc code, const std::string& why)>;
+  using CommListener = Failures::CommListener;
   /// Registers communicator `id` of world ranks `members` (ours is `rank` in it). If one of
   /// them is already failed, or the id was revoked already, it is revoked at once. Any
   /// thread; ordered with the operations submitted after it.
@@ -173,19 +166,8 @@ class Node : public Progress,
   /// With `why`, its operations fail with Errc::invalid_argument and `why` (ranks that
   /// called different collectives, calls_agree) rather than with Errc::revoked.
   void revoke_comm(std::uint64_t id, std::string why = {});
-  /// Whether world rank `r` was declared failed (known here). Any thread.
-  bool is_failed(int r) const override;
   /// World rank r's connection ended without r being declared failed (engine thread).
   bool peer_left(int r);
-  /// Whether the other ranks declared this one failed. Any thread.
-  bool expelled() const noexcept { return expelled_.load(std::memory_order_acquire); }
-  /// Declares world rank `r` failed for `why` (idempotent). Engine lock held.
-  void declare_failed(int r, const std::string& why) override;
-  /// Whether communicator `comm` is revoked here. Engine lock held.
-  bool revoked(std::uint64_t comm) const override { return !revoked_.empty() && revoked_.count(comm) != 0; }
-  /// Fails `op` as the revocation of `comm` failed its others, if it is revoked; engine
-  /// lock held. For operations submitted before the revocation and run after it.
-  bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) override;
 
   /// Hands agree and decided frames, and failure events, to `m` (before start()).
   void attach_membership(std::shared_ptr<MembershipLanes> m) { membership_ = std::move(m); }
@@ -284,12 +266,12 @@ class Node : public Progress,
   Engine& engine() noexcept { return engine_; }
   /// The endpoint, for its counters (engine thread or the loop's lock); null before start().
   const quic::Endpoint* endpoint() const noexcept { return ep_.get(); }
-  quic::Endpoint* endpoint() noexcept { return ep_.get(); }
+  quic::Endpoint* endpoint() noexcept override { return ep_.get(); }
   /// The UDP port of shard `i` (0 .. engine_threads() - 2).
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
   BufferPool& pool() noexcept { return pool_; }
   /// What every Peer of this node keeps for its life.
-  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_, routing_}; }
+  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_, routing_, failures_}; }
   MatchQueue& queue(Domain d) noexcept { return matching_.queue(d); }
   const MatchQueue& queue(Domain d) const noexcept { return matching_.queue(d); }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
@@ -306,14 +288,8 @@ class Node : public Progress,
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
   /// A peer went away: fail receives that can only be satisfied by it.
   void on_peer_closed(Peer& p) override;
-  /// A peer told us that world rank `r` failed (`why`), or that communicator `comm` was
-  /// revoked. Engine lock held.
-  void on_failed_notice(int from, int r, const std::string& why) override;
-  void on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) override;
   /// An agree or decided frame arrived from `from`. Engine lock held.
   void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) override;
-  /// Whether failures are being judged (the mesh is up and the node not closing).
-  bool judging_failures() const noexcept override { return judging_ && is_open(); }
   /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
   void offer_shm(Peer& p);
   void on_shm_offer(Peer& p, std::string_view payload) override;
@@ -412,32 +388,11 @@ class Node : public Progress,
   }
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done, bool said_goodbye = false);
-  /// Arms the periodic liveness check (engine thread, once the mesh is up).
-  void start_liveness();
-  void liveness_tick();
-  /// Revokes communicator `id` here: pending operations fail with `code` naming world rank
-  /// `failed_world` (or none), later ones at once. Engine lock held.
-  void revoke_local(std::uint64_t id, Errc code, int failed_world, const std::string& why);
-  /// revoke_comm on the engine thread: revokes `id` here and tells its members, with `why`
-  /// if given (then the code is Errc::invalid_argument). Engine lock held.
-  void revoke_everywhere(std::uint64_t id, const std::string& why) override;
-  struct Watch;
-  /// What the operations of a revoked communicator fail with: built once per revocation,
-  /// formatted per operation by fail().
-  struct RevokeError {
-    Errc code = Errc::revoked;
-    int rank = -1;           // ours in the communicator
-    int peer = -1;           // the failed member, in the communicator's numbering
-    std::string addr;        // its address
-    std::string detail;
-    std::vector<int> failed;  // every failed member, in the communicator's numbering
-    void fail(const std::shared_ptr<OpState>& op) const;
-  };
-  RevokeError revoke_error(const Watch& w, Errc code, int failed_world, const std::string& why) const;
-  /// The header of a `failed` frame from this rank naming world rank `r`.
-  wire::FrameHeader failed_header(int r) const;
-  /// Sends a header-only or small control frame to every live peer but `except`.
-  void flood(const wire::FrameHeader& h, std::string_view payload, int except);
+  // Matching::Owner, Routing::Owner and Failures::Owner (the rest are public members).
+  void revoke_everywhere(std::uint64_t id, const std::string& why) override { failures_.revoke_everywhere(id, why); }
+  bool is_failed(int r) const override { return failures_.is_failed(r); }
+  bool judging_failures() const noexcept override { return failures_.judging(); }
+  MembershipLanes* membership() const noexcept override { return membership_.get(); }
 
   static thread_local Node* t_scope_;
   static thread_local bool t_scope_asleep_;
@@ -474,27 +429,10 @@ class Node : public Progress,
   std::unique_ptr<quic::ConnectionHandler> router_;
   std::shared_ptr<RpcLanes> rpc_;
   std::shared_ptr<MembershipLanes> membership_;
-  // Failure state. failed_ and comms_ are read from user threads: guarded by fail_mu_ (and
-  // written with the engine lock held too). revoked_ is engine-only.
-  struct Watch {
-    std::vector<int> members;  // world ranks
-    int rank = 0;
-    CommListener on_event;
-  };
-  struct Revoked {
-    Errc code = Errc::revoked;
-    int failed_world = -1;
-    std::string why;
-  };
-  mutable std::mutex fail_mu_;
-  std::vector<char> failed_;
-  std::map<std::uint64_t, Watch> comms_;
-  std::unordered_map<std::uint64_t, Revoked> revoked_;
-  std::atomic<bool> expelled_{false};
-  bool judging_ = false;  // engine thread: set once the mesh is up
-  std::unique_ptr<asio::steady_timer> liveness_timer_;
-  std::uint64_t last_tick_ = 0;
-  // Elastic membership, guarded by fail_mu_.
+  // Failed ranks and revoked communicators (after matching_ and routing_: it is given them).
+  Failures failures_;
+  // Joiners, the welcome and what closes with the node, guarded by join_mu_.
+  mutable std::mutex join_mu_;
   std::vector<int> waiting_;             // announced joiners not yet admitted, ascending
   std::optional<Welcome> welcome_;
   std::condition_variable welcome_cv_;

@@ -4,6 +4,7 @@
 
 #include "core/log.hpp"
 #include "engine/engine.hpp"
+#include "transport/failures.hpp"
 #include "transport/matching.hpp"
 #include "transport/routing.hpp"
 #include "transport/rpc_lanes.hpp"
@@ -229,7 +230,7 @@ void Peer::link_ended(Errc code, const std::string& why) {
   // What was in flight on it is lost with it: the pair cannot go on, as when its first
   // connection ends. A peer that declared us failed closed with rank_failed: we are the
   // failed one.
-  if (code == Errc::rank_failed) owner_.on_failed_notice(rank_, ctx_.rank, why);
+  if (code == Errc::rank_failed) ctx_.failures.on_failed_notice(rank_, ctx_.rank, why);
   mark_gone(code == Errc::ok ? Errc::peer_closed : code, why);
 }
 
@@ -318,7 +319,7 @@ void Peer::start_rendezvous(Domain d, std::uint64_t comm, Tag tag, std::uint16_t
     owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
-  if (owner_.fail_if_revoked(comm, op)) return;
+  if (ctx_.failures.fail_if_revoked(comm, op)) return;
   std::uint64_t seq = next_seq_++;
   rdv_out_[seq] = RdvOut{d, comm, tag, std::move(parts), size, std::move(op), false};
   send_header(lane_of(d), message_header(FrameType::rts, comm, tag, seq, size, check), &route(lane_of(d), tag, size));
@@ -341,7 +342,7 @@ void Peer::send_eager_in_place(Domain d, std::uint64_t comm, Tag tag, std::uint1
     owner_.fail(op, gone_code_, rank_, gone_why_);
     return;
   }
-  if (owner_.fail_if_revoked(comm, op)) return;
+  if (ctx_.failures.fail_if_revoked(comm, op)) return;
   Link* via = &route(lane_of(d), tag, size);
   send_header(lane_of(d), message_header(FrameType::eager, comm, tag, 0, size, check), via);
   push_payload(lane_of(d), parts, op, via);
@@ -599,10 +600,10 @@ void Peer::heartbeat(std::uint64_t now, std::uint64_t period) {
 }
 
 void Peer::mark_gone(Errc code, const std::string& why) {
-  if (!gone() && is_failure(code) && owner_.judging_failures()) {
+  if (!gone() && is_failure(code) && ctx_.failures.judging()) {
     // A member failed: the node declares it, revokes what contains it, tells everyone,
     // and comes back here through cut_off().
-    owner_.declare_failed(rank_, why);
+    ctx_.failures.declare_failed(rank_, why);
     if (gone()) return;
   }
   if (!gone()) {
@@ -701,7 +702,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::goodbye:
       return true;
     case FrameType::eager: {
-      if (owner_.revoked(h.comm)) {  // nobody will receive it: drop it as it comes
+      if (ctx_.failures.revoked(h.comm)) {  // nobody will receive it: drop it as it comes
         s.sink.kind = Sink::discard;
         return true;
       }
@@ -737,7 +738,7 @@ bool Peer::on_header(InStream& s, const FrameHeader& h) {
     case FrameType::rts: {
       // The sender withdraws it when it learns of the revocation; never asked for, the data
       // never comes.
-      if (owner_.revoked(h.comm)) return true;
+      if (ctx_.failures.revoked(h.comm)) return true;
       Domain d = domain_of(lane);
       Tag tag = static_cast<Tag>(h.tag);
       if (auto r = ctx_.matching.queue(d).take_posted(h.comm, rank_, tag)) {
@@ -966,13 +967,13 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
       break;
     case FrameType::failed:
       if (k.kind == Sink::discard) break;
-      owner_.on_failed_notice(rank_, static_cast<int>(h.tag),
+      ctx_.failures.on_failed_notice(rank_, static_cast<int>(h.tag),
                              std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
     case FrameType::revoke: {
       // tag: the code its operations fail with (docs/PROTOCOL.md); payload: why, if said.
       const bool disagreement = h.tag == static_cast<std::uint64_t>(Errc::invalid_argument);
-      owner_.on_revoke_notice(rank_, h.comm, disagreement ? Errc::invalid_argument : Errc::revoked,
+      ctx_.failures.on_revoke_notice(rank_, h.comm, disagreement ? Errc::invalid_argument : Errc::revoked,
                               std::string(reinterpret_cast<const char*>(k.bytes.data()), k.bytes.size()));
       break;
     }
@@ -1059,7 +1060,7 @@ void Peer::on_closed(quic::Connection& c, Errc code, const std::string& why) {
   }
   quic_.detach();
   // The peer gave up on us (we were silent too long for it): we are the failed one, not it.
-  if (code == Errc::rank_failed && !gone()) owner_.on_failed_notice(rank_, ctx_.rank, why);
+  if (code == Errc::rank_failed && !gone()) ctx_.failures.on_failed_notice(rank_, ctx_.rank, why);
   mark_gone(code, why);
 }
 

@@ -26,6 +26,7 @@ class Peer;
 class RpcLanes;
 class Matching;
 class Routing;
+class Failures;
 class ShmLink;
 
 /// Fixed for the life of the node a Peer belongs to.
@@ -40,6 +41,8 @@ struct PeerContext {
   Matching& matching;
   /// Where relay frames go, and what makes a peer that is no neighbour relayed.
   Routing& routing;
+  /// Failed ranks and revoked communicators: what the pair's frames and failures report to.
+  Failures& failures;
 };
 
 class PeerOwner {
@@ -53,11 +56,7 @@ class PeerOwner {
   /// Peers exist).
   virtual RpcLanes* rpc() const noexcept = 0;
 
-  // ---- revocations and errors ----
-  /// Whether communicator `comm` was revoked: its messages are dropped as they come.
-  virtual bool revoked(std::uint64_t comm) const = 0;
-  /// Fails `op` with the revocation's error if `comm` was revoked; returns whether it did.
-  virtual bool fail_if_revoked(std::uint64_t comm, const std::shared_ptr<OpState>& op) = 0;
+  // ---- errors ----
   /// Fails `op` (unless done) with `code`, its message naming world rank `peer` and `why`.
   virtual void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) = 0;
 
@@ -70,19 +69,15 @@ class PeerOwner {
   virtual void connect_lazily(int r) = 0;
   /// Our dial to `r` lost a simultaneous open (`attempt` times so far).
   virtual void redial_later(int r, int attempt) = 0;
-  /// Whether a member's lost connection means it failed (once the mesh is up).
-  virtual bool judging_failures() const noexcept = 0;
-  /// Declares world rank `r` failed, tells the others, revokes what contains it.
-  virtual void declare_failed(int r, const std::string& why) = 0;
 
   // ---- control frames the node answers ----
-  virtual void on_failed_notice(int from, int r, const std::string& why) = 0;
-  /// Communicator `comm` was revoked by `from`: by the application (Errc::revoked, `why`
-  /// empty), or because two members called different collectives (invalid_argument, `why`).
-  virtual void on_revoke_notice(int from, std::uint64_t comm, Errc code, const std::string& why) = 0;
+  /// An agree or decided frame (for the membership module).
   virtual void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) = 0;
+  /// A welcome into communicator `comm` of `members` (world ranks): this joiner was admitted.
   virtual void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) = 0;
+  /// A shm_offer frame (the segment's name and key, or empty: declined).
   virtual void on_shm_offer(Peer& p, std::string_view payload) = 0;
+  /// World rank `rank`'s message lanes moved to the shared-memory `link`.
   virtual void on_shm_attached(int rank, const ShmLink& link) = 0;
   /// A tcp_offer frame: `port` 0 declines ours, else the peer's port to dial with `cipher`
   /// (cipher_code, transport/tcp_attach.hpp).
