@@ -6,17 +6,21 @@
 // steps the links and polls the engines (MemoryNode::poll). Nothing judges liveness (there
 // is no endpoint), and no membership module is attached.
 //
-// Upcalls that a test looks for are written to `events`.
+// Upcalls that a test looks for are written to `events`. A MemoryWorld is n of them, each
+// pair of neighbours joined by an in-memory link.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include <nexar/config.hpp>
 
 #include "engine/engine.hpp"
+#include "memory_link.hpp"
 #include "transport/failures.hpp"
 #include "transport/matching.hpp"
 #include "transport/peer.hpp"
@@ -117,6 +121,69 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
   void on_shm_offer(detail::Peer&, std::string_view) override { events.push_back("shm_offer"); }
   void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
   void on_tcp_offer(detail::Peer&, std::uint16_t, std::uint64_t) override { events.push_back("tcp_offer"); }
+};
+
+/// The key ranks `a` and `b` share: one per pair, the same at both ends.
+inline detail::RelayKey relay_key(int a, int b) {
+  detail::RelayKey k{};
+  std::mt19937_64 g(static_cast<std::uint64_t>(std::min(a, b)) * 1000 + static_cast<std::uint64_t>(std::max(a, b)));
+  for (auto& x : k) x = static_cast<std::uint8_t>(g());
+  return k;
+}
+
+/// The keys rank `r` of `n` shares with every other rank, by world rank.
+inline std::vector<detail::RelayKey> relay_keys_of(int r, int n) {
+  std::vector<detail::RelayKey> keys(static_cast<std::size_t>(n));
+  for (int o = 0; o < n; ++o)
+    if (o != r) keys[static_cast<std::size_t>(o)] = relay_key(r, o);
+  return keys;
+}
+
+/// `n` MemoryNodes under one Config: each pair of neighbours under its topology joined by an
+/// in-memory link drawn from `seed`, the others relayed.
+struct MemoryWorld {
+  std::vector<std::unique_ptr<MemoryNode>> nodes;
+  /// One pair of link ends per pair of neighbours (a < b): a's end, b's end.
+  std::map<std::pair<int, int>, std::pair<std::unique_ptr<MemoryLink>, std::unique_ptr<MemoryLink>>> links;
+
+  MemoryWorld(int n, std::uint64_t seed, const Config& cfg = {}, std::size_t max_piece = 1500) {
+    for (int r = 0; r < n; ++r) nodes.push_back(std::make_unique<MemoryNode>(r, n, cfg, relay_keys_of(r, n)));
+    for (int a = 0; a < n; ++a) {
+      for (int b = a + 1; b < n; ++b) {
+        if (!node(a).routing.direct(b)) continue;
+        auto la = std::make_unique<MemoryLink>(seed * 131 + static_cast<std::uint64_t>(a * n + b), 1 << 20, max_piece);
+        auto lb = std::make_unique<MemoryLink>(seed * 137 + static_cast<std::uint64_t>(b * n + a), 1 << 20, max_piece);
+        MemoryLink::join(*la, *lb);
+        la->bind(peer(a, b).use_link(*la));
+        lb->bind(peer(b, a).use_link(*lb));
+        links[{a, b}] = {std::move(la), std::move(lb)};
+      }
+    }
+  }
+
+  MemoryNode& node(int r) { return *nodes[static_cast<std::size_t>(r)]; }
+  /// Rank `at`'s Peer of rank `of`.
+  detail::Peer& peer(int at, int of) { return *node(at).peers[static_cast<std::size_t>(of)]; }
+
+  /// Moves bytes on every link and runs what the nodes posted, until nothing moves (or
+  /// `limit` rounds).
+  void run(int limit = 100000) {
+    for (int round = 0; round < limit; ++round) {
+      int moved = 0;
+      for (auto& [ab, l] : links) moved += MemoryLink::run(*l.first, *l.second, 64);
+      for (auto& n : nodes) moved += static_cast<int>(n->poll());
+      if (moved == 0) return;
+    }
+  }
+
+  /// Rank `r` dies: its links are cut, and every other rank routes around it (what
+  /// Node::on_peer_closed does; nobody declares it failed).
+  void kill(int r) {
+    for (auto& [ab, l] : links)
+      if (ab.first == r || ab.second == r) l.first->cut(Errc::peer_failed, "rank " + std::to_string(r) + " died");
+    for (auto& n : nodes)
+      if (n->me != r) n->routing.route_around(r, true);
+  }
 };
 
 }  // namespace nexar::test

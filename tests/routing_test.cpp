@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "memory_link.hpp"
 #include "memory_node.hpp"
 #include "tls/mac.hpp"
 
@@ -29,26 +28,11 @@ using detail::OpState;
 using detail::RecvOp;
 using test::MemoryLink;
 using test::MemoryNode;
+using test::MemoryWorld;
 
 namespace {
 
 constexpr std::uint64_t kComm = 9;
-
-// The key ranks a and b share: one per pair, the same at both ends.
-detail::RelayKey key_of_pair(int a, int b) {
-  detail::RelayKey k{};
-  std::mt19937_64 g(static_cast<std::uint64_t>(std::min(a, b)) * 1000 + static_cast<std::uint64_t>(std::max(a, b)));
-  for (auto& x : k) x = static_cast<std::uint8_t>(g());
-  return k;
-}
-
-// The keys rank `r` of `n` shares with every other rank, by world rank.
-std::vector<detail::RelayKey> keys_of(int r, int n) {
-  std::vector<detail::RelayKey> keys(static_cast<std::size_t>(n));
-  for (int o = 0; o < n; ++o)
-    if (o != r) keys[static_cast<std::size_t>(o)] = key_of_pair(r, o);
-  return keys;
-}
 
 Config ring_config(std::uint64_t window = 4ull << 20, std::uint32_t hop_limit = 0) {
   Config c;
@@ -57,51 +41,6 @@ Config ring_config(std::uint64_t window = 4ull << 20, std::uint32_t hop_limit = 
   c.relay_hop_limit = hop_limit;
   return c;
 }
-
-// `n` ranks on a ring: rank r's neighbours are r-1 and r+1 (mod n); the others relayed.
-struct Ring {
-  std::vector<std::unique_ptr<MemoryNode>> nodes;
-  // One pair of link ends per pair of neighbours (a < b): a's end, b's end.
-  std::map<std::pair<int, int>, std::pair<std::unique_ptr<MemoryLink>, std::unique_ptr<MemoryLink>>> links;
-
-  Ring(int n, std::uint64_t seed, const Config& cfg, std::size_t max_piece = 1500) {
-    for (int r = 0; r < n; ++r) nodes.push_back(std::make_unique<MemoryNode>(r, n, cfg, keys_of(r, n)));
-    for (int a = 0; a < n; ++a) {
-      for (int b = a + 1; b < n; ++b) {
-        if (!nodes[static_cast<std::size_t>(a)]->routing.direct(b)) continue;
-        auto la = std::make_unique<MemoryLink>(seed * 131 + static_cast<std::uint64_t>(a * n + b), 1 << 20, max_piece);
-        auto lb = std::make_unique<MemoryLink>(seed * 137 + static_cast<std::uint64_t>(b * n + a), 1 << 20, max_piece);
-        MemoryLink::join(*la, *lb);
-        la->bind(node(a).peers[static_cast<std::size_t>(b)]->use_link(*la));
-        lb->bind(node(b).peers[static_cast<std::size_t>(a)]->use_link(*lb));
-        links[{a, b}] = {std::move(la), std::move(lb)};
-      }
-    }
-  }
-
-  MemoryNode& node(int r) { return *nodes[static_cast<std::size_t>(r)]; }
-  detail::Peer& peer(int at, int of) { return *node(at).peers[static_cast<std::size_t>(of)]; }
-
-  // Moves bytes on every link and runs what the nodes posted, until nothing moves (or
-  // `limit` rounds).
-  void run(int limit = 100000) {
-    for (int round = 0; round < limit; ++round) {
-      int moved = 0;
-      for (auto& [ab, l] : links) moved += MemoryLink::run(*l.first, *l.second, 64);
-      for (auto& n : nodes) moved += static_cast<int>(n->poll());
-      if (moved == 0) return;
-    }
-  }
-
-  // Rank `r` dies: its links are cut, and every other rank learns it and routes around it
-  // (what Node::on_peer_closed and the failure notices do).
-  void kill(int r) {
-    for (auto& [ab, l] : links)
-      if (ab.first == r || ab.second == r) l.first->cut(Errc::peer_failed, "rank " + std::to_string(r) + " died");
-    for (auto& n : nodes)
-      if (n->me != r) n->routing.route_around(r, true);
-  }
-};
 
 std::vector<std::byte> bytes_of(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -118,7 +57,7 @@ std::shared_ptr<OpState> send(MemoryNode& from, int dest, detail::Tag tag, const
 }
 
 TEST(Routing, NeighboursRoutesAndTheHopLimit) {
-  MemoryNode n(0, 9, ring_config(), keys_of(0, 9));
+  MemoryNode n(0, 9, ring_config(), test::relay_keys_of(0, 9));
   EXPECT_TRUE(n.routing.direct(1));
   EXPECT_TRUE(n.routing.direct(8));
   EXPECT_FALSE(n.routing.direct(2));
@@ -131,7 +70,7 @@ TEST(Routing, NeighboursRoutesAndTheHopLimit) {
     EXPECT_TRUE(n.routing.routable(r)) << r;
     EXPECT_EQ(n.routing.beyond_hop_limit(r), "") << r;
   }
-  MemoryNode limited(0, 9, ring_config(4ull << 20, 2), keys_of(0, 9));
+  MemoryNode limited(0, 9, ring_config(4ull << 20, 2), test::relay_keys_of(0, 9));
   EXPECT_TRUE(limited.routing.routable(2));
   EXPECT_FALSE(limited.routing.routable(3));
   EXPECT_FALSE(limited.routing.routable(6));
@@ -155,7 +94,7 @@ TEST(Routing, NeighboursRoutesAndTheHopLimit) {
 TEST(Routing, EveryPairReachesEveryOtherThroughRelays) {
   for (int n : {5, 7}) {
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-      Ring ring(n, seed, ring_config(20000));
+      MemoryWorld ring(n, seed, ring_config(20000));
       std::mt19937_64 g(seed);
       const std::size_t sizes[] = {0, 1, 4093, 65537, 150001};
       struct Sent {
@@ -206,7 +145,7 @@ TEST(Routing, EveryPairReachesEveryOtherThroughRelays) {
 // rank 2 drops it (the MAC is under the key of 0 and 2, which 1 does not hold), keeps its
 // link with 1, and takes 0's real message after it.
 TEST(Routing, ARelayCannotForgeAnotherRanksFrame) {
-  Ring ring(5, 4, ring_config());
+  MemoryWorld ring(5, 4, ring_config());
   // An eager message frame of 4 bytes as rank 0's lane stream would carry it.
   const std::vector<std::byte> fake = bytes_of(4, 99);
   wire::FrameHeader inner = ring.peer(0, 2).message_header(wire::FrameType::eager, kComm, 5, 0, fake.size());
@@ -214,7 +153,7 @@ TEST(Routing, ARelayCannotForgeAnotherRanksFrame) {
   wire::encode_header(inner, std::span<std::byte, wire::header_size>(body.data(), wire::header_size));
   std::memcpy(body.data() + wire::header_size, fake.data(), fake.size());
   // The MAC under a key rank 1 does hold (its own with 2): still not the pair's.
-  const detail::RelayKey wrong = key_of_pair(1, 2);
+  const detail::RelayKey wrong = test::relay_key(1, 2);
   const std::span<const std::byte> data(body.data(), wire::header_size + fake.size());
   const tls::Mac mac = tls::mac(wrong, {data});
   std::memcpy(body.data() + data.size(), mac.data(), mac.size());
@@ -245,7 +184,7 @@ TEST(Routing, ARelayCannotForgeAnotherRanksFrame) {
 // takes each byte once: the message arrives whole, the send completes.
 TEST(Routing, BytesInFlightThroughADeadRelayArriveAroundIt) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
-    Ring ring(5, seed, ring_config(50000));
+    MemoryWorld ring(5, seed, ring_config(50000));
     const auto msg = bytes_of(300001, seed);
     std::vector<std::byte> out(msg.size());
     auto r = ring.node(2).post_recv(Domain::data, kComm, 0, 7, out);
@@ -271,7 +210,7 @@ TEST(Routing, BytesInFlightThroughADeadRelayArriveAroundIt) {
 // order, 2 and 3 are only out of reach, and nothing is declared.
 TEST(Routing, ARankNoRouteReachesIsGivenUp) {
   for (const bool failed : {true, false}) {
-    MemoryNode n(0, 5, ring_config(), keys_of(0, 5));
+    MemoryNode n(0, 5, ring_config(), test::relay_keys_of(0, 5));
     n.failures.start_liveness();  // judging from now on (no endpoint: nothing is timed)
     std::vector<std::string> heard;
     n.failures.watch(kComm, {0, 1, 2, 3, 4}, 0, [&](int r, Errc code, const std::string&) {
