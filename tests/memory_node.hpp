@@ -1,15 +1,16 @@
 // One rank's transport for unit tests, without a Node: the real matching
-// (transport/matching.hpp), routing (transport/routing.hpp) and failures
-// (transport/failures.hpp), a Peer for every other rank, and a few lines for each call they
-// make upward (PeerOwner, Matching::Owner, Routing::Owner, Failures::Owner). Ranks are
-// joined by in-memory links (memory_link.hpp); no socket, TLS or engine thread: the test
-// steps the links and polls the engines (MemoryNode::poll). Nothing judges liveness (there
+// (transport/matching.hpp), routing (transport/routing.hpp), failures
+// (transport/failures.hpp) and joiners (transport/joiners.hpp), a Peer for every other rank,
+// and a few lines for each call they make upward (PeerOwner and the owner interfaces of the
+// four). Ranks are joined by in-memory links (memory_link.hpp); no socket, TLS or engine
+// thread: the test steps the links and polls the engines (MemoryNode::poll). Nothing judges liveness (there
 // is no endpoint), and no membership module is attached.
 //
 // Upcalls that a test looks for are written to `events`. A MemoryWorld is n of them, each
 // pair of neighbours joined by an in-memory link.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -22,24 +23,30 @@
 #include "engine/engine.hpp"
 #include "memory_link.hpp"
 #include "transport/failures.hpp"
+#include "transport/joiners.hpp"
 #include "transport/matching.hpp"
 #include "transport/peer.hpp"
 #include "transport/routing.hpp"
 
 namespace nexar::test {
 
-struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing::Owner, detail::Failures::Owner {
+struct MemoryNode : detail::PeerOwner,
+                    detail::Matching::Owner,
+                    detail::Routing::Owner,
+                    detail::Failures::Owner,
+                    detail::Joiners::Owner {
   Config cfg;
   detail::BufferPool pool;
   detail::Engine engine{std::chrono::microseconds(0)};
   int me;
   int world;
   std::vector<std::string> names;
-  bool open = true;                 // is_open()
+  std::atomic<bool> open{true};     // is_open()
   std::vector<std::string> events;  // upcalls the tests look for
   detail::Matching matching{*this, me};
   detail::Routing routing;
   detail::Failures failures;
+  detail::Joiners joiners;
   std::vector<std::unique_ptr<detail::Peer>> peers;  // by world rank; none for `me`
 
   /// World rank `rank` of `world`, under `config` (its topology decides which peers are
@@ -49,11 +56,12 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
         me(rank),
         world(n),
         routing(*this, rank, n, false, cfg, std::move(keys), pool, engine),
-        failures(*this, rank, n, cfg, engine, matching, routing) {
+        failures(*this, rank, n, cfg, engine, matching, routing),
+        joiners(*this, rank, n, false, {}, engine, failures) {
     for (int r = 0; r < n; ++r) names.push_back("node-" + std::to_string(r));
     for (int r = 0; r < n; ++r) {
       peers.push_back(r == me ? nullptr
-                              : std::make_unique<detail::Peer>(*this, detail::PeerContext{me, false, cfg, pool, engine, matching, routing, failures},
+                              : std::make_unique<detail::Peer>(*this, detail::PeerContext{me, false, cfg, pool, engine, matching, routing, failures, joiners},
                                                                r, names[static_cast<std::size_t>(r)], quic::Address{}));
       if (r != me && !routing.direct(r)) routing.relay_to(*peers.back());
     }
@@ -104,7 +112,7 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
   }
   bool is_failed(int r) const override { return failures.is_failed(r); }
   bool judging_failures() const noexcept override { return failures.judging(); }
-  bool is_open() const noexcept override { return open; }
+  bool is_open() const noexcept override { return open.load(); }
   quic::Endpoint* endpoint() noexcept override { return nullptr; }
   detail::MembershipLanes* membership() const noexcept override { return nullptr; }
   void revoke_everywhere(std::uint64_t comm, const std::string& why) override {
@@ -117,7 +125,6 @@ struct MemoryNode : detail::PeerOwner, detail::Matching::Owner, detail::Routing:
   void connect_lazily(int) override { events.push_back("connect_lazily"); }
   void redial_later(int, int) override { events.push_back("redial_later"); }
   void on_ballot(int, const wire::FrameHeader&, wire::Ballot) override { events.push_back("ballot"); }
-  void on_welcome(int, std::uint64_t, std::vector<std::uint32_t>) override { events.push_back("welcome"); }
   void on_shm_offer(detail::Peer&, std::string_view) override { events.push_back("shm_offer"); }
   void on_shm_attached(int, const detail::ShmLink&) override { events.push_back("shm_attached"); }
   void on_tcp_offer(detail::Peer&, std::uint16_t, std::uint64_t) override { events.push_back("tcp_offer"); }

@@ -114,9 +114,9 @@ Communicator start_joiner(detail::NodeOptions o, const Config& config, const Nod
   auto services = detail::CommunicatorImpl::attach(*node);
   node->start();
   if (started) started(*node);
-  detail::Node::Welcome w;
+  detail::Joiners::Welcome w;
   try {
-    w = node->wait_welcome(until);
+    w = node->joiners().wait_welcome(until);
   } catch (...) {
     node->close();
     throw;

@@ -30,9 +30,9 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::change_membership(const char
   if (admit) {
     const auto until = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
                                                                 config().connect_timeout, kReadyWait);
-    while (node_->joiners_connecting() > 0 && std::chrono::steady_clock::now() < until)
+    while (node_->joiners().connecting() > 0 && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ready = node_->ready_joiners();
+    ready = node_->joiners().ready();
   }
   const std::uint64_t seq = agreements_.fetch_add(1);
   Agreement::Extra extra;
@@ -66,7 +66,7 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::change_membership(const char
   // in the same communicator.
   const int color = r.joiners.empty() && r.leaving.empty() ? shrink_color : grow_color;
   const std::uint64_t id = split_id(id_, seq, color);
-  node_->admitted(r.joiners);
+  node_->joiners().admitted(r.joiners);
   // Every member that decided welcomes every joiner: one welcome suffices, so a member
   // failing half-way cannot leave a joiner behind.
   const std::vector<std::uint32_t> wire_members(members.begin(), members.end());
@@ -86,6 +86,6 @@ std::shared_ptr<CommunicatorImpl> CommunicatorImpl::grow() { return change_membe
 
 void CommunicatorImpl::leave() { change_membership("leave", true, true); }
 
-int CommunicatorImpl::pending_joiners() const { return static_cast<int>(node_->ready_joiners().size()); }
+int CommunicatorImpl::pending_joiners() const { return static_cast<int>(node_->joiners().ready().size()); }
 
 }  // namespace nexar::detail

@@ -119,6 +119,7 @@ Node::Node(NodeOptions opts, const Config& cfg)
       engine_(cfg.spin, cfg.yield_when_idle),
       routing_(*this, opts.rank, opts.world, opts.elastic, cfg_, std::move(opts.relay_keys), pool_, engine_),
       failures_(*this, opts.rank, opts.world, cfg_, engine_, matching_, routing_),
+      joiners_(*this, opts.rank, opts.world, opts.late, opts.joiners, engine_, failures_),
       udp_fd_(opts.udp_fd) {
   router_ = std::make_unique<AcceptRouter>(*this);
   const int world = opts.world;
@@ -138,9 +139,6 @@ Node::Node(NodeOptions opts, const Config& cfg)
   // Under a sparse topology, peers that are not neighbours are reached through relays.
   for (int r = 0; r < world; ++r)
     if (r != rank_ && !routing_.direct(r)) routing_.relay_to(*peers_[static_cast<std::size_t>(r)]);
-  for (int j : opts.joiners)
-    if (j != rank_ && j >= 0 && j < world) waiting_.push_back(j);
-  std::sort(waiting_.begin(), waiting_.end());
   host_id_ = 14695981039346656037ull;
   for (unsigned char ch : shm::host_key()) host_id_ = (host_id_ ^ ch) * 1099511628211ull;
   if (cfg_.shm) {
@@ -394,10 +392,10 @@ void Node::close() {
   if (closed_.exchange(true)) return;
   std::vector<std::function<void()>> closers;
   {
-    std::lock_guard lk(join_mu_);
+    std::lock_guard lk(closers_mu_);
     closers.swap(closers_);
-    welcome_cv_.notify_all();
   }
+  joiners_.closing();
   for (auto& fn : closers) fn();
   // Handlers stop and waiting calls fail with Errc::closed before the connections go.
   if (rpc_) rpc_->on_close();
@@ -429,7 +427,7 @@ void Node::close() {
 
 void Node::on_close(std::function<void()> fn) {
   {
-    std::lock_guard lk(join_mu_);
+    std::lock_guard lk(closers_mu_);
     if (!closed_.load(std::memory_order_acquire)) {
       closers_.push_back(std::move(fn));
       return;
@@ -460,13 +458,9 @@ bool Node::peer_left(int r) {
 }
 
 void Node::on_peer_closed(Peer& p) {
-  {
-    // A joiner that went away before a grow took it in never will be (one that comes back
-    // joins anew, as another world rank): it waits no more, so grows stop waiting for it to
-    // get ready.
-    std::lock_guard lk(join_mu_);
-    std::erase(waiting_, p.rank());
-  }
+  // A joiner that went away before a grow took it in waits no more, so grows stop waiting
+  // for it to get ready.
+  joiners_.left(p.rank());
   // Receives naming this peer can never complete now. Any-source receives stay posted.
   for (auto& q : matching_.queues()) {
     auto& posted = q.posted();
@@ -801,11 +795,67 @@ Request Node::irecv(const P2p& a, int source, void* data, std::size_t cap) {
   return Access::make_request(st);
 }
 
+// ---- elastic membership ------------------------------------------------------------------
+
+void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, RelayKey key) {
+  engine_.post([this, id, name = std::move(name), addr, joiner, key]() mutable {
+    if (!elastic_ || !is_open() || !ep_) return;
+    const int n = size();
+    if (id < n) return;  // known already (the list we joined with named it)
+    if (id != n || id >= static_cast<int>(wire::max_node_ids)) {
+      // Announcements come in order on one stream: a gap means a broken service.
+      log::warn("rank {}: membership service announced world rank {}, expected {}: ignored", rank_, id, n);
+      return;
+    }
+    if (rank_of_node(name) >= 0) {
+      log::warn("rank {}: membership service announced '{}' again as world rank {}: ignored", rank_, name, id);
+      return;
+    }
+    names_.push_back(std::move(name));
+    addrs_.push_back(addr);
+    routing_.add_rank(id, key);
+    failures_.add_rank();
+    if (joiner) joiners_.add(id);
+    peers_.push_back(std::make_unique<Peer>(*this, peer_context(), id, names_.back(), addrs_.back()));
+    if (!routing_.direct(id)) {
+      try {
+        routing_.relay_to(*peers_.back());
+      } catch (const Error& e) {
+        log::warn("rank {}: world rank {}: {}", rank_, id, e.what());
+      }
+    }
+    world_.store(n + 1, std::memory_order_release);
+    routing_.grown(n + 1);
+    log::info("rank {}: world rank {} ({}, {}) {}", rank_, id, names_.back(), addr.to_string(),
+              joiner ? "waits to join" : "announced");
+    if (id > rank_ && routing_.direct(id)) dial(id);
+  });
+}
+
+Peer* Node::peer_locked(int r) noexcept {
+  // close() empties the table (engine lock held) but leaves size() as it was.
+  return r >= 0 && static_cast<std::size_t>(r) < peers_.size() ? peers_[static_cast<std::size_t>(r)].get() : nullptr;
+}
+
+void Node::send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::vector<std::uint32_t> members) {
+  submit([this, dest, comm, seq, members = std::move(members)] {
+    Peer* p = dest < size() ? peer(dest) : nullptr;
+    if (!p || !p->up() || failures_.is_failed(dest)) return;
+    const std::vector<std::byte> payload = wire::encode_members(members);
+    FrameHeader h;
+    h.type = FrameType::welcome;
+    h.src = static_cast<std::uint32_t>(rank_);
+    h.comm = comm;
+    h.seq = seq;
+    p->send_frame(wire::Lane::control, h, payload);
+  });
+}
+
 // ---- communicators and membership frames -------------------------------------------------
 
 void Node::watch_comm(std::uint64_t id, std::vector<int> members, int rank, CommListener on_event) {
   // A joiner in a communicator made here was admitted, whichever grow admitted it.
-  admitted(members);
+  joiners_.admitted(members);
   matching_.calls().watch(id, members, rank);
   submit([this, id, members = std::move(members), rank, on_event = std::move(on_event)]() mutable {
     failures_.watch(id, std::move(members), rank, std::move(on_event));

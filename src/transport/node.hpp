@@ -33,6 +33,7 @@
 #include "tls/node_key.hpp"
 #include "tls/tls_context.hpp"
 #include "transport/failures.hpp"
+#include "transport/joiners.hpp"
 #include "transport/match_queue.hpp"
 #include "transport/matching.hpp"
 #include "transport/membership_lanes.hpp"
@@ -75,6 +76,7 @@ class Node : public Progress,
              private Matching::Owner,
              private Routing::Owner,
              private Failures::Owner,
+             private Joiners::Owner,
              public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);
@@ -176,42 +178,22 @@ class Node : public Progress,
   bool send_ballot(int dest, wire::FrameType type, std::uint64_t comm, std::uint64_t seq,
                    const wire::Ballot& b);
 
-  // ---- elastic membership (transport/joiners.cpp) -------------------------------------
+  // ---- elastic membership ---------------------------------------------------------------
   //
   // The membership service announces every node admitted after formation, in order, to
   // every node still linked to it; each adds it here and the lower world rank dials the
   // higher. A joiner waits until the members' grow admits it: each member then sends it a
-  // welcome naming the new communicator.
+  // welcome naming the new communicator (Joiners, transport/joiners.hpp).
 
   /// Adds world rank `id` (the next one) with certificate name `name` at `addr`; `joiner`:
   /// it waits for admission; `key`: the key we share with it. Dials it when `id` is above
   /// ours and a neighbour. Any thread (posted).
   void add_peer(int id, std::string name, quic::Address addr, bool joiner, RelayKey key);
-  /// Joiners waiting for admission that this node is connected to and that are not
-  /// failed, ascending. Any thread.
-  std::vector<int> ready_joiners();
-  /// Joiners waiting for admission: announced, not admitted, not failed, not gone away.
-  /// Any thread.
-  std::vector<int> waiting_joiners() const;
-  /// Waiting joiners whose connection to this node is still being set up. Any thread.
-  int joiners_connecting();
-  /// `ids` were admitted by a grow (or are members of the communicator we were welcomed
-  /// into): they wait no more. Any thread.
-  void admitted(const std::vector<int>& ids);
+  /// The joiners waiting for admission, and the welcome this node waits for if it is one.
+  Joiners& joiners() noexcept { return joiners_; }
   /// Sends a welcome into communicator `comm` (agreement `seq`) of `members` to joiner
   /// `dest`. Any thread.
   void send_welcome(int dest, std::uint64_t comm, std::uint64_t seq, std::vector<std::uint32_t> members);
-  /// What a welcome said.
-  struct Welcome {
-    std::uint64_t comm = 0;
-    std::vector<int> members;  // world ranks, in rank order
-  };
-  /// (A late node) Blocks until the first welcome arrived, and every member it names is
-  /// known and connected, or `until`. Throws nexar::Error: timeout (naming what is
-  /// missing), closed, rank_failed (a member failed before the communicator was whole).
-  Welcome wait_welcome(std::chrono::steady_clock::time_point until);
-  /// A welcome frame arrived from `from`. Engine lock held.
-  void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) override;
 
   /// A new operation named `op` failing after `timeout`, set up for waiters on this node.
   std::shared_ptr<OpState> new_op(const char* op, std::chrono::milliseconds timeout);
@@ -271,7 +253,9 @@ class Node : public Progress,
   std::uint16_t shard_port(int i) const { return shards_.at(static_cast<std::size_t>(i))->port(); }
   BufferPool& pool() noexcept { return pool_; }
   /// What every Peer of this node keeps for its life.
-  PeerContext peer_context() noexcept { return {rank_, elastic_, cfg_, pool_, engine_, matching_, routing_, failures_}; }
+  PeerContext peer_context() noexcept {
+    return {rank_, elastic_, cfg_, pool_, engine_, matching_, routing_, failures_, joiners_};
+  }
   MatchQueue& queue(Domain d) noexcept { return matching_.queue(d); }
   const MatchQueue& queue(Domain d) const noexcept { return matching_.queue(d); }
   /// Whether receive `op` of domain `d` is matched with a message still arriving.
@@ -431,12 +415,9 @@ class Node : public Progress,
   std::shared_ptr<MembershipLanes> membership_;
   // Failed ranks and revoked communicators (after matching_ and routing_: it is given them).
   Failures failures_;
-  // Joiners, the welcome and what closes with the node, guarded by join_mu_.
-  mutable std::mutex join_mu_;
-  std::vector<int> waiting_;             // announced joiners not yet admitted, ascending
-  std::optional<Welcome> welcome_;
-  std::condition_variable welcome_cv_;
-  std::vector<std::function<void()>> closers_;
+  Joiners joiners_;  // after failures_: it is given it
+  std::mutex closers_mu_;
+  std::vector<std::function<void()>> closers_;  // under closers_mu_
   std::atomic<bool> closed_{false};
   std::atomic<int> queued_{0};  // submissions posted to the engine and not yet run
   int udp_fd_;

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "engine/engine.hpp"
 #include "transport/failures.hpp"
+#include "transport/joiners.hpp"
 #include "transport/matching.hpp"
 #include "transport/routing.hpp"
 #include "transport/rpc_lanes.hpp"
@@ -1018,7 +1019,7 @@ bool Peer::on_frame_end(InStream& s, const FrameHeader& h) {
         protocol_error(std::string("welcome frame: ") + err.error);
         return false;
       }
-      owner_.on_welcome(rank_, h.comm, std::move(members));
+      ctx_.joiners.on_welcome(rank_, h.comm, members);
       break;
     }
     case FrameType::rpc_request:

@@ -27,6 +27,7 @@ class RpcLanes;
 class Matching;
 class Routing;
 class Failures;
+class Joiners;
 class ShmLink;
 
 /// Fixed for the life of the node a Peer belongs to.
@@ -43,6 +44,8 @@ struct PeerContext {
   Routing& routing;
   /// Failed ranks and revoked communicators: what the pair's frames and failures report to.
   Failures& failures;
+  /// Joiners waiting for admission, and the welcome that admits this node if it is one.
+  Joiners& joiners;
 };
 
 class PeerOwner {
@@ -73,8 +76,6 @@ class PeerOwner {
   // ---- control frames the node answers ----
   /// An agree or decided frame (for the membership module).
   virtual void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) = 0;
-  /// A welcome into communicator `comm` of `members` (world ranks): this joiner was admitted.
-  virtual void on_welcome(int from, std::uint64_t comm, std::vector<std::uint32_t> members) = 0;
   /// A shm_offer frame (the segment's name and key, or empty: declined).
   virtual void on_shm_offer(Peer& p, std::string_view payload) = 0;
   /// World rank `rank`'s message lanes moved to the shared-memory `link`.
