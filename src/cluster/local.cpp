@@ -130,7 +130,7 @@ Communicator start_joiner(detail::NodeOptions o, const Config& config, const Nod
   return detail::Access::make_communicator(std::move(comm));
 }
 
-Communicator start_node(NodePlan plan, const Config& config) {
+detail::NodeOptions node_options(NodePlan plan) {
   detail::NodeOptions o;
   o.rank = plan.rank;
   o.world = plan.world;
@@ -139,7 +139,11 @@ Communicator start_node(NodePlan plan, const Config& config) {
   o.creds = std::move(plan.creds);
   o.udp_fd = plan.udp_fd;
   o.relay_keys = std::move(plan.relay_keys);
-  return start_member(std::move(o), config);
+  return o;
+}
+
+Communicator start_node(NodePlan plan, const Config& config) {
+  return start_member(node_options(std::move(plan)), config);
 }
 
 }  // namespace nexar::cluster

@@ -62,6 +62,9 @@ Communicator start_member(detail::NodeOptions options, const Config& config, con
 Communicator start_joiner(detail::NodeOptions options, const Config& config, const NodeStarted& started,
                           std::chrono::steady_clock::time_point until);
 
+/// What a Node of rank `plan.rank` is made from (its socket moves into it).
+detail::NodeOptions node_options(NodePlan plan);
+
 /// Starts rank `plan.rank`: creates its progress engine, connects to every peer (ranks
 /// below it dial in, it dials the ranks above it), and returns once every connection is
 /// established and authenticated. Throws nexar::Error (timeout, tls, io).
