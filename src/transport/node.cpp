@@ -131,11 +131,8 @@ Node::Node(NodeOptions opts, const Config& cfg)
     peers_.reserve(wire::max_node_ids);
   }
   peers_.resize(static_cast<std::size_t>(world));
-  for (int r = 0; r < world; ++r) {
-    if (r == rank_) continue;
-    peers_[static_cast<std::size_t>(r)] =
-        std::make_unique<Peer>(*this, peer_context(), r, names_[static_cast<std::size_t>(r)], addrs_[static_cast<std::size_t>(r)]);
-  }
+  for (int r = 0; r < world; ++r)
+    if (r != rank_) peers_[static_cast<std::size_t>(r)] = make_peer(r);
   // Under a sparse topology, peers that are not neighbours are reached through relays.
   for (int r = 0; r < world; ++r)
     if (r != rank_ && !routing_.direct(r)) routing_.relay_to(*peers_[static_cast<std::size_t>(r)]);
@@ -151,6 +148,11 @@ Node::Node(NodeOptions opts, const Config& cfg)
 }
 
 Node::~Node() { close(); }
+
+std::unique_ptr<Peer> Node::make_peer(int r) {
+  const auto i = static_cast<std::size_t>(r);
+  return std::make_unique<Peer>(static_cast<PeerOwner&>(*this), peer_context(), r, names_[i], addrs_[i]);
+}
 
 int Node::rank_of_node(const std::string& node) const {
   for (std::size_t r = 0; r < names_.size(); ++r)
@@ -816,7 +818,7 @@ void Node::add_peer(int id, std::string name, quic::Address addr, bool joiner, R
     routing_.add_rank(id, key);
     failures_.add_rank();
     if (joiner) joiners_.add(id);
-    peers_.push_back(std::make_unique<Peer>(*this, peer_context(), id, names_.back(), addrs_.back()));
+    peers_.push_back(make_peer(id));
     if (!routing_.direct(id)) {
       try {
         routing_.relay_to(*peers_.back());

@@ -72,7 +72,7 @@ class ShmHub;
 class TcpHub;
 
 class Node : public Progress,
-             public PeerOwner,
+             private PeerOwner,
              private Matching::Owner,
              private Routing::Owner,
              private Failures::Owner,
@@ -121,14 +121,6 @@ class Node : public Progress,
   PeerStats peer_stats(int r);
   /// The QUIC socket's datagrams lost to full queues: on arrival, and on the way out.
   std::pair<std::uint64_t, std::uint64_t> socket_drops();
-  /// Config::lazy_connect: dials world rank `r` unless a connection to it exists or is being
-  /// set up, or it is gone. Engine lock held.
-  void connect_lazily(int r) override;
-  /// Our dial to `r` was refused in a simultaneous open (`attempt` times so far): its own
-  /// dial is on the way; dial again in a few milliseconds should it not have arrived.
-  void redial_later(int r, int attempt) override;
-  /// A peer's connection works both ways now. Engine lock held.
-  void on_peer_up(Peer& p) override;
 
   /// Throws Errc::closed once close() began.
   void check_open(const char* op, int peer) const;
@@ -270,21 +262,9 @@ class Node : public Progress,
   /// Completes `op` with an error formatted with this node's context.
   void fail(const std::shared_ptr<OpState>& op, Errc code, int peer, std::string_view why) override;
   std::string format(Errc code, const OpState& op, int peer, std::string_view why) const;
-  /// A peer went away: fail receives that can only be satisfied by it.
-  void on_peer_closed(Peer& p) override;
-  /// An agree or decided frame arrived from `from`. Engine lock held.
-  void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) override;
-  /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
-  void offer_shm(Peer& p);
-  void on_shm_offer(Peer& p, std::string_view payload) override;
-  void on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) override;
-  /// A peer dialled a shard and its certificate names `node`: keep it as an extra
-  /// connection of that pair, or close it.
-  void adopt_stripe(Hosted& h, const std::string& node);
   /// Why a connection whose certificate names `node` (world rank `r`, -1 if none) is
   /// refused whatever it is for: not a member, or failed or gone here. Empty otherwise.
   std::string refusal_of(const std::string& node, int r);
-  void on_shm_attached(int rank, const ShmLink& link) override;
   /// Engine threads carrying this node's connections: 1 + its shards.
   int engine_threads() const noexcept { return 1 + static_cast<int>(shards_.size()); }
   /// The mailboxes of small collective messages (shm/mailbox.hpp) shared with world rank
@@ -372,6 +352,28 @@ class Node : public Progress,
   }
   void drain_then_shutdown(std::chrono::steady_clock::time_point until,
                            const std::shared_ptr<OpState>& done, bool said_goodbye = false);
+  // ---- PeerOwner: what only the node's Peers call ----
+  /// Config::lazy_connect: dials world rank `r` unless a connection to it exists or is being
+  /// set up, or it is gone. Engine lock held.
+  void connect_lazily(int r) override;
+  /// Our dial to `r` was refused in a simultaneous open (`attempt` times so far): its own
+  /// dial is on the way; dial again in a few milliseconds should it not have arrived.
+  void redial_later(int r, int attempt) override;
+  /// A peer's connection works both ways now. Engine lock held.
+  void on_peer_up(Peer& p) override;
+  /// A peer went away: fail receives that can only be satisfied by it.
+  void on_peer_closed(Peer& p) override;
+  /// An agree or decided frame arrived from `from`. Engine lock held.
+  void on_ballot(int from, const wire::FrameHeader& h, wire::Ballot b) override;
+  void on_shm_offer(Peer& p, std::string_view payload) override;
+  void on_tcp_offer(Peer& p, std::uint16_t port, std::uint64_t cipher) override;
+  void on_shm_attached(int rank, const ShmLink& link) override;
+  /// The shared-memory path (Config::shm): `p` is up, `p` offered, `rank`'s lanes moved.
+  void offer_shm(Peer& p);
+  /// A peer dialled a shard and its certificate names `node`: keep it as an extra
+  /// connection of that pair, or close it.
+  void adopt_stripe(Hosted& h, const std::string& node);
+
   // Matching::Owner, Routing::Owner and Failures::Owner (the rest are public members).
   void revoke_everywhere(std::uint64_t id, const std::string& why) override { failures_.revoke_everywhere(id, why); }
   bool is_failed(int r) const override { return failures_.is_failed(r); }
@@ -382,6 +384,8 @@ class Node : public Progress,
   static thread_local bool t_scope_asleep_;
   /// Dials world rank `r` (engine thread).
   void dial(int r);
+  /// The Peer of world rank `r`, whose name and address are known.
+  std::unique_ptr<Peer> make_peer(int r);
 
   Config cfg_;
   int rank_;
