@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/call_check.hpp"
+#include "memory_node.hpp"  // recv_op
 #include "transport/matching.hpp"
 
 using namespace nexar;
@@ -53,16 +54,7 @@ struct Fixture {
 
 std::shared_ptr<RecvOp> receive(int source, Tag tag, std::vector<std::byte>& buf, bool exact = false,
                                 std::uint16_t check = 0) {
-  auto r = std::make_shared<RecvOp>();
-  r->op = std::make_shared<OpState>("recv", OpState::Clock::now() + std::chrono::hours(1));
-  r->comm = kComm;
-  r->source = source;
-  r->tag = tag;
-  r->buf = buf.data();
-  r->cap = buf.size();
-  r->exact = exact;
-  r->check = check;
-  return r;
+  return test::recv_op(kComm, source, tag, buf, exact, check);
 }
 
 std::vector<std::byte> pattern(std::size_t n, int salt) {

@@ -30,11 +30,27 @@
 
 namespace nexar::test {
 
+/// A receive of communicator `comm` from world rank `source` into `out`, as Node::irecv
+/// makes it (`check`: the fingerprint of its collective call, 0 for none), not yet posted.
+inline std::shared_ptr<detail::RecvOp> recv_op(std::uint64_t comm, int source, detail::Tag tag,
+                                               std::vector<std::byte>& out, bool exact = false,
+                                               std::uint16_t check = 0) {
+  auto r = std::make_shared<detail::RecvOp>();
+  r->op = std::make_shared<detail::OpState>("recv", detail::OpState::Clock::now() + std::chrono::hours(1));
+  r->comm = comm;
+  r->source = source;
+  r->tag = tag;
+  r->buf = out.data();
+  r->cap = out.size();
+  r->exact = exact;
+  r->check = check;
+  return r;
+}
+
 struct MemoryNode : detail::PeerOwner,
                     detail::Matching::Owner,
                     detail::Routing::Owner,
-                    detail::Failures::Owner,
-                    detail::Joiners::Owner {
+                    detail::Failures::Owner {  // with Routing::Owner, the PeerTable Joiners reads
   Config cfg;
   detail::BufferPool pool;
   detail::Engine engine{std::chrono::microseconds(0)};
@@ -75,14 +91,7 @@ struct MemoryNode : detail::PeerOwner,
   /// unexpected message if one waits, else it is posted.
   std::shared_ptr<detail::RecvOp> post_recv(detail::Domain d, std::uint64_t comm, int source, detail::Tag tag,
                                             std::vector<std::byte>& out, bool exact = false) {
-    auto r = std::make_shared<detail::RecvOp>();
-    r->op = std::make_shared<detail::OpState>("recv", detail::OpState::Clock::now() + std::chrono::hours(1));
-    r->comm = comm;
-    r->source = source;
-    r->tag = tag;
-    r->buf = out.data();
-    r->cap = out.size();
-    r->exact = exact;
+    auto r = recv_op(comm, source, tag, out, exact);
     auto& q = matching.queue(d);
     if (auto it = q.find_unexpected(*r); it != q.end()) {
       matching.deliver_unexpected(d, r, it);

@@ -10,9 +10,9 @@
 // fail at once. Failed ranks stay failed: their connections are closed and nothing from
 // them is taken any more.
 //
-// It reaches its node through Failures::Owner (five calls), the node's matching for the
-// receives a revocation fails, and its routing for relayed bytes that stall. Engine thread
-// only, except where a member says "any thread".
+// It reaches its node through Failures::Owner (its peer table, transport/peer_table.hpp, and
+// two calls more), the node's matching for the receives a revocation fails, and its routing
+// for relayed bytes that stall. Engine thread only, except where a member says "any thread".
 #pragma once
 
 #include <asio/steady_timer.hpp>
@@ -32,6 +32,7 @@
 #include <nexar/error.hpp>
 
 #include "engine/op_state.hpp"
+#include "transport/peer_table.hpp"
 #include "wire/frame.hpp"
 
 namespace nexar::quic {
@@ -52,16 +53,10 @@ std::string describe_failure(int local, int world, const std::string& why);
 
 class Failures {
  public:
-  /// What Failures asks of its node.
-  class Owner {
+  /// What Failures asks of its node, besides its peer table (nothing is declared once the
+  /// node began to close).
+  class Owner : public virtual PeerTable {
    public:
-    /// World ranks known here: the formed world, plus the nodes announced since (elastic).
-    virtual int size() const noexcept = 0;
-    /// The Peer of world rank `r`; null for this rank, out of the table, or once the node
-    /// closed. Engine lock held.
-    virtual Peer* peer_locked(int r) noexcept = 0;
-    /// False once the node began to close: nothing is declared any more.
-    virtual bool is_open() const noexcept = 0;
     /// The node's QUIC endpoint (liveness reads the socket before judging anyone); null
     /// before the node started.
     virtual quic::Endpoint* endpoint() noexcept = 0;

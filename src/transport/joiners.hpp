@@ -9,9 +9,9 @@
 // Each member of a grow sends every joiner it admitted a welcome naming the new
 // communicator; the first one counts.
 //
-// It reaches its node through Joiners::Owner (three calls), and reads the failed ranks from
-// the node's Failures. Thread-safe: its own lock guards what it holds; members that read
-// the peers take the engine lock (or say "engine lock held").
+// It reaches its node through its peer table alone (transport/peer_table.hpp, three calls),
+// and reads the failed ranks from the node's Failures. Thread-safe: its own lock guards what
+// it holds; members that read the peers take the engine lock (or say "engine lock held").
 #pragma once
 
 #include <chrono>
@@ -21,6 +21,8 @@
 #include <optional>
 #include <vector>
 
+#include "transport/peer_table.hpp"
+
 namespace nexar::detail {
 
 class Engine;
@@ -29,20 +31,8 @@ class Peer;
 
 class Joiners {
  public:
-  /// What Joiners asks of its node.
-  class Owner {
-   public:
-    /// World ranks known here: the formed world, plus the nodes announced since.
-    virtual int size() const noexcept = 0;
-    /// The Peer of world rank `r`; null for this rank, out of the table, or once the node
-    /// closed. Engine lock held.
-    virtual Peer* peer_locked(int r) noexcept = 0;
-    /// False once the node began to close.
-    virtual bool is_open() const noexcept = 0;
-
-   protected:
-    ~Owner() = default;
-  };
+  /// What Joiners asks of its node: its peer table, no more.
+  using Owner = PeerTable;
 
   /// What a welcome said.
   struct Welcome {

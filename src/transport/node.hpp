@@ -71,12 +71,11 @@ struct NodeOptions {
 class ShmHub;
 class TcpHub;
 
-class Node : public Progress,
+class Node final : public Progress,
              private PeerOwner,
              private Matching::Owner,
              private Routing::Owner,
-             private Failures::Owner,
-             private Joiners::Owner,
+             private Failures::Owner,  // with Routing::Owner, the PeerTable Joiners reads
              public std::enable_shared_from_this<Node> {
  public:
   Node(NodeOptions opts, const Config& cfg);

@@ -10,8 +10,9 @@
 // changed route is sent again. Every relayed frame carries a MAC under the key its two end
 // ranks share (RelayKey), so a rank on the way cannot forge or alter another's bytes.
 //
-// It reaches its node through Routing::Owner (four calls), and each pair through its Peer.
-// Engine thread only, except where a member says "any thread".
+// It reaches its node through Routing::Owner (its peer table, transport/peer_table.hpp, and
+// two calls more), and each pair through its Peer. Engine thread only, except where a member
+// says "any thread".
 #pragma once
 
 #include <array>
@@ -23,6 +24,7 @@
 #include <nexar/config.hpp>
 
 #include "engine/buffer_pool.hpp"
+#include "transport/peer_table.hpp"
 #include "transport/topology.hpp"
 #include "wire/frame.hpp"
 
@@ -37,14 +39,9 @@ using RelayKey = std::array<std::uint8_t, 32>;
 
 class Routing {
  public:
-  /// What Routing asks of its node.
-  class Owner {
+  /// What Routing asks of its node, besides its peer table.
+  class Owner : public virtual PeerTable {
    public:
-    /// World ranks known here: the formed world, plus the nodes announced since (elastic).
-    virtual int size() const noexcept = 0;
-    /// The Peer of world rank `r`; null for this rank, out of the table, or once the node
-    /// closed. Engine lock held.
-    virtual Peer* peer_locked(int r) noexcept = 0;
     /// Whether world rank `r` was declared failed: its frames are not taken any more.
     virtual bool is_failed(int r) const = 0;
     /// Whether a rank cut off by the ranks that went down counts against it now (the mesh
