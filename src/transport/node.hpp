@@ -1,7 +1,10 @@
 // A node: one rank's whole transport. It owns the progress engine, the QUIC endpoint, one
-// Peer per other rank and the matching queues of the message lanes (data, bulk, collective);
-// the frames of the RPC lanes go to the RPC module above it (RpcLanes). Communicators
-// (src/comm) are sets of ranks on one node.
+// Peer per other rank, and four parts with state of their own, each reaching the node
+// through a narrow owner interface: Matching (the match queues of the message lanes: data,
+// bulk, collective), Routing (neighbours, routes, relaying), Failures (failed ranks, revoked
+// communicators, liveness) and Joiners (elastic admission). The frames of the RPC lanes go
+// to the RPC module above it (RpcLanes). Communicators (src/comm) are sets of ranks on one
+// node.
 //
 // Threads: user threads validate arguments, copy eager payloads into pooled buffers and
 // post work to the engine; everything below runs on the engine thread.
