@@ -244,7 +244,8 @@ bool Routing::on_relay_ack(Peer& from, const FrameHeader& h, PooledBuffer seg) {
 
 bool Routing::park_unknown(Peer& from, Lane lane, const FrameHeader& h, PooledBuffer& seg) {
   // In an elastic world a rank may relay for (or hear from) a node announced to others but
-  // not to it yet: keep the frame until the announcement comes (add_peer), within reason.
+  // not to it yet: keep the frame until the announcement comes (Node::add_peer, then
+  // grown), within reason.
   const int world = owner_.size();
   const auto known = [world](std::uint32_t r) { return r < static_cast<std::uint32_t>(world); };
   const std::uint32_t dest = wire::relay_dest(h.comm);
