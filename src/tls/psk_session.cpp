@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <nexar/error.hpp>
 
@@ -22,6 +23,13 @@ struct PskSession::Transport {
   std::uint8_t in[64 * 1024];  // four records, read from the socket, not taken by GnuTLS yet
   std::size_t at = 0;
   std::size_t end = 0;
+  // Records GnuTLS wrote between gather() and flush(), to leave in one write: it hands
+  // them over one record per call, and a system call per 16 KiB record cost more in the
+  // kernel than the encryption (docs/PERFORMANCE.md, "TCP link"). Bytes
+  // out[out_at, out.size()) are not written yet. It grows to what one batch takes.
+  std::vector<std::uint8_t> out;
+  std::size_t out_at = 0;
+  bool gathering = false;
 };
 
 namespace {
@@ -44,8 +52,55 @@ ssize_t pull(gnutls_transport_ptr_t p, void* data, size_t len) {
   return static_cast<ssize_t>(n);
 }
 
+// Writes the gathered records: 1 once none is left, 0 when the socket is full, -1 when the
+// connection broke (errno says why).
+int write_out(PskSession::Transport& t) {
+  while (t.out_at < t.out.size()) {
+    const ssize_t w = ::send(t.fd, t.out.data() + t.out_at, t.out.size() - t.out_at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+      // What the socket took leaves the buffer, so that it never holds more than a batch.
+      t.out.erase(t.out.begin(), t.out.begin() + static_cast<std::ptrdiff_t>(t.out_at));
+      t.out_at = 0;
+      return 0;
+    }
+    t.out_at += static_cast<std::size_t>(w);
+  }
+  t.out.clear();
+  t.out_at = 0;
+  return 1;
+}
+
+// Bytes gathered before the socket is offered some, at most: a batch of records
+// (transport/tcp_link.cpp sends up to 256 KiB of plaintext between gather() and flush())
+// with their headers and tags.
+constexpr std::size_t kGatherMost = 272 * 1024;
+
 ssize_t push(gnutls_transport_ptr_t p, const giovec_t* iov, int count) {
   auto& t = *static_cast<PskSession::Transport*>(p);
+  if (t.gathering) {
+    // Every record is taken, so that GnuTLS never holds one back: a full socket leaves the
+    // rest here, and the caller stops sending until flush() got it all out (at most a batch
+    // more than kGatherMost waits here).
+    std::size_t len = 0;
+    for (int i = 0; i < count; ++i) {
+      const auto* b = static_cast<const std::uint8_t*>(iov[i].iov_base);
+      t.out.insert(t.out.end(), b, b + iov[i].iov_len);
+      len += iov[i].iov_len;
+    }
+    if (t.out.size() - t.out_at > kGatherMost && write_out(t) < 0) {
+      gnutls_transport_set_errno(t.session, errno);
+      return -1;
+    }
+    return static_cast<ssize_t>(len);
+  }
+  // A record GnuTLS sends by itself (an alert, a key update): what was gathered goes
+  // first, so the stream keeps its order.
+  const int f = write_out(t);
+  if (f <= 0) {
+    gnutls_transport_set_errno(t.session, f < 0 ? errno : EAGAIN);
+    return -1;
+  }
   msghdr m{};
   m.msg_iov = const_cast<iovec*>(reinterpret_cast<const iovec*>(iov));
   m.msg_iovlen = static_cast<std::size_t>(count);
@@ -127,13 +182,13 @@ std::size_t PskSession::send(const std::uint8_t* data, std::size_t len) {
   throw Error(Errc::io, std::string("TLS send: ") + gnutls_strerror(static_cast<int>(n)));
 }
 
-void PskSession::cork() noexcept { gnutls_record_cork(s_); }
+void PskSession::gather() noexcept { io_->gathering = true; }
 
-bool PskSession::uncork() {
-  const int rc = gnutls_record_uncork(s_, 0);
-  if (rc >= 0) return true;
-  if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) return false;
-  throw Error(Errc::io, std::string("TLS send: ") + gnutls_strerror(rc));
+bool PskSession::flush() {
+  io_->gathering = false;
+  const int f = write_out(*io_);
+  if (f < 0) throw Error(Errc::io, std::string("TLS send: ") + std::strerror(errno));
+  return f > 0;
 }
 
 PskSession::Read PskSession::recv(std::uint8_t* out, std::size_t cap) {

@@ -36,14 +36,18 @@ class PskSession {
   /// Encrypts and sends up to `len` bytes of `data`: returns how many were taken, 0 when
   /// the socket is full (call again later with the same bytes: GnuTLS holds a record it
   /// encrypted but could not send). Throws nexar::Error(Errc::io) when the connection broke.
+  /// Between gather() and flush() every byte is taken.
   std::size_t send(const std::uint8_t* data, std::size_t len);
-  /// From cork() to uncork(), send() takes whole pieces and holds their records, so that
-  /// many records leave in one write (a 16 KiB record per system call would cost more in
-  /// the kernel than the encryption).
-  void cork() noexcept;
-  /// Sends the held records: true once all left, false when the socket is full (call again
-  /// later, before any other send). Throws nexar::Error(Errc::io) when the connection broke.
-  bool uncork();
+  /// From gather() to flush(), the records send() makes are gathered in the session (a
+  /// batch of up to 272 KiB, more only while the socket is full) and leave in one write:
+  /// GnuTLS hands them over one at a time, and a system call per 16 KiB record costs more
+  /// in the kernel than the encryption. Encrypting straight from the caller's bytes, with
+  /// nothing copied before, is why this is not GnuTLS's own cork.
+  void gather() noexcept;
+  /// Writes what was gathered: true once all left, false when the socket is full (call
+  /// again later, before any other send). Throws nexar::Error(Errc::io) when the connection
+  /// broke.
+  bool flush();
   /// What recv() read.
   struct Read {
     std::size_t bytes = 0;  // decrypted into `out`

@@ -23,7 +23,7 @@ constexpr int kReadsPerTurn = 16;
 constexpr int kIov = 64;
 // Largest piece handed to TLS at once: one record.
 constexpr std::size_t kRecord = 16 * 1024;
-// Bytes of records gathered into one write (PskSession::cork).
+// Bytes of records gathered into one write (PskSession::gather).
 constexpr std::size_t kBatch = 256 * 1024;
 }  // namespace
 
@@ -101,14 +101,14 @@ void TcpLink::write(Conn& c) {
       // whole is finished before anything else is sent.
       try {
         if (!c.unflushed) {
-          c.sock.session->cork();
+          c.sock.session->gather();
           std::size_t batch = 0;
           for (auto it = c.out.begin(); it != c.out.end() && batch < kBatch; ++it) {
             std::size_t at = it->done;
             while (at < it->chunk.len && batch < kBatch) {
               const std::size_t piece = std::min(it->chunk.len - at, kRecord);
               const std::size_t took = c.sock.session->send(it->chunk.data + at, piece);
-              if (took == 0) break;  // corked, GnuTLS takes every piece: never expected
+              if (took == 0) break;  // gathering, every piece is taken: never expected
               at += took;
               batch += took;
               n += took;
@@ -116,7 +116,7 @@ void TcpLink::write(Conn& c) {
             if (at < it->chunk.len) break;
           }
         }
-        c.unflushed = !c.sock.session->uncork();
+        c.unflushed = !c.sock.session->flush();
       } catch (const Error& e) {
         error = e.what();
       }

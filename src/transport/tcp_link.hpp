@@ -92,7 +92,7 @@ class TcpLink final : public Link {
     bool read_waiting = false;  // a wait for the socket to be readable is queued
     bool read_posted = false;   // a read of what TLS holds is posted
     bool write_armed = false;
-    bool unflushed = false;     // TLS records taken but not written yet (PskSession::uncork)
+    bool unflushed = false;     // TLS records taken but not written yet (PskSession::flush)
     Conn(asio::io_context& io, TcpAttached a);
   };
 
