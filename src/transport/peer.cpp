@@ -86,10 +86,7 @@ void Peer::on_established(quic::Connection& c) {
   h.type = FrameType::hello;
   h.src = static_cast<std::uint32_t>(ctx_.rank);
   h.tag = static_cast<std::uint64_t>(owner_.size());
-  h.length = my_name.size();
-  PooledBuffer b = ctx_.pool.acquire(wire::header_size + my_name.size());
-  wire::encode_header(h, std::span<std::byte, wire::header_size>(b.data(), wire::header_size));
-  std::memcpy(b.data() + wire::header_size, my_name.data(), my_name.size());
+  PooledBuffer b = encode_frame(ctx_.pool, h, std::as_bytes(std::span(my_name)));
   const auto* hp = reinterpret_cast<const std::uint8_t*>(b.data());
   quic_.push_now(Lane::control, quic::Chunk{hp, wire::header_size + my_name.size(), chunk_done(std::move(b), nullptr)});
   // The side that accepted has taken this connection. The side that dialled knows only
